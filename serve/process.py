@@ -1,0 +1,125 @@
+"""Background servers: start in their own session, remember by pidfile, stop the whole process group."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+STOP_GRACE_S = 30.0
+PORT_FREE_TIMEOUT_S = 30.0
+POLL_S = 0.2
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when a server could bind host:port now (what the engine is about to do)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def next_free_port(host: str, start: int) -> int:
+    return next(port for port in range(start + 1, 65536) if port_is_free(host, port))
+
+
+def wait_port_free(host: str, port: int, timeout_s: float = PORT_FREE_TIMEOUT_S) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not port_is_free(host, port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: split after its closing parenthesis.
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat_fields(int(entry.name))
+            if stat and stat[0] != "Z" and int(stat[2]) == pgid:
+                members.append(int(entry.name))
+    return members
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class PidFile:
+    """Where a background server's pid is kept; `marker` (part of its command line) guards pid reuse."""
+
+    path: Path
+    marker: str
+
+    def write(self, pid: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(f"{pid}\n")
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def live_pid(self) -> int | None:
+        """The recorded pid if that process still runs our server, else None."""
+        pid = self.pid()
+        if pid is not None and group_members(pid) and self.marker in cmdline(pid):
+            return pid
+        return None
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def spawn(argv: Sequence[str], log_path: Path, env: dict[str, str], cwd: Path) -> int:
+    """Start `argv` in a new session (so its pid is its process group), output appended to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd, start_new_session=True)
+    return proc.pid
+
+
+def stop_group(pgid: int, grace_s: float = STOP_GRACE_S) -> bool:
+    """SIGTERM the group, SIGKILL whatever is left after `grace_s`. True if it had to kill."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return sig == signal.SIGKILL
+        deadline = time.monotonic() + wait_s
+        while group_members(pgid):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(POLL_S)
+        else:
+            return sig == signal.SIGKILL
+    return True

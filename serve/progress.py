@@ -1,0 +1,84 @@
+"""Long steps with visible progress: a spinner on a terminal, a line every few seconds elsewhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+
+console = Console(stderr=False, highlight=False)
+PLAIN_PROGRESS_EVERY_S = 15.0
+
+
+class StepFailed(RuntimeError):
+    """A step of set-up or start failed; the message says which and shows the log's tail."""
+
+
+@contextmanager
+def step(title: str) -> Iterator[Callable[[str], None]]:
+    """Yields `update(detail)`; shows title, elapsed seconds and the latest detail until the block ends."""
+    started = time.monotonic()
+    last_plain = started
+    detail = ""
+
+    if console.is_terminal:
+        with console.status(title) as status:
+            def update(text: str) -> None:
+                nonlocal detail
+                detail = text or detail
+                status.update(f"{title} [dim]{time.monotonic() - started:4.0f} s  {detail[:80]}[/dim]")
+
+            yield update
+    else:
+        console.print(f"{title} ...")
+
+        def update(text: str) -> None:
+            nonlocal detail, last_plain
+            detail = text or detail
+            now = time.monotonic()
+            if now - last_plain >= PLAIN_PROGRESS_EVERY_S:
+                last_plain = now
+                console.print(f"  ... {now - started:.0f} s  {detail[:100]}")
+
+        yield update
+    console.print(f"[green]✓[/green] {title} ({time.monotonic() - started:.0f} s)")
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        with path.open(errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines))
+    except OSError:
+        return ""
+
+
+def run_logged(title: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
+               detail: Callable[[str], bool] = lambda line: True) -> None:
+    """Run a command, append its output to `log_path`, show progress; raise StepFailed on non-zero exit."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with step(title) as update, log_path.open("a") as log:
+        log.write(f"$ {' '.join(argv)}\n")
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env, stdin=subprocess.DEVNULL, bufsize=1)
+        assert proc.stdout is not None  # noqa: S101 - guaranteed by stdout=PIPE
+        for line in proc.stdout:
+            log.write(line)
+            if detail(line):
+                update(line.strip())
+        code = proc.wait()
+        if code != 0:
+            log.flush()
+            raise StepFailed(f"{title} failed (exit {code}). Last lines of {log_path}:\n{tail(log_path)}")
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print one clear error and leave; used by the command-line entry points."""
+    console.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)
+    sys.exit(code)

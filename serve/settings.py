@@ -1,0 +1,234 @@
+"""The one source of settings for every runtime, the client and the labs.
+
+Precedence, lowest first: the defaults in KNOBS < `.env` (or `.env.example` when there is no `.env`)
+< the process environment, exactly as Docker Compose does, so `export VLLM_PORT=8010` retargets
+everything. `${VAR:-default}` references inside `.env` are resolved with the environment winning too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dotenv.main import DotEnv
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_FILE = ROOT / ".env"
+ENV_EXAMPLE = ROOT / ".env.example"
+STATE_DIR = ROOT / ".kit"
+
+RUNTIMES = ("auto", "native", "docker", "docker-gpu")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
+
+
+class SettingsError(ValueError):
+    """A setting is wrong; the message names the variable, the bad value and the fix."""
+
+
+def _bad(name: str, raw: str, fix: str) -> SettingsError:
+    return SettingsError(f"{name}={raw!r} is invalid: {fix}")
+
+
+def positive_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a whole number greater than 0") from None
+    if value <= 0:
+        raise _bad(name, raw, "use a whole number greater than 0")
+    return value
+
+
+def non_negative_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a whole number, 0 or more") from None
+    if value < 0:
+        raise _bad(name, raw, "use a whole number, 0 or more")
+    return value
+
+
+def port(name: str, raw: str) -> int:
+    value = positive_int(name, raw)
+    if value > 65535:
+        raise _bad(name, raw, "use a TCP port between 1 and 65535")
+    return value
+
+
+def choice(*options: str) -> Callable[[str, str], str]:
+    def parse(name: str, raw: str) -> str:
+        if raw not in options:
+            raise _bad(name, raw, f"use one of {', '.join(options)}")
+        return raw
+
+    return parse
+
+
+def auto_or_positive_int(name: str, raw: str) -> str:
+    if raw != "auto":
+        positive_int(name, raw)
+    return raw
+
+
+def positive_number(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a number greater than 0") from None
+    if not value > 0 or value == float("inf"):
+        raise _bad(name, raw, "use a number greater than 0")
+    return value
+
+
+def thread_binding(name: str, raw: str) -> str:
+    if raw in ("auto", "nobind") or CPU_LIST.match(raw):
+        return raw
+    raise _bad(name, raw, "use auto, nobind, or a CPU list such as 0-1 (ranks separated by |)")
+
+
+def api_key(name: str, raw: str) -> str:
+    if any(ch.isspace() for ch in raw):
+        raise _bad(name, raw, "an API key must not contain spaces, tabs or newlines; remove them")
+    return raw
+
+
+def boolean(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise _bad(name, raw, "use true or false")
+
+
+def text(name: str, raw: str) -> str:
+    if not raw.strip():
+        raise _bad(name, raw, "it must not be empty")
+    return raw
+
+
+def host(name: str, raw: str) -> str:
+    if not raw.strip() or any(ch.isspace() for ch in raw):
+        raise _bad(name, raw, "use an address to bind, such as 127.0.0.1 (or 0.0.0.0 to expose it)")
+    return raw
+
+
+def arg_list(name: str, raw: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:
+        raise _bad(name, raw, f"quote it as you would in a shell ({exc})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One setting: its variable, its default, how to parse it, and why it exists."""
+
+    env: str
+    field: str
+    default: str
+    parse: Callable[[str, str], Any]
+    why: str
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("RUNTIME", "runtime", "auto", choice(*RUNTIMES),
+         "auto = Docker when an engine with compose is usable, else the native venv"),
+    Knob("MODEL_NAME", "model_name", "HuggingFaceTB/SmolLM2-135M-Instruct", text,
+         "the name clients ask for (--served-model-name); Docker tracks load it from the hub"),
+    Knob("VLLM_HOST", "host", "127.0.0.1", host,
+         "bind address; 127.0.0.1 keeps the engine private to this machine"),
+    Knob("VLLM_PORT", "port", "8009", port, "the port of the OpenAI-compatible /v1 API"),
+    Knob("DTYPE", "dtype", "auto", choice(*DTYPES),
+         "auto = bfloat16 where the CPU has BF16 instructions, else float32"),
+    Knob("MAX_MODEL_LEN", "max_model_len", "1024", positive_int,
+         "longest prompt+answer in tokens; every sequence may grow to it"),
+    Knob("MAX_NUM_SEQS", "max_num_seqs", "16", positive_int,
+         "most sequences decoded together in one batch"),
+    Knob("SWAP_SPACE", "swap_space_gib", "4", non_negative_int,
+         "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)"),
+    Knob("VLLM_CPU_KVCACHE_SPACE", "kv_cache_space_gib", "1", positive_number,
+         "GiB of RAM for the KV cache: the pool every running sequence shares"),
+    Knob("OMP_THREADS", "omp_threads", "auto", auto_or_positive_int,
+         "OpenMP threads for the engine (OMP_NUM_THREADS); auto = the cores this process may use"),
+    Knob("VLLM_CPU_OMP_THREADS_BIND", "omp_threads_bind", "nobind", thread_binding,
+         "nobind lets all OMP_THREADS compute; vLLM's auto reserves a core for the frontend"),
+    Knob("OPENBLAS_NUM_THREADS", "openblas_threads", "1", positive_int,
+         "keeps BLAS from spawning threads that fight the OpenMP ones"),
+    Knob("MKL_NUM_THREADS", "mkl_threads", "1", positive_int,
+         "same as OPENBLAS_NUM_THREADS, for MKL"),
+    Knob("VLLM_API_KEY", "api_key", "", api_key,
+         "when set, /v1 requires 'Authorization: Bearer <key>' (empty = no key)"),
+    Knob("ENFORCE_EAGER", "enforce_eager", "false", boolean,
+         "true skips torch.compile: starts faster, decodes slower"),
+    Knob("VLLM_EXTRA_ARGS", "extra_args", "", arg_list,
+         "more api_server flags, appended as they are"),
+    Knob("START_TIMEOUT", "start_timeout_s", "900", positive_int,
+         "seconds to wait for /health; the first start compiles for minutes"),
+    Knob("CPU_LIMIT", "cpu_limit", "4", positive_number,
+         "CPUs the Docker CPU container may use"),
+    Knob("MEMORY_LIMIT", "memory_limit", "5g", text,
+         "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    runtime: str
+    model_name: str
+    host: str
+    port: int
+    dtype: str
+    max_model_len: int
+    max_num_seqs: int
+    swap_space_gib: int
+    kv_cache_space_gib: float
+    omp_threads: str
+    omp_threads_bind: str
+    openblas_threads: int
+    mkl_threads: int
+    api_key: str
+    enforce_eager: bool
+    extra_args: tuple[str, ...]
+    start_timeout_s: int
+    cpu_limit: float
+    memory_limit: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Parse every knob; the first bad value raises SettingsError naming it."""
+        values = {knob.field: knob.parse(knob.env, env.get(knob.env, knob.default).strip())
+                  for knob in KNOBS}
+        return cls(**values)
+
+    @classmethod
+    def load(cls) -> Settings:
+        return cls.from_env(load_env())
+
+    @property
+    def base_url(self) -> str:
+        """Where clients on this machine reach the engine (0.0.0.0 binds are reached on loopback)."""
+        reach = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{reach}:{self.port}"
+
+
+def env_file() -> Path:
+    return ENV_FILE if ENV_FILE.exists() else ENV_EXAMPLE
+
+
+def load_env(path: Path | None = None) -> dict[str, str]:
+    """`.env` merged under the process environment, with `${VAR:-default}` resolved env-first."""
+    path = path or env_file()
+    merged: dict[str, str] = {}
+    if path.exists():
+        values = DotEnv(path, interpolate=True, override=False).dict()
+        merged.update({key: value for key, value in values.items() if value is not None})
+    merged.update(os.environ)
+    return merged
