@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 extra="${1:-}"
 venv=.venv
 stamp="$venv/.kit-installed"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) ${extra}"
+hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 
 if ! command -v python3 >/dev/null 2>&1; then
   echo "error: python3 is not installed; install Python 3.11 or newer (e.g. apt-get install python3 python3-venv)" >&2
@@ -19,7 +19,9 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 2
 fi
 
-if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && grep -qxF -- "$want" "$stamp"; then
+# Up to date when pyproject.toml is unchanged and the extras installed cover the ones asked for.
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] \
+  && { grep -qxF -- "$hash test" "$stamp" || grep -qxF -- "$hash $extra" "$stamp"; }; then
   exit 0
 fi
 if [ ! -x "$venv/bin/python" ]; then
@@ -30,4 +32,4 @@ spec="."
 [ "$extra" = "test" ] && spec=".[test]"
 echo "Installing the light tools into $venv (openai, httpx, rich, matplotlib ...) ..." >&2
 "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q -e "$spec" >&2
-echo "$want" >"$stamp"
+echo "$hash $extra" >"$stamp"

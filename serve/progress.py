@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-console = Console(stderr=False, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 PLAIN_PROGRESS_EVERY_S = 15.0
 
 

@@ -220,6 +220,9 @@ class Settings:
 
 
 def env_file() -> Path:
+    """KIT_ENV_FILE if set (the tests point it at .env.example), else .env, else .env.example."""
+    if os.environ.get("KIT_ENV_FILE"):
+        return Path(os.environ["KIT_ENV_FILE"])
     return ENV_FILE if ENV_FILE.exists() else ENV_EXAMPLE
 
 

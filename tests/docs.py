@@ -1,0 +1,42 @@
+"""Docs cannot lie: the commands in README.md and labs/*.md, extracted so that tests run them.
+
+Every line of a ```bash block is a command (a trailing backslash continues it). Tests retarget the
+documented ports to the servers the harness started, run each command, and check its output.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
+
+
+def doc_commands(relative_path: str) -> list[str]:
+    text = (ROOT / relative_path).read_text()
+    commands: list[str] = []
+    for block in BASH_BLOCK.findall(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def retarget(command: str, ports: dict[int, int]) -> str:
+    """Point documented ports (8009, 11434 ...) at the test servers' ports."""
+    for documented, actual in ports.items():
+        command = re.sub(rf"(?<=[:=]){documented}\b", str(actual), command)
+    return command
+
+
+def run_doc(command: str, env: dict[str, str], timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def all_doc_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "labs").glob("*.md"))]
