@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+bash tests/system-packages.sh
 bash serve/light-tools.sh test
 .venv/bin/python -m serve install   # the native vLLM venv and the prepared model (cached in .kit/)
 exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,117 @@
+"""Timing one request: a streaming chat completion with every timestamp recorded raw.
+
+The one implementation of "send a request and time it", shared by the comparison lab and the load tester.
+Timestamps are `time.perf_counter()` seconds; every derived metric is computed elsewhere, from these.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+# finish_reason values that mean the server finished the answer on purpose
+COMPLETE_FINISH_REASONS = ("stop", "length")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request, as raw perf_counter timestamps and what the server reported."""
+
+    request_id: int
+    max_tokens: int
+    scheduled_s: float  # when the workload wanted it sent (open loop); == sent_s in a closed loop
+    sent_s: float = 0.0
+    first_token_s: float | None = None
+    chunk_times_s: list[float] = field(default_factory=list)  # one per streamed chunk with content
+    done_s: float | None = None
+    status: int | None = None  # HTTP status; None when no answer came at all
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None  # usage.completion_tokens as the server counted them
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """200, a non-empty answer, and a finish reason that says the server meant to stop there."""
+        return (self.status == 200 and self.error is None and bool(self.text.strip())
+                and self.finish_reason in COMPLETE_FINISH_REASONS)
+
+    @property
+    def truncated(self) -> bool:
+        """A 200 whose answer was cut short: no proper finish reason, or fewer tokens than a 'length' stop."""
+        if self.status != 200 or self.error is not None:
+            return False
+        if self.finish_reason not in COMPLETE_FINISH_REASONS:
+            return True
+        return (self.finish_reason == "length" and self.output_tokens is not None
+                and self.output_tokens < self.max_tokens)
+
+    @property
+    def outcome(self) -> str:
+        if self.ok:
+            return "ok"
+        if self.truncated:
+            return "truncated"
+        if self.status == 200 and not self.text.strip():
+            return "empty"
+        return "failed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__} | {"outcome": self.outcome}
+
+
+def chat_payload(model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float = 0.0,
+                 ignore_eos: bool = False) -> dict[str, Any]:
+    payload: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens,
+                               "temperature": temperature, "stream": True,
+                               "stream_options": {"include_usage": True}}
+    if ignore_eos:
+        payload["ignore_eos"] = True  # vLLM's extension; engines that do not know it ignore it
+    return payload
+
+
+async def stream_chat(http: httpx.AsyncClient, api_url: str, payload: dict[str, Any], record: RequestRecord,
+                      api_key: str | None = None) -> RequestRecord:
+    """POST a streaming chat completion to `api_url` (…/v1) and fill `record`; never raises for HTTP trouble."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    record.sent_s = time.perf_counter()
+    try:
+        async with http.stream("POST", f"{api_url}/chat/completions", json=payload, headers=headers) as response:
+            record.status = response.status_code
+            if response.status_code != 200:
+                record.error = (await response.aread()).decode(errors="replace")[:500]
+                return record
+            async for line in response.aiter_lines():
+                _consume(line, record)
+    except httpx.HTTPError as exc:
+        record.error = f"{exc.__class__.__name__}: {exc}"[:500]
+    finally:
+        record.done_s = time.perf_counter()
+    return record
+
+
+def _consume(line: str, record: RequestRecord) -> None:
+    if not line.startswith("data:"):
+        return
+    data = line[len("data:"):].strip()
+    if data == "[DONE]":
+        return
+    event = json.loads(data)
+    if event.get("usage"):
+        record.prompt_tokens = event["usage"].get("prompt_tokens")
+        record.output_tokens = event["usage"].get("completion_tokens")
+    for choice in event.get("choices") or []:
+        content = (choice.get("delta") or {}).get("content")
+        if content:
+            now = time.perf_counter()
+            if record.first_token_s is None:
+                record.first_token_s = now
+            record.chunk_times_s.append(now)
+            record.text += content
+        if choice.get("finish_reason"):
+            record.finish_reason = choice["finish_reason"]

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Debian packages the test suite uses (offline validators and a headless browser), installed when missing.
+# Called by tests/run.sh; needs root (as CI has) or the packages already present.
+set -euo pipefail
+
+packages=(shellcheck docker-compose chromium)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "error: the tests need these Debian packages: ${missing[*]}; install them (sudo apt-get install ${missing[*]})" >&2
+  exit 2
+fi
+echo "Installing Debian packages for the tests: ${missing[*]} ..." >&2
+apt-get update -qq >&2
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
