@@ -18,9 +18,9 @@ KV_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per reques
 SLOW_NOT_HUNG = "the first start compiles the model for a few minutes: slow, not hung"
 
 
-def is_healthy(base_url: str, timeout_s: float = 2.0) -> bool:
+def is_healthy(base_url: str, timeout_s: float = 2.0, path: str = "/health") -> bool:
     try:
-        return httpx.get(f"{base_url}/health", timeout=timeout_s).status_code == 200
+        return httpx.get(f"{base_url}{path}", timeout=timeout_s).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -31,16 +31,16 @@ def last_log_line(log_path: Path) -> str:
 
 
 def wait_healthy(base_url: str, alive: Callable[[], bool], log_path: Path, timeout_s: float,
-                 title: str) -> float:
-    """Poll /health until 200; seconds waited. Raise StepFailed if the server dies or time runs out."""
+                 title: str, path: str = "/health", patience: str = SLOW_NOT_HUNG) -> float:
+    """Poll `path` (/health) until 200; seconds waited. Raise StepFailed if the server dies or time runs out."""
     started = time.monotonic()
-    with step(f"{title} ({SLOW_NOT_HUNG})") as update:
-        while not is_healthy(base_url):
+    with step(f"{title} ({patience})") as update:
+        while not is_healthy(base_url, path=path):
             if not alive():
                 raise StepFailed(f"the server exited during start. Last lines of {log_path}:\n"
                                  f"{tail(log_path, 40)}")
             if time.monotonic() - started > timeout_s:
-                raise StepFailed(f"no healthy answer from {base_url}/health after {timeout_s:.0f} s "
+                raise StepFailed(f"no healthy answer from {base_url}{path} after {timeout_s:.0f} s "
                                  f"(START_TIMEOUT). Last lines of {log_path}:\n{tail(log_path, 40)}")
             update(_strip_log_prefix(last_log_line(log_path)))
             time.sleep(POLL_S)

@@ -24,6 +24,7 @@ STATE_DIR = ROOT / ".kit"
 
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+ENGINES = ("vllm", "llamacpp")  # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py)
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 
 
@@ -120,6 +121,15 @@ def host(name: str, raw: str) -> str:
     return raw
 
 
+def engine_list(name: str, raw: str) -> tuple[str, ...]:
+    engines = tuple(part.strip() for part in raw.split(",") if part.strip())
+    unknown = [engine for engine in engines if engine not in ENGINES]
+    if not engines or unknown or len(set(engines)) != len(engines):
+        raise _bad(name, raw, f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
+                              "e.g. vllm or vllm,llamacpp")
+    return engines
+
+
 def arg_list(name: str, raw: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(raw))
@@ -176,6 +186,12 @@ KNOBS: tuple[Knob, ...] = (
          "CPUs the Docker CPU container may use"),
     Knob("MEMORY_LIMIT", "memory_limit", "5g", text,
          "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)"),
+    Knob("ENGINES", "engines", "vllm", engine_list,
+         "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both"),
+    Knob("LLAMACPP_PORT", "llamacpp_port", "11434", port,
+         "port of the llama.cpp server's /v1 (Ollama's port, so Ollama clients need no change)"),
+    Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "true", boolean,
+         "llama.cpp's default: a new request cuts the running stream short; false makes it wait its turn"),
 )
 
 
@@ -200,6 +216,9 @@ class Settings:
     start_timeout_s: int
     cpu_limit: float
     memory_limit: str
+    engines: tuple[str, ...]
+    llamacpp_port: int
+    llamacpp_interrupt_requests: bool
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -215,8 +234,12 @@ class Settings:
     @property
     def base_url(self) -> str:
         """Where clients on this machine reach the engine (0.0.0.0 binds are reached on loopback)."""
+        return self.url_for(self.port)
+
+    def url_for(self, port: int) -> str:
+        """http://host:port for an engine bound to VLLM_HOST (0.0.0.0 binds are reached on loopback)."""
         reach = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{reach}:{self.port}"
+        return f"http://{reach}:{port}"
 
 
 def env_file() -> Path:
