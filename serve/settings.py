@@ -25,6 +25,8 @@ STATE_DIR = ROOT / ".kit"
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ENGINES = ("vllm", "llamacpp")  # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py)
+QUANTIZATIONS = ("", "awq", "gptq", "fp8")
+IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 
 
@@ -130,6 +132,37 @@ def engine_list(name: str, raw: str) -> tuple[str, ...]:
     return engines
 
 
+def image_version_tag(name: str, raw: str) -> str:
+    """An image tag that starts with the vLLM version it ships, e.g. 0.9.1-oe2403lts."""
+    if not IMAGE_VERSION_TAG.match(raw):
+        raise _bad(name, raw, "use a tag that starts with its vLLM version, such as 0.9.1-oe2403lts")
+    return raw
+
+
+def pinned_image(name: str, raw: str) -> str:
+    tag = raw.rsplit(":", 1)[1] if ":" in raw.rsplit("/", 1)[-1] else ""
+    if not tag or tag == "latest" or any(ch.isspace() for ch in raw):
+        raise _bad(name, raw, "pin a tag, such as vllm/vllm-openai:v0.11.0 (latest changes under you)")
+    return raw
+
+
+def fraction(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a fraction greater than 0 and at most 1, such as 0.90") from None
+    if not 0 < value <= 1:
+        raise _bad(name, raw, "use a fraction greater than 0 and at most 1, such as 0.90")
+    return value
+
+
+def quantization(name: str, raw: str) -> str:
+    if raw not in QUANTIZATIONS:
+        raise _bad(name, raw, f"leave it empty (the checkpoint's own weights) or use one of "
+                              f"{', '.join(QUANTIZATIONS[1:])}")
+    return raw
+
+
 def arg_list(name: str, raw: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(raw))
@@ -186,6 +219,17 @@ KNOBS: tuple[Knob, ...] = (
          "CPUs the Docker CPU container may use"),
     Knob("MEMORY_LIMIT", "memory_limit", "5g", text,
          "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)"),
+    Knob("CPU_IMAGE_TAG", "cpu_image_tag", "0.9.1-oe2403lts", image_version_tag,
+         "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM)"),
+    Knob("GPU_IMAGE", "gpu_image", "vllm/vllm-openai:v0.11.0", pinned_image,
+         "the GPU track's image, pinned so a rebuild serves the same vLLM"),
+    Knob("GPU_PORT", "gpu_port", "8000", port, "port of the GPU track's /v1 API"),
+    Knob("GPU_MEMORY_UTILIZATION", "gpu_memory_utilization", "0.90", fraction,
+         "share of GPU memory vLLM takes for weights + KV cache (the rest stays free)"),
+    Knob("QUANTIZATION", "quantization", "", quantization,
+         "GPU track: awq/gptq (4-bit, ~1/4 of FP16 memory) or fp8 (Hopper/Ada); empty = as published"),
+    Knob("OLLAMA_IMAGE", "ollama_image", "ollama/ollama:0.12.3", pinned_image,
+         "the ollama compose profile's image, pinned"),
     Knob("ENGINES", "engines", "vllm", engine_list,
          "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both"),
     Knob("LLAMACPP_PORT", "llamacpp_port", "11434", port,
@@ -216,6 +260,12 @@ class Settings:
     start_timeout_s: int
     cpu_limit: float
     memory_limit: str
+    cpu_image_tag: str
+    gpu_image: str
+    gpu_port: int
+    gpu_memory_utilization: float
+    quantization: str
+    ollama_image: str
     engines: tuple[str, ...]
     llamacpp_port: int
     llamacpp_interrupt_requests: bool
