@@ -137,6 +137,11 @@ def served_model_facts(settings: Settings, runtime: str) -> ModelFacts | None:
     the first install); a Docker track serves MODEL_NAME from the hub, known here only if it is that model."""
     if runtime not in ("native", "auto") and settings.model_name != BUNDLED_MODEL_NAME:
         return None
+    return bundled_model_facts()
+
+
+def bundled_model_facts() -> ModelFacts:
+    """The kit's model: its prepared checkpoint (exact parameter count from safetensors) or the config copy."""
     if (MODEL_DIR / "config.json").exists():
         return load_model_facts(MODEL_DIR)
     return model_facts(json.loads(BUNDLED_MODEL_CONFIG.read_text()), MODEL_DIR.name)
