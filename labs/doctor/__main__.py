@@ -1,0 +1,157 @@
+"""`python -m labs.doctor [--watch]`: read an engine's /metrics and say which .env lever to pull.
+
+One-shot: a few samples a moment apart (for trends), then running, waiting, KV usage, preemptions, the
+cache config and a diagnosis. --watch: a live table refreshed every --interval-s while load runs.
+Exit codes: 0 diagnosed, 1 engine unreachable, 3 the engine exposes no metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import deque
+
+import httpx
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
+from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
+from serve.progress import console, fail
+from serve.settings import Settings, SettingsError
+
+NO_METRICS_EXIT = 3
+TREND_WINDOW = 10  # snapshots kept for trends in watch mode
+NO_METRICS = ("this engine exposes no metrics: {url}/metrics is not Prometheus text from vLLM "
+              "(Ollama and llama.cpp's server have none); measure it from the client side (labs.loadtest)")
+
+
+def cache_line(snapshot: MetricsSnapshot) -> str:
+    config = snapshot.cache_config
+    if not config:
+        return "not exported"
+    blocks, size = config.get("num_gpu_blocks", "?"), config.get("block_size", "?")
+    line = f"{blocks} blocks x {size} tokens"
+    if "kv_cache_size_tokens" in config:
+        line += f" = {int(config['kv_cache_size_tokens']):,} tokens"
+    if "kv_cache_max_concurrency" in config:
+        line += f", max concurrency {float(config['kv_cache_max_concurrency']):g}x"
+    if "kv_cache_memory_bytes" in config and config["kv_cache_memory_bytes"].isdigit():
+        line += f" ({int(config['kv_cache_memory_bytes']) / (1 << 30):g} GiB)"
+    return line
+
+
+def gauges(history: list[MetricsSnapshot]) -> Table:
+    first, last = history[0], history[-1]
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    reasons = ", ".join(f"{reason} {value:g}" for reason, value in sorted(last.waiting_by_reason.items()))
+    table.add_row("running", f"{last.running:g}")
+    table.add_row("waiting", f"{last.waiting:g}" + (f" ({reasons})" if reasons else ""))
+    table.add_row("KV usage", "not exported" if last.kv_usage is None else f"{last.kv_usage:.1%}")
+    table.add_row("preemptions", f"{last.preemptions_total:g} total, "
+                                 f"+{last.preemptions_total - first.preemptions_total:g} while sampling")
+    table.add_row("cache", cache_line(last))
+    table.add_row("metrics", f"vLLM {last.format.upper()} names")
+    return table
+
+
+def diagnosis_text(diagnosis: Diagnosis) -> Text:
+    text = Text()
+    text.append("diagnosis: ", style="bold")
+    text.append(diagnosis.advice)
+    for note in diagnosis.notes:
+        text.append(f"\n  note: {note}")
+    return text
+
+
+def sample(url: str, count: int, interval_s: float) -> list[MetricsSnapshot]:
+    history = [scrape(url)]
+    for _ in range(count - 1):
+        time.sleep(interval_s)
+        history.append(scrape(url))
+    return history
+
+
+def one_shot(url: str, limits: Limits, samples: int, interval_s: float) -> int:
+    history = sample(url, samples, interval_s)
+    console.print(f"[bold]{url}/metrics[/bold] ({samples} samples, {interval_s:g} s apart)")
+    console.print(gauges(history))
+    console.print(diagnosis_text(diagnose(history, limits)))
+    return 0
+
+
+def plain_line(snapshot: MetricsSnapshot, diagnosis: Diagnosis) -> str:
+    kv = "-" if snapshot.kv_usage is None else f"{snapshot.kv_usage:.1%}"
+    return (f"running {snapshot.running:g}  waiting {snapshot.waiting:g}  KV {kv}  "
+            f"preemptions {snapshot.preemptions_total:g}  -> {diagnosis.state}")
+
+
+def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None) -> int:
+    """Refresh until Ctrl-C or duration_s; a live table on a terminal, a line per sample elsewhere."""
+    history: deque[MetricsSnapshot] = deque(maxlen=TREND_WINDOW)
+    started = time.monotonic()
+
+    def tick() -> Diagnosis:
+        history.append(scrape(url))
+        return diagnose(list(history), limits)
+
+    def running() -> bool:
+        return duration_s is None or time.monotonic() - started < duration_s
+
+    try:
+        if console.is_terminal:
+            with Live(console=console, auto_refresh=False) as live:
+                while running():
+                    diagnosis = tick()
+                    live.update(Group(Text(f"{url}/metrics, every {interval_s:g} s (Ctrl-C stops)"),
+                                      gauges(list(history)), diagnosis_text(diagnosis)), refresh=True)
+                    time.sleep(interval_s)
+        else:
+            diagnosis = tick()
+            console.print(plain_line(history[-1], diagnosis))
+            while running():
+                time.sleep(interval_s)
+                diagnosis = tick()
+                console.print(plain_line(history[-1], diagnosis))
+            console.print(diagnosis_text(diagnosis))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labs.doctor", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="the engine without /v1 (default: VLLM_HOST/VLLM_PORT from .env)")
+    parser.add_argument("--watch", action="store_true", help="refresh a live table until Ctrl-C")
+    parser.add_argument("--interval-s", type=float, default=1.0, help="seconds between samples")
+    parser.add_argument("--samples", type=int, default=3, help="one-shot: samples taken for the trends")
+    parser.add_argument("--duration-s", type=float, help="watch: stop after this many seconds")
+    args = parser.parse_args(argv)
+    if args.interval_s <= 0 or args.samples < 1:
+        fail("--interval-s must be greater than 0 and --samples at least 1", code=2)
+    try:
+        settings = Settings.load()
+    except SettingsError as exc:
+        fail(str(exc), code=2)
+    url = (args.url or settings.base_url).rstrip("/").removesuffix("/v1")
+    limits = Limits(settings.max_num_seqs, settings.max_model_len, settings.kv_cache_space_gib)
+    try:
+        if args.watch:
+            return watch(url, limits, args.interval_s, args.duration_s)
+        return one_shot(url, limits, args.samples, args.interval_s)
+    except NoMetrics:
+        console.print(NO_METRICS.format(url=url))
+        return NO_METRICS_EXIT
+    except httpx.HTTPError as exc:
+        fail(f"cannot read {url}/metrics ({exc.__class__.__name__}: {exc}); is the engine up and --url right?")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
