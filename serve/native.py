@@ -117,6 +117,10 @@ class NativeRuntime:
         self.pidfile = process.PidFile(RUN_DIR / f"vllm-{settings.port}.pid", API_SERVER_MODULE)
         self.log_path = LOG_DIR / f"vllm-{settings.port}.log"
 
+    @property
+    def base_url(self) -> str:
+        return self.settings.base_url
+
     def running_pid(self) -> int | None:
         pid = self.pidfile.live_pid()
         if pid is None and self.pidfile.path.exists():

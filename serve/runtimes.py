@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
+from typing import Protocol
 
-from serve.native import NativeRuntime
+from serve.docker import TRACKS, DockerRuntime
+from serve.native import NativeRuntime, Started
 from serve.settings import Settings, SettingsError
 
 DOCKER_PROBE_TIMEOUT_S = 15
@@ -28,17 +31,41 @@ def docker_unusable_reason() -> str | None:
     return None
 
 
-def select(settings: Settings) -> NativeRuntime:
+class Runtime(Protocol):
+    """What `python -m serve` drives: the native venv or a compose service. Health wait and recap are shared."""
+
+    name: str
+    log_path: Path  # the engine's own output: the recap reads the KV-cache line from it
+
+    @property
+    def base_url(self) -> str: ...
+
+    def running_pid(self) -> int | None: ...
+
+    def healthy(self) -> bool: ...
+
+    def start(self) -> Started: ...
+
+    def stop(self, quiet: bool = False) -> bool: ...
+
+
+def select(settings: Settings) -> Runtime:
     if settings.runtime == "native":
         return NativeRuntime(settings)
     reason = docker_unusable_reason()
     if settings.runtime == "auto":
-        if reason is not None:
-            return NativeRuntime(settings)
-        raise SettingsError("RUNTIME=auto found a Docker engine, but this version of the kit has no Docker "
-                            "runtime yet; set RUNTIME=native")
+        return NativeRuntime(settings) if reason is not None else DockerRuntime(settings, TRACKS["docker"])
     if reason is not None:
         raise SettingsError(f"RUNTIME={settings.runtime} is invalid here: it needs a Docker engine with the "
                             f"compose plugin, and {reason}. Start Docker, or set RUNTIME=native")
-    raise SettingsError(f"RUNTIME={settings.runtime}: this version of the kit has no Docker runtime yet; "
-                        "set RUNTIME=native")
+    return DockerRuntime(settings, TRACKS[settings.runtime])
+
+
+def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:
+    """Stop what this kit started; `remove_volumes` also drops the Docker tracks' model cache."""
+    if not remove_volumes:
+        return runtime.stop()
+    if not isinstance(runtime, DockerRuntime):
+        raise SettingsError(f"RUNTIME={runtime.name} has no Docker volumes to remove (--volumes is for "
+                            "RUNTIME=docker|docker-gpu; the native model lives in .kit/models)")
+    return runtime.stop(remove_volumes=True)

