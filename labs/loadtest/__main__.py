@@ -1,0 +1,159 @@
+"""python -m labs.loadtest: load-test one or more OpenAI-compatible engines and write a full report.
+
+By default it targets the configured engine (OPENAI_BASE_URL and MODEL, from the environment or .env)
+with the seed study's scenario: 48 requests at 25 req/s (Poisson), 80% wanting ~24 tokens, 20% ~150.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+from pathlib import Path
+
+import httpx
+
+from labs.loadtest.aggregate import summarize
+from labs.loadtest.console import console, progress_bar, results_table
+from labs.loadtest.files import write_data
+from labs.loadtest.html_report import write_html
+from labs.loadtest.plots import write_plots
+from labs.loadtest.runner import SCRAPE_INTERVAL_S, Target, run_load
+from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPTS,
+                                    DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
+from serve.settings import load_env
+
+DEFAULT_API_URL = "http://127.0.0.1:8009/v1"
+DEFAULT_OUT = Path("results/loadtest")
+MODELS_TIMEOUT_S = 10.0
+
+
+class UsageError(ValueError):
+    """Bad input or an unusable engine; the message says what to change."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m labs.loadtest", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    target = parser.add_argument_group("what to load")
+    target.add_argument("--base-url", help="OpenAI /v1 URL (default: OPENAI_BASE_URL from the environment/.env)")
+    target.add_argument("--model", help="model name (default: MODEL from the environment/.env)")
+    target.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL[@MODEL]",
+                        help="an engine to compare side by side (repeat it); the model defaults to the "
+                             "first one the engine lists")
+    load = parser.add_argument_group("workload")
+    load.add_argument("--requests", type=int, default=DEFAULT_NUM_REQUESTS, help="requests per load point")
+    load.add_argument("--rate", type=float,
+                      help=f"arrivals per second, open loop (default {DEFAULT_RATE_RPS:g} unless --concurrency)")
+    load.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="gaps between arrivals")
+    load.add_argument("--burstiness", type=float, help="gamma shape for --arrival bursty (default 0.25)")
+    load.add_argument("--concurrency", type=int, help="closed loop with N users (alone), or a cap with --rate")
+    load.add_argument("--lengths", default=DEFAULT_LENGTHS, help="fixed:N, uniform:A-B or mix:N@w,M@w")
+    load.add_argument("--prompts", type=Path, help="a text file, one prompt per line (default: the lab's set)")
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--temperature", type=float, default=0.0)
+    load.add_argument("--no-ignore-eos", action="store_true", help="let answers stop at EOS")
+    sweep = parser.add_mutually_exclusive_group()
+    sweep.add_argument("--sweep-rate", help="comma-separated rates: one load point each, e.g. 5,10,25")
+    sweep.add_argument("--sweep-concurrency", help="comma-separated user counts (closed loop), e.g. 1,4,16")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
+    parser.add_argument("--scrape-interval-s", type=float, default=SCRAPE_INTERVAL_S,
+                        help="seconds between /metrics reads; 0 turns scraping off")
+    return parser.parse_args(argv)
+
+
+def _numbers(text: str, flag: str, kind: type) -> list:
+    try:
+        return [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is invalid: give comma-separated numbers, e.g. 1,4,16") from None
+
+
+def build_specs(args: argparse.Namespace) -> list[WorkloadSpec]:
+    common = dict(num_requests=args.requests, arrival=args.arrival, burstiness=args.burstiness,
+                  lengths=parse_lengths(args.lengths), seed=args.seed, temperature=args.temperature,
+                  ignore_eos=not args.no_ignore_eos,
+                  prompts=read_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS)
+    if args.sweep_rate:
+        return [WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)
+                for rate in _numbers(args.sweep_rate, "--sweep-rate", float)]
+    if args.sweep_concurrency:
+        return [WorkloadSpec(rate_rps=None, concurrency=users, **common)
+                for users in _numbers(args.sweep_concurrency, "--sweep-concurrency", int)]
+    rate = DEFAULT_RATE_RPS if args.rate is None and args.concurrency is None else args.rate
+    return [WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)]
+
+
+def served_models(api_url: str, api_key: str | None) -> list[str]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(f"{api_url}/models", headers=headers, timeout=MODELS_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        raise UsageError(f"cannot reach an engine at {api_url} ({exc.__class__.__name__}). Is it up? "
+                         "Start vLLM with `bash up.sh`, or point --base-url/OPENAI_BASE_URL at a running engine")
+    if response.status_code in (401, 403):
+        raise UsageError(f"{api_url} refused the API key: set VLLM_API_KEY (or OPENAI_API_KEY) to its key")
+    if response.status_code != 200:
+        return []
+    return [model["id"] for model in response.json().get("data", [])]
+
+
+def build_targets(args: argparse.Namespace) -> list[Target]:
+    env = load_env()
+    api_key = env.get("OPENAI_API_KEY") or env.get("VLLM_API_KEY") or None
+    wanted: list[tuple[str, str, str | None]] = []
+    for item in args.endpoint:
+        name, sep, rest = item.partition("=")
+        if not sep or not name or not rest.startswith("http"):
+            raise UsageError(f"--endpoint {item!r} is invalid: write NAME=URL[@MODEL], "
+                             "e.g. vllm=http://127.0.0.1:8009/v1")
+        url, _, model = rest.partition("@")
+        wanted.append((name, url.rstrip("/"), model or None))
+    if not wanted:
+        url = (args.base_url or env.get("OPENAI_BASE_URL") or DEFAULT_API_URL).rstrip("/")
+        wanted.append(("engine", url, args.model or env.get("MODEL") or env.get("MODEL_NAME")))
+    targets = []
+    for name, url, model in wanted:
+        served = served_models(url, api_key)
+        if model is None:
+            if not served:
+                raise UsageError(f"{url} lists no model: add @MODEL to --endpoint {name}=...")
+            model = served[0]
+        elif served and model not in served:
+            raise UsageError(f"model {model!r} is not served by {url}; it serves: {', '.join(served)}. "
+                             "Set --model (or MODEL) to one of them")
+        targets.append(Target(name, url, model, api_key))
+    return targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        specs = build_specs(args)
+        targets = build_targets(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    interval_s = args.scrape_interval_s or None
+    results = []
+    for target in targets:
+        for spec in specs:
+            with progress_bar(f"{target.name} · {spec.label}", spec.num_requests) as on_done:
+                result = asyncio.run(run_load(target, spec, on_done, interval_s))
+            results.append((result, summarize(result.records)))
+    console.print(results_table(results))
+    notes = {result.target.name: result.metrics_note for result, _ in results if result.metrics_note}
+    for name, note in notes.items():
+        console.print(f"[yellow]note[/yellow] {name}: {note}")
+    data_paths = write_data(args.out, results)
+    plots = write_plots(args.out, results)
+    command = "python -m labs.loadtest " + shlex.join(sys.argv[1:] if argv is None else argv)
+    report = write_html(args.out, results, plots, command)
+    for path in [*data_paths, *(plot.path for plot in plots), report]:
+        console.print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

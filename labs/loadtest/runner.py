@@ -1,0 +1,133 @@
+"""SENDING: play a planned workload against one endpoint, recording every request and /metrics over time.
+
+Requests go out through labs/common/stream.py (the one timing implementation); /metrics is read through
+labs/common/metrics.py. Client-side queueing (a closed loop's users, a concurrency cap) happens between
+`scheduled_s` and `sent_s`, so it never hides inside the server's latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
+from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from labs.loadtest.workload import PlannedRequest, WorkloadSpec, plan
+
+SCRAPE_INTERVAL_S = 0.5
+REQUEST_TIMEOUT_S = 600.0
+CONNECT_TIMEOUT_S = 10.0
+SCRAPE_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One engine: a name for the report, its OpenAI /v1 URL and the model it serves."""
+
+    name: str
+    api_url: str
+    model: str
+    api_key: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The server root, where /metrics and /health live."""
+        return self.api_url.rstrip("/").removesuffix("/v1")
+
+
+class Lanes:
+    """One keep-alive connection per request in flight, at most `cap`; a request waits here for a free one.
+
+    A single httpx client shares one pool, which scans every connection for each request: at hundreds of
+    requests per second that costs more CPU than the requests. A client per lane keeps each lookup O(1).
+    """
+
+    def __init__(self, cap: int, timeout: httpx.Timeout) -> None:
+        self.cap = cap
+        self._timeout = timeout
+        self._free: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+        self._clients: list[httpx.AsyncClient] = []
+        self._tls = ssl.create_default_context()  # built once: building one per client costs milliseconds
+
+    async def acquire(self) -> httpx.AsyncClient:
+        if self._free.empty() and len(self._clients) < self.cap:
+            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            self._clients.append(httpx.AsyncClient(limits=limits, timeout=self._timeout, verify=self._tls))
+            return self._clients[-1]
+        return await self._free.get()
+
+    def release(self, client: httpx.AsyncClient) -> None:
+        self._free.put_nowait(client)
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+
+
+@dataclass(slots=True)
+class RunResult:
+    target: Target
+    spec: WorkloadSpec
+    records: list[RequestRecord]
+    snapshots: list[MetricsSnapshot] = field(default_factory=list)
+    metrics_note: str | None = None  # why there is no /metrics series, when there is none
+    started_s: float = 0.0  # perf_counter at the run's start: every series is plotted relative to it
+
+
+async def sample_metrics(target: Target, result: RunResult, stop: asyncio.Event,
+                         interval_s: float = SCRAPE_INTERVAL_S) -> None:
+    """Scrape /metrics every interval until `stop`; an engine without /metrics is noted, not an error."""
+    while not stop.is_set():
+        try:
+            result.snapshots.append(await asyncio.to_thread(scrape, target.base_url, SCRAPE_TIMEOUT_S))
+        except NoMetrics as exc:
+            result.metrics_note = str(exc)
+            return
+        except httpx.HTTPError as exc:
+            result.metrics_note = f"/metrics unreadable at {target.base_url}: {exc.__class__.__name__}"
+        try:
+            await asyncio.wait_for(stop.wait(), interval_s)
+        except TimeoutError:
+            pass
+
+
+async def run_load(target: Target, spec: WorkloadSpec,
+                   on_done: Callable[[RequestRecord], None] | None = None,
+                   scrape_interval_s: float | None = SCRAPE_INTERVAL_S) -> RunResult:
+    """Send the whole planned workload and return every record; never raises for an engine's failures."""
+    planned = plan(spec)
+    lanes = Lanes(spec.concurrency or spec.num_requests, httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+    result = RunResult(target, spec, records=[], started_s=time.perf_counter())
+    stop = asyncio.Event()
+    sampler = (asyncio.create_task(sample_metrics(target, result, stop, scrape_interval_s))
+               if scrape_interval_s else None)
+
+    async def send(request: PlannedRequest) -> RequestRecord:
+        scheduled_s = result.started_s + request.offset_s
+        await asyncio.sleep(max(0.0, scheduled_s - time.perf_counter()))
+        http = await lanes.acquire()
+        record = RequestRecord(request.request_id, request.max_tokens,
+                               time.perf_counter() if spec.closed_loop else scheduled_s)
+        payload = chat_payload(target.model, [{"role": "user", "content": request.prompt}],
+                               request.max_tokens, spec.temperature, spec.ignore_eos)
+        try:
+            await stream_chat(http, target.api_url, payload, record, target.api_key)
+        finally:
+            lanes.release(http)
+        if on_done is not None:
+            on_done(record)
+        return record
+
+    try:
+        result.records = list(await asyncio.gather(*(send(request) for request in planned)))
+    finally:
+        stop.set()
+        if sampler is not None:
+            await sampler
+        await lanes.aclose()
+    return result
