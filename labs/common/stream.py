@@ -37,9 +37,9 @@ class RequestRecord:
 
     @property
     def ok(self) -> bool:
-        """200, a non-empty answer, and a finish reason that says the server meant to stop there."""
+        """200, a non-empty answer, a finish reason that says the server meant to stop there, not truncated."""
         return (self.status == 200 and self.error is None and bool(self.text.strip())
-                and self.finish_reason in COMPLETE_FINISH_REASONS)
+                and self.finish_reason in COMPLETE_FINISH_REASONS and not self.truncated)
 
     @property
     def truncated(self) -> bool:

@@ -85,9 +85,10 @@ def duration_s(records: Sequence[RequestRecord]) -> float:
 
 
 def summarize(records: Sequence[RequestRecord]) -> Summary:
-    ok = [record for record in records if record.ok]
-    answered = [record for record in records if record.ok or record.truncated]
-    num_truncated = sum(record.truncated for record in records)
+    outcomes = [record.outcome for record in records]  # ok | truncated | empty | failed: one each
+    ok = [record for record, outcome in zip(records, outcomes) if outcome == "ok"]
+    answered = [record for record, outcome in zip(records, outcomes) if outcome in ("ok", "truncated")]
+    num_truncated = outcomes.count("truncated")
     seconds = duration_s(records)
     total_output = sum(delivered_tokens(record) for record in answered)
     ttft, tpot, itl, e2e = [], [], [], []
