@@ -59,21 +59,22 @@ def check(settings: Settings, facts: ModelFacts | None, dtype: str, runtime: str
     if not float(kv_gib).is_integer():
         verdict.refuse("VLLM_CPU_KVCACHE_SPACE",
                        f"VLLM_CPU_KVCACHE_SPACE={kv_gib:g} is invalid: vLLM reads it as whole GiB (int()) and "
-                       f"would die at start; set VLLM_CPU_KVCACHE_SPACE={max(1, math.floor(kv_gib))} "
-                       f"or {math.ceil(kv_gib)}")
+                       f"would die at start; set VLLM_CPU_KVCACHE_SPACE="
+                       f"{' or '.join(str(gib) for gib in sorted({max(1, math.floor(kv_gib)), math.ceil(kv_gib)}))}")
         return verdict
     if facts is None:
         return verdict
+    budget = int(kv_gib) * GiB
+    pool = kv_pool(facts, dtype, budget)
     context = facts.max_position_embeddings
     if context is not None and settings.max_model_len > context:
+        longest = context if runtime in GPU_RUNTIMES else min(context, pool.num_tokens)
         verdict.refuse("MAX_MODEL_LEN",
                        f"MAX_MODEL_LEN={settings.max_model_len} is too long: {facts.name} has a context of "
-                       f"{context} tokens (max_position_embeddings); set MAX_MODEL_LEN={context} or less")
+                       f"{context} tokens (max_position_embeddings); set MAX_MODEL_LEN={longest} or less")
         return verdict
     if runtime in GPU_RUNTIMES:
         return verdict
-    budget = int(kv_gib) * GiB
-    pool = kv_pool(facts, dtype, budget)
     if not pool.fits_one_sequence(settings.max_model_len):
         needed = kv_space_gib_for_tokens(facts, dtype, settings.max_model_len, pool.block_size)
         verdict.refuse("VLLM_CPU_KVCACHE_SPACE",
@@ -115,7 +116,7 @@ def _check_memory(verdict: Verdict, settings: Settings, facts: ModelFacts, dtype
     else:
         fixes.append(f"free memory (available: {_gib(cap)})")
     verdict.refuse(variable, f"{where} cannot hold {spend}; the engine would be killed at start. "
-                             f"{' or '.join(fixes).capitalize()}")
+                             f"{' or '.join(fixes)[0].upper()}{' or '.join(fixes)[1:]}")
 
 
 def _check_admission(verdict: Verdict, settings: Settings, facts: ModelFacts, dtype: str, pool: KvPool) -> None:

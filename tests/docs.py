@@ -40,3 +40,19 @@ def run_doc(command: str, env: dict[str, str], timeout_s: float = 900) -> subpro
 
 def all_doc_files() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "labs").glob("*.md"))]
+
+
+EXAMPLE = re.compile(r"^```bash\n([^\n]*)\n```\n\n```text\n(.*?)^```", re.S | re.M)
+
+
+def doc_examples(relative_path: str) -> dict[str, list[str]]:
+    """One-command ```bash blocks followed directly by a ```text block: command -> the lines shown."""
+    text = (ROOT / relative_path).read_text()
+    return {command.strip(): [line for line in shown.splitlines() if line.strip()]
+            for command, shown in EXAMPLE.findall(text)}
+
+
+def shows(output: str, lines: list[str]) -> list[str]:
+    """The shown lines missing from output (whitespace-normalized, whole lines); empty when docs tell the truth."""
+    actual = {" ".join(line.split()) for line in output.splitlines()}
+    return [line for line in lines if " ".join(line.split()) not in actual]

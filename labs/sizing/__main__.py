@@ -81,7 +81,7 @@ def fit(args: argparse.Namespace) -> int:
     budget = (f"VLLM_CPU_KVCACHE_SPACE={result.kv_budget_bytes // GiB}" if whole_gib
               else f"a KV budget of {result.kv_budget_bytes / GiB:.2f} GiB (--gpu-memory-utilization {args.utilization:g})")
     console.print(f"Set {budget}: {pool.num_blocks:,} blocks of {block_size} = {pool.num_tokens:,} tokens "
-                  f"(max_model_len x max_num_seqs at full length)")
+                  f"= the most MAX_MODEL_LEN x MAX_NUM_SEQS can be")
     out = table("MAX_MODEL_LEN", "MAX_NUM_SEQS (all at full length)", "max concurrency")
     length = FIRST_LENGTH_TOKENS
     for _ in range(SHOWN_LENGTHS):

@@ -1,0 +1,144 @@
+"""The preflight refuses what vLLM could not start with, names the variable, and its suggested values work."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pytest
+
+from serve.native import LOG_DIR, RUN_DIR
+from serve.preflight import bundled_model_facts, check
+from serve.settings import KNOBS, Settings
+from serve.sizing import GiB, ModelFacts, load_model_facts
+from tests.conftest import ROOT, free_port, kit_env, run_script
+
+SMOL = bundled_model_facts()
+LLAMA_8B = load_model_facts(ROOT / "labs" / "sizing" / "examples" / "llama-3.1-8b-config.json")
+MODELS = {"smol": SMOL, "llama8b": LLAMA_8B}
+SUGGESTION = re.compile(r"(?:[Ss]et |or )([A-Z_]+)=(\w+)((?: or \d+)*)")
+
+
+def settings(**overrides: str) -> Settings:
+    return Settings.from_env({**{knob.env: knob.default for knob in KNOBS}, **overrides})
+
+
+def suggestions(message: str) -> list[tuple[str, str]]:
+    """Every `set VAR=value` (and `or VAR=value`, `... or N`) the message proposes."""
+    found = []
+    for var, value, more in SUGGESTION.findall(message):
+        found.append((var, value))
+        found += [(var, extra) for extra in re.findall(r"\d+", more)]
+    return found
+
+
+@dataclass(frozen=True)
+class Bad:
+    env: dict[str, str]
+    model: str = "smol"
+    dtype: str = "bfloat16"
+    runtime: str = "native"
+    available_gib: float = 20
+    variable: str = "VLLM_CPU_KVCACHE_SPACE"
+    says: tuple[str, ...] = ()
+
+    def verdict(self, **changes: str):
+        return check(settings(**{**self.env, **changes}), MODELS[self.model], self.dtype, self.runtime,
+                     int(self.available_gib * GiB))
+
+
+BAD = {
+    "kv-not-whole-1.5": Bad({"VLLM_CPU_KVCACHE_SPACE": "1.5"}, says=("whole GiB", "=1 or 2")),
+    "kv-not-whole-0.5": Bad({"VLLM_CPU_KVCACHE_SPACE": "0.5"}, says=("whole GiB", "VLLM_CPU_KVCACHE_SPACE=1")),
+    "kv-not-whole-2.25": Bad({"VLLM_CPU_KVCACHE_SPACE": "2.25"}, says=("=2 or 3",)),
+    "kv-not-whole-0.001": Bad({"VLLM_CPU_KVCACHE_SPACE": "0.001"}, says=("would die at start",)),
+    "len-beyond-context": Bad({"MAX_MODEL_LEN": "16384"}, variable="MAX_MODEL_LEN",
+                              says=("context of 8192", "MAX_MODEL_LEN=8192 or less")),
+    "len-one-past-context": Bad({"MAX_MODEL_LEN": "8193"}, variable="MAX_MODEL_LEN"),
+    "len-beyond-llama-context": Bad({"MAX_MODEL_LEN": "200000"}, model="llama8b", available_gib=64,
+                                    variable="MAX_MODEL_LEN", says=("context of 131072", "MAX_MODEL_LEN=8192 or less")),
+    "len-beyond-context-gpu": Bad({"MAX_MODEL_LEN": "9000"}, runtime="docker-gpu", variable="MAX_MODEL_LEN"),
+    "one-seq-no-fit-bf16": Bad({"MAX_MODEL_LEN": "16384"}, model="llama8b", available_gib=40,
+                               says=("holds 8,192 tokens", "VLLM_CPU_KVCACHE_SPACE=2", "MAX_MODEL_LEN=8192")),
+    "one-seq-no-fit-fp32": Bad({"MAX_MODEL_LEN": "8192", "DTYPE": "float32"}, model="llama8b", dtype="float32",
+                               available_gib=64, says=("holds 4,096 tokens",)),
+    "one-seq-no-fit-32k": Bad({"MAX_MODEL_LEN": "32768", "VLLM_CPU_KVCACHE_SPACE": "2"}, model="llama8b",
+                              available_gib=40, says=("VLLM_CPU_KVCACHE_SPACE=4",)),
+    "one-seq-no-fit-128k": Bad({"MAX_MODEL_LEN": "131072", "VLLM_CPU_KVCACHE_SPACE": "3"}, model="llama8b",
+                               available_gib=64, says=("VLLM_CPU_KVCACHE_SPACE=16",)),
+    "ram-kv-4-of-3": Bad({"VLLM_CPU_KVCACHE_SPACE": "4"}, available_gib=3, says=("available RAM", "Free memory")),
+    "ram-kv-1-of-2": Bad({}, available_gib=2, says=("Free memory (available: 2.00 GiB)",)),
+    "ram-kv-8-of-6": Bad({"VLLM_CPU_KVCACHE_SPACE": "8"}, available_gib=6, says=("VLLM_CPU_KVCACHE_SPACE=3",)),
+    "ram-llama-kv-4-of-20": Bad({"VLLM_CPU_KVCACHE_SPACE": "4", "MAX_MODEL_LEN": "8192"}, model="llama8b",
+                                says=("weights 14.96 GiB", "VLLM_CPU_KVCACHE_SPACE=3")),
+    "cap-2g": Bad({"MEMORY_LIMIT": "2g"}, runtime="docker", variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=4g",)),
+    "cap-5g-llama-crash-loop": Bad({"MAX_MODEL_LEN": "4096"}, model="llama8b", runtime="docker",
+                                   variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=5g cannot hold", "MEMORY_LIMIT=18g")),
+    "cap-5g-kv-4": Bad({"VLLM_CPU_KVCACHE_SPACE": "4"}, runtime="docker", variable="MEMORY_LIMIT",
+                       says=("VLLM_CPU_KVCACHE_SPACE=2", "MEMORY_LIMIT=7g")),
+    "cap-512m": Bad({"MEMORY_LIMIT": "512m"}, runtime="docker", variable="MEMORY_LIMIT"),
+    "cap-3g-fp32": Bad({"MEMORY_LIMIT": "3g", "DTYPE": "float32"}, dtype="float32", runtime="docker",
+                       variable="MEMORY_LIMIT", says=("weights 0.50 GiB",)),
+    "cap-16g-llama-fp16": Bad({"MEMORY_LIMIT": "16g"}, model="llama8b", dtype="float16", runtime="docker",
+                              variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=18g",)),
+    "cap-words": Bad({"MEMORY_LIMIT": "five gigs"}, runtime="docker", variable="MEMORY_LIMIT",
+                     says=("MEMORY_LIMIT='five gigs' is invalid", "such as 5g")),
+    "cap-unit": Bad({"MEMORY_LIMIT": "5x"}, runtime="docker", variable="MEMORY_LIMIT"),
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_configuration_is_refused_with_the_variable_and_a_working_value(name: str) -> None:
+    bad = BAD[name]
+    refusals = bad.verdict().refusals
+    assert refusals, f"{name} was not refused"
+    refusal = refusals[0]
+    assert refusal.variable == bad.variable, refusal
+    for text in bad.says:
+        assert text in refusal.message, refusal.message
+    for var, value in suggestions(refusal.message):
+        after = bad.verdict(**{var: value})
+        assert not after.refusals, f"{name}: the suggested {var}={value} is refused too: {after.refusals}"
+
+
+def test_at_least_twenty_bad_configurations() -> None:
+    assert len(BAD) >= 20
+
+
+def test_the_defaults_pass_without_warnings() -> None:
+    for dtype in ("bfloat16", "float32"):
+        verdict = check(settings(), SMOL, dtype, "native", 20 * GiB)
+        assert not verdict.refusals and not verdict.warnings
+    assert not check(settings(), SMOL, "bfloat16", "docker", 0).refusals  # 5g holds 0.25 + 1 + 2 GiB
+
+
+def test_more_full_length_sequences_than_the_pool_holds_warns() -> None:
+    env = {"MAX_MODEL_LEN": "8192", "MAX_NUM_SEQS": "16"}
+    verdict = check(settings(**env), SMOL, "bfloat16", "native", 20 * GiB)
+    assert not verdict.refusals and [w.variable for w in verdict.warnings] == ["MAX_NUM_SEQS"]
+    message = verdict.warnings[0].message
+    assert "131,072 tokens exceeds the KV pool (46,592 tokens)" in message
+    assert "admission queues on KV space" in message
+    assert suggestions(message) == [("MAX_NUM_SEQS", "5"), ("VLLM_CPU_KVCACHE_SPACE", "3")]
+    for var, value in suggestions(message):
+        assert not check(settings(**{**env, var: value}), SMOL, "bfloat16", "native", 20 * GiB).warnings
+
+
+def test_an_unknown_model_is_checked_for_what_needs_no_config() -> None:
+    assert not check(settings(MAX_MODEL_LEN="100000"), None, "bfloat16", "docker", 0).refusals
+    assert check(settings(VLLM_CPU_KVCACHE_SPACE="1.5"), None, "bfloat16", "docker", 0).refusals
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"MAX_MODEL_LEN": "16384"}, "MAX_MODEL_LEN=16384 is too long"),
+    ({"VLLM_CPU_KVCACHE_SPACE": "1.5"}, "VLLM_CPU_KVCACHE_SPACE=1.5 is invalid"),
+    ({"VLLM_CPU_KVCACHE_SPACE": "4096"}, "the available RAM cannot hold"),
+])
+def test_up_sh_refuses_before_starting_anything(env: dict[str, str], says: str) -> None:
+    port = free_port()
+    result = run_script("up.sh", kit_env(VLLM_PORT=str(port), RUNTIME="native", **env), timeout_s=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert says in output and "Traceback" not in output
+    assert len([line for line in output.splitlines() if line.startswith("error:")]) == 1
+    assert not (RUN_DIR / f"vllm-{port}.pid").exists() and not (LOG_DIR / f"vllm-{port}.log").exists()
