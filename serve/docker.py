@@ -123,7 +123,7 @@ class DockerRuntime:
         self.name = track.runtime
         self.port = settings.port if track is CPU else settings.gpu_port
         self.base_url = settings.url_for(self.port)
-        self.log_path = LOG_DIR / f"docker-{track.service}.log"
+        self.log_path = LOG_DIR / f"docker-{track.service}-{self.port}.log"
         self.compose_log = LOG_DIR / "docker-compose.log"
 
     def compose(self, *args: str) -> list[str]:
@@ -192,7 +192,7 @@ class DockerRuntime:
             waited = wait_healthy(self.base_url, lambda: self.running_pid() is not None, self.log_path,
                                   self.settings.start_timeout_s,
                                   f"Starting vLLM in {service} (log {self.log_path.relative_to(ROOT)}; "
-                                  "the first start downloads the model")
+                                  "the first start also downloads the model)")
         except (StepFailed, KeyboardInterrupt):
             time.sleep(1)  # let `compose logs` flush the container's last words into the log
             self.stop(quiet=True)

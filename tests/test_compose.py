@@ -1,0 +1,188 @@
+"""compose.yaml, validated offline: the Compose Specification schema, Debian's docker-compose, and one
+source of truth (the CPU service renders to the native runtime's own vLLM argv for the same settings)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from serve.docker import (CONTAINER_HOST, CONTAINER_PORT, CPU, GPU, compose_env, container_command,
+                          container_threads_bind, image_vllm_version, resolve_for_container)
+from serve.machine import detect
+from serve.settings import KNOBS, Settings, load_env
+from serve.vllm_command import vllm_args, vllm_env
+from tests.conftest import ROOT
+
+SCHEMA = Path("/work/shared/schemas/compose-spec.json")
+COMPOSE = ROOT / "compose.yaml"
+REFERENCE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+PROFILES = {"default": (), "gpu": ("gpu",), "ollama": ("ollama",)}
+CUSTOM_ENV = {  # a .env far from the defaults: every value compose passes on changes
+    "MODEL_NAME": "Qwen/Qwen2.5-0.5B-Instruct", "DTYPE": "float32", "MAX_MODEL_LEN": "2048",
+    "MAX_NUM_SEQS": "4", "SWAP_SPACE": "2", "VLLM_CPU_KVCACHE_SPACE": "3", "OMP_THREADS": "3",
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2",
+    "VLLM_API_KEY": "sk-lab", "ENFORCE_EAGER": "true", "VLLM_EXTRA_ARGS": "--seed 7 --max-log-len '100'",
+    "GPU_MEMORY_UTILIZATION": "0.5", "QUANTIZATION": "awq", "VLLM_PORT": "8123", "GPU_PORT": "8124",
+}
+
+
+def interpolate(node: object, env: dict[str, str]) -> object:
+    """Compose's `${VAR:-default}` / `${VAR}` / `$$`, applied to every string of the parsed file."""
+    if isinstance(node, dict):
+        return {key: interpolate(value, env) for key, value in node.items()}
+    if isinstance(node, list):
+        return [interpolate(value, env) for value in node]
+    if isinstance(node, str):
+        text = REFERENCE.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""), node)
+        return text.replace("$$", "$")
+    return node
+
+
+def active(document: dict, profiles: tuple[str, ...]) -> dict:
+    services = {name: service for name, service in document["services"].items()
+                if not service.get("profiles") or set(service["profiles"]) & set(profiles)}
+    return {**document, "services": services}
+
+
+def rendered_with_defaults(profiles: tuple[str, ...] = ("gpu", "ollama")) -> dict:
+    return active(interpolate(yaml.safe_load(COMPOSE.read_text()), {}), profiles)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_compose_validates_against_the_compose_spec_schema(profile: str) -> None:
+    document = rendered_with_defaults(PROFILES[profile])
+    assert "vllm-cpu" in document["services"]  # the CPU track starts by default, with every profile
+    if profile != "default":
+        assert {"gpu": "vllm-gpu", "ollama": "ollama"}[profile] in document["services"]
+    jsonschema.Draft7Validator(json.loads(SCHEMA.read_text())).validate(document)
+
+
+def test_the_schema_check_can_fail() -> None:
+    document = rendered_with_defaults()
+    document["services"]["vllm-cpu"]["cap_add"] = "SYS_NICE"  # a string where a list belongs
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(json.loads(SCHEMA.read_text())).validate(document)
+
+
+def docker_compose_config(env_file: Path, env: dict[str, str], *profiles: str) -> dict:
+    if shutil.which("docker-compose") is None:
+        pytest.skip("Debian's docker-compose is not installed (tests/system-packages.sh installs it)")
+    flags = [flag for profile in profiles for flag in ("--profile", profile)]
+    result = subprocess.run(["docker-compose", "--env-file", str(env_file), "-f", str(COMPOSE), *flags, "config"],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT,
+                            env={"PATH": os.environ["PATH"], **env})
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_docker_compose_config_accepts_the_file(profile: str, tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text((ROOT / ".env.example").read_text())
+    config = docker_compose_config(env_file, {}, *PROFILES[profile])
+    assert "vllm-cpu" in config["services"]
+
+
+def settings_for(tmp_path: Path, overrides: dict[str, str]) -> tuple[Path, Settings]:
+    env_file = tmp_path / ".env"
+    env_file.write_text((ROOT / ".env.example").read_text()
+                        + "".join(f'{key}="{value}"\n' for key, value in overrides.items()))
+    clean = {key: value for key, value in load_env(env_file).items()
+             if key in {knob.env for knob in KNOBS} and key not in os.environ}
+    settings = Settings.from_env(clean)
+    assert shlex.join(settings.extra_args) == shlex.join(shlex.split(overrides.get("VLLM_EXTRA_ARGS", "")))
+    return env_file, settings
+
+
+@pytest.mark.parametrize("overrides", [{}, CUSTOM_ENV], ids=["defaults", "custom"])
+def test_cpu_service_renders_to_the_native_vllm_argv_and_env(overrides: dict[str, str], tmp_path: Path) -> None:
+    env_file, settings = settings_for(tmp_path, overrides)
+    resolved = resolve_for_container(settings, detect(), CPU)
+    config = docker_compose_config(env_file, compose_env(settings, resolved, CPU))
+    service = config["services"]["vllm-cpu"]
+    version = image_vllm_version(settings.cpu_image_tag)
+    assert version == (0, 9)
+    # The one named difference in the argv: inside the container vLLM listens on 0.0.0.0:8000.
+    native = vllm_args(settings, resolved, settings.model_name, version, port=CONTAINER_PORT, host=CONTAINER_HOST)
+    assert shlex.split(service["command"]) == native
+    assert "--swap-space" in native  # vLLM 0.9.1 still has it
+    expected_env = {**vllm_env(settings, resolved),
+                    # named differences: 0.9.1 spells nobind "all"; compose always sets the key (empty = none)
+                    "VLLM_CPU_OMP_THREADS_BIND": container_threads_bind(settings.omp_threads_bind, version),
+                    "VLLM_API_KEY": settings.api_key}
+    assert {key: str(value) for key, value in service["environment"].items()} == expected_env
+    assert service["ports"][0].startswith(f"127.0.0.1:{settings.port}:{CONTAINER_PORT}")
+    assert service["build"]["args"]["VLLM_CPU_TAG"] == settings.cpu_image_tag
+
+
+@pytest.mark.parametrize("overrides", [{}, CUSTOM_ENV], ids=["defaults", "custom"])
+def test_gpu_service_renders_to_its_command_and_never_gets_swap_space(overrides: dict[str, str],
+                                                                     tmp_path: Path) -> None:
+    env_file, settings = settings_for(tmp_path, overrides)
+    resolved = resolve_for_container(settings, detect(), GPU)
+    config = docker_compose_config(env_file, compose_env(settings, resolved, GPU), "gpu")
+    service = config["services"]["vllm-gpu"]
+    command = shlex.split(service["command"])
+    assert command == container_command(settings, resolved, GPU)
+    assert "--swap-space" not in command and "--model" in command
+    assert command[command.index("--dtype") + 1] == settings.dtype  # auto stays auto on GPU
+    if settings.quantization:
+        assert command[command.index("--quantization") + 1] == settings.quantization
+    assert service["ports"][0].startswith(f"127.0.0.1:{settings.gpu_port}:{CONTAINER_PORT}")
+
+
+def test_cpu_service_runs_the_way_vllm_cpu_needs() -> None:
+    cpu = rendered_with_defaults()["services"]["vllm-cpu"]
+    assert cpu["build"]["dockerfile"] == "Dockerfile.cpu" and "profiles" not in cpu
+    assert cpu["cap_add"] == ["SYS_NICE"] and cpu["security_opt"] == ["seccomp:unconfined"]
+    assert cpu["cpus"] == "4" and cpu["mem_limit"] == "5g" and cpu["shm_size"]
+    assert cpu["restart"] == "unless-stopped"
+    assert cpu["ports"] == ["127.0.0.1:8009:8000"]
+    assert cpu["volumes"][0].startswith("model-cache:")
+    assert "curl" not in cpu["healthcheck"]["test"] and "http://127.0.0.1:8000/health" in cpu["healthcheck"]["test"]
+
+
+def test_gpu_and_ollama_profiles() -> None:
+    services = rendered_with_defaults()["services"]
+    gpu, ollama = services["vllm-gpu"], services["ollama"]
+    assert gpu["profiles"] == ["gpu"] and gpu["ipc"] == "host"
+    assert gpu["image"].startswith("vllm/vllm-openai:v")
+    assert gpu["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+    assert gpu["ports"] == ["127.0.0.1:8000:8000"]
+    assert "/health" in " ".join(gpu["healthcheck"]["test"])
+    assert ollama["profiles"] == ["ollama"] and ollama["image"].startswith("ollama/ollama:")
+    assert ollama["ports"] == ["127.0.0.1:11434:11434"]
+
+
+def test_every_compose_variable_is_a_knob_with_its_default_or_a_resolved_value() -> None:
+    knobs = {knob.env: knob.default for knob in KNOBS}
+    settings = Settings.from_env({})
+    exported = compose_env(settings, resolve_for_container(settings, detect(), CPU), CPU)
+    references = REFERENCE.findall(json.dumps(yaml.safe_load(COMPOSE.read_text())))  # values, not comments
+    assert references
+    for name, default in references:
+        assert name in exported, f"${{{name}}} in compose.yaml is neither a knob nor exported by serve/docker.py"
+        if name in knobs:
+            assert default == knobs[name], f"${{{name}:-{default}}} disagrees with .env.example ({knobs[name]})"
+        else:
+            assert name.startswith("RESOLVED_")
+
+
+def test_every_shell_script_passes_shellcheck() -> None:
+    scripts = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.sh"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert "patches/apply.sh" in scripts and "up.sh" in scripts
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (tests/system-packages.sh installs it)")
+    result = subprocess.run(["shellcheck", "--severity=style", *scripts], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
