@@ -7,18 +7,20 @@ import sys
 
 from rich.table import Table
 
-from serve import runtimes
+from serve import preflight, runtimes
 from serve.health import kv_cache_report
-from serve.native import MODEL_DIR, NativeRuntime, Started, install, prepare_model
+from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime
+from serve.llamacpp import install as install_llamacpp
+from serve.native import MODEL_DIR, Started, install, prepare_model
 from serve.progress import StepFailed, console, fail
 from serve.settings import Settings, SettingsError, env_file
 
 
-def recap(settings: Settings, runtime: NativeRuntime, started: Started | None) -> None:
+def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("API", f"{settings.base_url}/v1")
+    table.add_row("API", f"{runtime.base_url}/v1")
     table.add_row("model", settings.model_name)
     table.add_row("runtime", runtime.name)
     table.add_row("settings", str(env_file()))
@@ -38,8 +40,32 @@ def recap(settings: Settings, runtime: NativeRuntime, started: Started | None) -
 
 
 def up(settings: Settings) -> int:
+    """Start every engine in ENGINES (vllm, llamacpp)."""
+    if "vllm" in settings.engines:
+        up_vllm(settings)
+    if "llamacpp" in settings.engines:
+        up_llamacpp(settings)
+    return 0
+
+
+def up_llamacpp(settings: Settings) -> None:
+    runtime = LlamaCppRuntime(settings)
+    console.print(f"Bringing up [bold]{MODEL_ALIAS}[/bold] (llama.cpp, the Ollama-class engine) on "
+                  f"{runtime.base_url}/v1")
+    if runtime.running_pid() is not None and runtime.healthy():
+        console.print(f"[green]✓[/green] llama.cpp already up (pid {runtime.running_pid()}); nothing to do")
+        return
+    if runtime.running_pid() is not None:
+        runtime.stop(quiet=True)
+    seconds = runtime.start()
+    console.print(f"[green]✓[/green] llama.cpp is up in {seconds:.0f} s (pid {runtime.running_pid()}, "
+                  f"interrupt_requests {settings.llamacpp_interrupt_requests}, log {runtime.log_path}). Try: "
+                  f"[bold]OPENAI_BASE_URL={runtime.base_url}/v1 MODEL={MODEL_ALIAS} python -m client \"Say OK.\"[/bold]")
+
+
+def up_vllm(settings: Settings) -> int:
     runtime = runtimes.select(settings)
-    console.print(f"Bringing up [bold]{settings.model_name}[/bold] on {settings.base_url}/v1 "
+    console.print(f"Bringing up [bold]{settings.model_name}[/bold] on {runtime.base_url}/v1 "
                   f"(runtime {runtime.name})")
     if runtime.running_pid() is not None and runtime.healthy():
         console.print(f"[green]✓[/green] already up (pid {runtime.running_pid()}); nothing to do")
@@ -47,35 +73,63 @@ def up(settings: Settings) -> int:
         return 0
     if runtime.running_pid() is not None:
         runtime.stop(quiet=True)  # ours but not answering: a half-started server; start afresh
+    preflight.run(settings, runtime.name)  # refuses (exit 2) a configuration vLLM could not start with
     started = runtime.start()
     console.print(f"[green]✓[/green] vLLM is up. Try: [bold]python -m client \"Say OK.\"[/bold] "
-                  f"(from .venv) or curl {settings.base_url}/v1/models")
+                  f"(from .venv) or curl {runtime.base_url}/v1/models")
     recap(settings, runtime, started)
     return 0
 
 
-def down(settings: Settings) -> int:
+def down(settings: Settings, remove_volumes: bool = False) -> int:
+    """Stop every engine this kit started on the configured ports (whatever ENGINES says now)."""
     runtime = runtimes.select(settings)
-    if not runtime.stop():
+    if not runtimes.stop(runtime, remove_volumes) and "vllm" in settings.engines:
         console.print(f"Nothing to stop: no vLLM started by this kit on port {settings.port}")
+    if not LlamaCppRuntime(settings).stop() and "llamacpp" in settings.engines:
+        console.print(f"Nothing to stop: no llama.cpp started by this kit on port {settings.llamacpp_port}")
     return 0
 
 
 def status(settings: Settings) -> int:
+    """0 when every engine in ENGINES is healthy; else the worst code (1 unhealthy, 3 down)."""
+    codes = []
+    if "vllm" in settings.engines:
+        codes.append(status_vllm(settings))
+    if "llamacpp" in settings.engines:
+        runtime = LlamaCppRuntime(settings)
+        pid = runtime.running_pid()
+        if pid is None:
+            console.print(f"llama.cpp down: none started by this kit on port {settings.llamacpp_port}")
+            codes.append(3)
+        else:
+            healthy = runtime.healthy()
+            console.print(f"llama.cpp up: pid {pid}, {'healthy' if healthy else 'starting or unhealthy'}, "
+                          f"{runtime.base_url}/v1")
+            codes.append(0 if healthy else 1)
+    return max(codes)
+
+
+def status_vllm(settings: Settings) -> int:
     runtime = runtimes.select(settings)
     pid = runtime.running_pid()
     if pid is None:
         console.print(f"down: no vLLM started by this kit on port {settings.port}")
         return 3
     state = "healthy" if runtime.healthy() else "starting or unhealthy"
-    console.print(f"up: pid {pid}, {state}, {settings.base_url}/v1")
+    console.print(f"up: pid {pid}, {state}, {runtime.base_url}/v1")
     return 0 if state == "healthy" else 1
 
 
-def prepare(_: Settings) -> int:
-    install()
-    prepare_model()
-    console.print(f"[green]✓[/green] vLLM venv and model ready ({MODEL_DIR})")
+def prepare(settings: Settings) -> int:
+    """Install every engine in ENGINES (tests/run.sh asks for both)."""
+    if "vllm" in settings.engines:
+        install()
+        prepare_model()
+        console.print(f"[green]✓[/green] vLLM venv and model ready ({MODEL_DIR})")
+    if "llamacpp" in settings.engines:
+        install_llamacpp()
+        console.print("[green]✓[/green] llama.cpp venv and GGUF ready (.kit/llamacpp)")
     return 0
 
 
@@ -85,8 +139,13 @@ COMMANDS = {"up": up, "down": down, "status": status, "install": prepare}
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serve", description=__doc__)
     parser.add_argument("command", choices=COMMANDS)
+    parser.add_argument("--volumes", action="store_true", help="down: also remove the Docker model cache")
     args = parser.parse_args(argv)
+    if args.volumes and args.command != "down":
+        parser.error("--volumes goes with down only (bash down.sh --volumes)")
     try:
+        if args.command == "down":
+            return down(Settings.load(), remove_volumes=args.volumes)
         return COMMANDS[args.command](Settings.load())
     except SettingsError as exc:
         fail(str(exc), code=2)

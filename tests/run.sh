@@ -6,5 +6,7 @@ cd "$(dirname "$0")/.."
 
 bash tests/system-packages.sh
 bash serve/light-tools.sh test
-.venv/bin/python -m serve install   # the native vLLM venv and the prepared model (cached in .kit/)
+# the native vLLM venv and prepared model, and the llama.cpp venv (its portable wheel is built once, ~6 min,
+# and kept in .kit/wheels/): all cached in .kit/
+ENGINES=vllm,llamacpp .venv/bin/python -m serve install
 exec .venv/bin/python -m pytest "$@"
