@@ -19,14 +19,23 @@ from serve.machine import detect
 from serve.native import MODEL_DIR
 from serve.progress import console
 from serve.settings import ROOT, Settings, SettingsError
-from serve.sizing import (GiB, VLLM_CPU_OVERHEAD_BYTES, KvPool, ModelFacts, SizingError, kv_pool,
+from serve.sizing import (V0_BLOCK_SIZE, V1_CPU_BLOCK_SIZE, GiB, VLLM_CPU_OVERHEAD_BYTES, KvPool, ModelFacts, SizingError, kv_pool,
                           kv_space_gib_for_tokens, load_model_facts, model_facts, parse_memory_size)
-from serve.vllm_command import resolve
+from serve.vllm_command import parse_version, resolve
 
 BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 BUNDLED_MODEL_CONFIG = ROOT / "serve" / "bundled-model-config.json"  # a copy of the prepared config.json
 CONTAINER_RUNTIMES = ("docker",)  # capped by MEMORY_LIMIT
 GPU_RUNTIMES = ("docker-gpu",)  # KV pool set by GPU memory utilization, not VLLM_CPU_KVCACHE_SPACE
+V1_ON_CPU_SINCE = (0, 10)  # the CPU image's vLLM before this runs V0, with 16-token blocks
+
+
+def block_size_for(settings: Settings, runtime: str) -> int:
+    """V0's 16-token blocks in a CPU image older than 0.10 (CPU_IMAGE_TAG), else V1's 128 on CPU."""
+    if runtime in CONTAINER_RUNTIMES:
+        if parse_version(settings.cpu_image_tag.removeprefix("v").split("-")[0]) < V1_ON_CPU_SINCE:
+            return V0_BLOCK_SIZE
+    return V1_CPU_BLOCK_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +61,8 @@ def _gib(num_bytes: float) -> str:
 
 
 def check(settings: Settings, facts: ModelFacts | None, dtype: str, runtime: str,
-          memory_available_bytes: int, overhead_bytes: int = VLLM_CPU_OVERHEAD_BYTES) -> Verdict:
+          memory_available_bytes: int, overhead_bytes: int = VLLM_CPU_OVERHEAD_BYTES,
+          block_size: int = V1_CPU_BLOCK_SIZE) -> Verdict:
     """Every refusal and warning for these settings; pure (the caller measures the machine)."""
     verdict = Verdict()
     kv_gib = settings.kv_cache_space_gib
@@ -65,7 +75,7 @@ def check(settings: Settings, facts: ModelFacts | None, dtype: str, runtime: str
     if facts is None:
         return verdict
     budget = int(kv_gib) * GiB
-    pool = kv_pool(facts, dtype, budget)
+    pool = kv_pool(facts, dtype, budget, block_size)
     context = facts.max_position_embeddings
     if context is not None and settings.max_model_len > context:
         longest = context if runtime in GPU_RUNTIMES else min(context, pool.num_tokens)
@@ -84,14 +94,15 @@ def check(settings: Settings, facts: ModelFacts | None, dtype: str, runtime: str
                        f"{pool.block_size}; set VLLM_CPU_KVCACHE_SPACE={needed} or MAX_MODEL_LEN="
                        f"{pool.num_tokens if pool.num_tokens else 'smaller'}")
         return verdict
-    _check_memory(verdict, settings, facts, dtype, runtime, budget, memory_available_bytes, overhead_bytes)
+    _check_memory(verdict, settings, facts, dtype, runtime, budget, memory_available_bytes, overhead_bytes,
+                  block_size)
     if not verdict.refusals:
         _check_admission(verdict, settings, facts, dtype, pool)
     return verdict
 
 
 def _check_memory(verdict: Verdict, settings: Settings, facts: ModelFacts, dtype: str, runtime: str,
-                  budget: int, memory_available_bytes: int, overhead_bytes: int) -> None:
+                  budget: int, memory_available_bytes: int, overhead_bytes: int, block_size: int) -> None:
     weights = facts.weight_bytes(dtype)
     needed = weights + budget + overhead_bytes
     if runtime in CONTAINER_RUNTIMES:
@@ -100,22 +111,24 @@ def _check_memory(verdict: Verdict, settings: Settings, facts: ModelFacts, dtype
         except SizingError as exc:
             verdict.refuse("MEMORY_LIMIT", f"MEMORY_LIMIT={settings.memory_limit!r} is invalid: {exc}")
             return
-        where, variable = f"MEMORY_LIMIT={settings.memory_limit}", "MEMORY_LIMIT"
+        variable, problem = "MEMORY_LIMIT", f"MEMORY_LIMIT={settings.memory_limit} is too small: it"
     else:
-        cap, where, variable = memory_available_bytes, "the available RAM", "VLLM_CPU_KVCACHE_SPACE"
+        cap, variable = memory_available_bytes, "VLLM_CPU_KVCACHE_SPACE"
+        problem = (f"VLLM_CPU_KVCACHE_SPACE={budget // GiB} is too large for this machine: the available "
+                   f"RAM ({_gib(cap)})")
     if needed <= cap:
         return
     spend = (f"weights {_gib(weights)} ({facts.name}, {dtype}) + KV {_gib(budget)} "
              f"(VLLM_CPU_KVCACHE_SPACE) + runtime ~{_gib(overhead_bytes)} = {_gib(needed)}")
     fixes = []
     room_gib = (cap - weights - overhead_bytes) // GiB
-    if room_gib >= 1 and kv_pool(facts, dtype, room_gib * GiB).fits_one_sequence(settings.max_model_len):
+    if room_gib >= 1 and kv_pool(facts, dtype, room_gib * GiB, block_size).fits_one_sequence(settings.max_model_len):
         fixes.append(f"set VLLM_CPU_KVCACHE_SPACE={room_gib}")
     if runtime in CONTAINER_RUNTIMES:
         fixes.append(f"set MEMORY_LIMIT={math.ceil(needed / GiB)}g")
     else:
-        fixes.append(f"free memory (available: {_gib(cap)})")
-    verdict.refuse(variable, f"{where} cannot hold {spend}; the engine would be killed at start. "
+        fixes.append("free memory")
+    verdict.refuse(variable, f"{problem} cannot hold {spend}; the engine would be killed at start. "
                              f"{' or '.join(fixes)[0].upper()}{' or '.join(fixes)[1:]}")
 
 
@@ -153,7 +166,8 @@ def run(settings: Settings, runtime: str) -> Verdict:
     machine = detect()
     dtype = resolve(settings, machine).dtype
     facts = served_model_facts(settings, runtime)
-    verdict = check(settings, facts, dtype, runtime, machine.memory_available_bytes)
+    verdict = check(settings, facts, dtype, runtime, machine.memory_available_bytes,
+                    block_size=block_size_for(settings, runtime))
     if verdict.refusals:
         raise SettingsError(verdict.refusals[0].message)
     for warning in verdict.warnings:

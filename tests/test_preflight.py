@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from serve.native import LOG_DIR, RUN_DIR
-from serve.preflight import bundled_model_facts, check
+from serve.preflight import block_size_for, bundled_model_facts, check
 from serve.settings import KNOBS, Settings
 from serve.sizing import GiB, ModelFacts, load_model_facts
 from tests.conftest import ROOT, free_port, kit_env, run_script
@@ -66,14 +66,14 @@ BAD = {
                               available_gib=40, says=("VLLM_CPU_KVCACHE_SPACE=4",)),
     "one-seq-no-fit-128k": Bad({"MAX_MODEL_LEN": "131072", "VLLM_CPU_KVCACHE_SPACE": "3"}, model="llama8b",
                                available_gib=64, says=("VLLM_CPU_KVCACHE_SPACE=16",)),
-    "ram-kv-4-of-3": Bad({"VLLM_CPU_KVCACHE_SPACE": "4"}, available_gib=3, says=("available RAM", "Free memory")),
-    "ram-kv-1-of-2": Bad({}, available_gib=2, says=("Free memory (available: 2.00 GiB)",)),
+    "ram-kv-4-of-3": Bad({"VLLM_CPU_KVCACHE_SPACE": "4"}, available_gib=3, says=("available RAM (3.00 GiB)", "Free memory")),
+    "ram-kv-1-of-2": Bad({}, available_gib=2, says=("available RAM (2.00 GiB) cannot hold", "Free memory")),
     "ram-kv-8-of-6": Bad({"VLLM_CPU_KVCACHE_SPACE": "8"}, available_gib=6, says=("VLLM_CPU_KVCACHE_SPACE=3",)),
     "ram-llama-kv-4-of-20": Bad({"VLLM_CPU_KVCACHE_SPACE": "4", "MAX_MODEL_LEN": "8192"}, model="llama8b",
                                 says=("weights 14.96 GiB", "VLLM_CPU_KVCACHE_SPACE=3")),
     "cap-2g": Bad({"MEMORY_LIMIT": "2g"}, runtime="docker", variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=4g",)),
     "cap-5g-llama-crash-loop": Bad({"MAX_MODEL_LEN": "4096"}, model="llama8b", runtime="docker",
-                                   variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=5g cannot hold", "MEMORY_LIMIT=18g")),
+                                   variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=5g is too small", "MEMORY_LIMIT=18g")),
     "cap-5g-kv-4": Bad({"VLLM_CPU_KVCACHE_SPACE": "4"}, runtime="docker", variable="MEMORY_LIMIT",
                        says=("VLLM_CPU_KVCACHE_SPACE=2", "MEMORY_LIMIT=7g")),
     "cap-512m": Bad({"MEMORY_LIMIT": "512m"}, runtime="docker", variable="MEMORY_LIMIT"),
@@ -132,7 +132,7 @@ def test_an_unknown_model_is_checked_for_what_needs_no_config() -> None:
 @pytest.mark.parametrize(("env", "says"), [
     ({"MAX_MODEL_LEN": "16384"}, "MAX_MODEL_LEN=16384 is too long"),
     ({"VLLM_CPU_KVCACHE_SPACE": "1.5"}, "VLLM_CPU_KVCACHE_SPACE=1.5 is invalid"),
-    ({"VLLM_CPU_KVCACHE_SPACE": "4096"}, "the available RAM cannot hold"),
+    ({"VLLM_CPU_KVCACHE_SPACE": "4096"}, "VLLM_CPU_KVCACHE_SPACE=4096 is too large for this machine"),
 ])
 def test_up_sh_refuses_before_starting_anything(env: dict[str, str], says: str) -> None:
     port = free_port()
@@ -142,3 +142,18 @@ def test_up_sh_refuses_before_starting_anything(env: dict[str, str], says: str) 
     assert says in output and "Traceback" not in output
     assert len([line for line in output.splitlines() if line.startswith("error:")]) == 1
     assert not (RUN_DIR / f"vllm-{port}.pid").exists() and not (LOG_DIR / f"vllm-{port}.log").exists()
+
+
+@pytest.mark.parametrize(("runtime", "tag", "block_size"), [("native", "0.9.1-oe2403lts", 128),
+                                                            ("docker", "0.9.1-oe2403lts", 16),
+                                                            ("docker", "0.14.0", 128)])
+def test_block_size_follows_the_engine_version(runtime: str, tag: str, block_size: int) -> None:
+    assert block_size_for(settings(CPU_IMAGE_TAG=tag), runtime) == block_size
+
+
+def test_v0_blocks_in_the_cpu_image_round_the_pool_differently() -> None:
+    llama = {"MAX_MODEL_LEN": "8192", "MEMORY_LIMIT": "40g"}
+    assert not check(settings(**llama), LLAMA_8B, "bfloat16", "docker", 0, block_size=16).refusals
+    one_more = check(settings(**{**llama, "MAX_MODEL_LEN": "8193"}), LLAMA_8B, "bfloat16", "docker", 0,
+                     block_size=16)
+    assert "needs 513 blocks of 16" in one_more.refusals[0].message
