@@ -24,6 +24,7 @@ from labs.common.metrics import MetricsSnapshot, NoMetrics, parse, scrape
 from labs.common.stream import RequestRecord, chat_payload, stream_chat
 from labs.doctor.diagnosis import Limits, diagnose
 from tests.conftest import MODEL, ROOT, Server, kit_env
+from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
 
 LIMITS = Limits(max_num_seqs=16, max_model_len=1024, kv_cache_space_gib=1)
 BURST_REQUESTS = 24  # more than the session server's MAX_NUM_SEQS=16, so some must wait
@@ -86,7 +87,7 @@ def test_v0_kv_pressure_says_raise_the_kv_budget_and_not_swap() -> None:
     assert "raise VLLM_CPU_KVCACHE_SPACE from 1 to 2" in diagnosis.advice
     assert "lower MAX_MODEL_LEN from 1024 to 512" in diagnosis.advice
     assert any("SWAP_SPACE adds no blocks on CPU" in note for note in diagnosis.notes)
-    assert any("swap_space=4 GiB" in note for note in diagnosis.notes)
+    assert any("swap_space=4 GiB: that reserves swap, not KV blocks" in note for note in diagnosis.notes)
 
 
 def test_v0_rising_preemptions_are_kv_pressure_even_with_nothing_waiting() -> None:
@@ -164,6 +165,19 @@ def test_command_reads_v0_text_over_http_and_names_the_lever() -> None:
     assert "SWAP_SPACE adds no blocks on CPU" in result.stdout
 
 
+def test_watch_on_a_terminal_redraws_a_live_table() -> None:
+    """Under a real pseudo-terminal (util-linux `script`), --watch redraws in place instead of scrolling."""
+    with http_server(v0_text(running=16, waiting=5, kv=0.97)) as url:
+        command = f"{sys.executable} -m labs.doctor --url {url} --watch --duration-s 1.2 --interval-s 0.5"
+        result = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True,
+                                cwd=ROOT, env={**kit_env(), "COLUMNS": "120"}, timeout=60)
+    assert result.returncode == 0, result.stdout
+    assert "\x1b[1A" in result.stdout  # cursor-up: the table is redrawn where it was
+    assert result.stdout.count("every 0.5 s (Ctrl-C stops)") >= 3
+    assert "raise VLLM_CPU_KVCACHE_SPACE from 1 to 2" in result.stdout
+    assert "-> kv" not in result.stdout  # the plain line-per-sample form is for pipes only
+
+
 def test_an_unreachable_engine_is_one_line_exit_1() -> None:
     with http_server(None) as url:
         pass  # closed: nothing listens there now
@@ -225,3 +239,37 @@ def test_real_burst_moves_the_gauges_and_the_diagnosis_follows(vllm_server: Serv
     after = wait_idle(vllm_server)
     assert (after.running, after.waiting) == (0, 0), "cancelled requests still run"
     assert "diagnosis: idle" in doctor("--url", vllm_server.base_url, "--samples", "1").stdout
+
+
+# --- The lab page's commands ------------------------------------------------------------------------------
+
+PAGE = "labs/metrics.md"
+
+
+def test_page_no_metrics_command_prints_what_the_page_shows() -> None:
+    (command,) = [command for command in doc_commands(PAGE) if "11434" in command]
+    with http_server(None) as url:
+        port = int(url.rsplit(":", 1)[1])
+        result = run_doc(retarget(command, {11434: port}), kit_env(), timeout_s=60)
+    assert result.returncode == 3, result.stdout + result.stderr
+    shown = [retarget(line, {11434: port}) for line in doc_examples(PAGE)[command]]
+    assert not shows(result.stdout, shown), result.stdout
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_page_commands_against_the_real_server(vllm_server: Server) -> None:
+    one_look, burst, watch = [command for command in doc_commands(PAGE) if "11434" not in command]
+    env = vllm_server.client_env()
+    wait_idle(vllm_server)
+    idle = run_doc(retarget(one_look, {8009: vllm_server.port}), env, timeout_s=60)
+    assert idle.returncode == 0 and "diagnosis: idle" in idle.stdout, idle.stdout + idle.stderr
+    assert "vLLM V1 names" in idle.stdout and "blocks x 128 tokens" in idle.stdout
+
+    busy = run_doc(retarget(burst, {8009: vllm_server.port}), env, timeout_s=300)
+    assert busy.returncode == 0, busy.stdout + busy.stderr
+    assert "diagnosis: slot-bound" in busy.stdout and "raise MAX_NUM_SEQS from 16 to" in busy.stdout, busy.stdout
+
+    wait_idle(vllm_server)
+    watched = run_doc(retarget(watch, {8009: vllm_server.port}), env, timeout_s=60)
+    assert watched.returncode == 0 and watched.stdout.count("-> idle") >= 3, watched.stdout

@@ -13,7 +13,7 @@ import time
 from collections import deque
 
 import httpx
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -105,7 +105,7 @@ def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None)
 
     try:
         if console.is_terminal:
-            with Live(console=console, auto_refresh=False) as live:
+            with Live(console=Console(), auto_refresh=False) as live:  # a wrapping console, unlike serve's
                 while running():
                     diagnosis = tick()
                     live.update(Group(Text(f"{url}/metrics, every {interval_s:g} s (Ctrl-C stops)"),

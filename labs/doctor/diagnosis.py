@@ -69,7 +69,7 @@ def _notes(history: Sequence[MetricsSnapshot]) -> tuple[str, ...]:
         notes.append(f"prefix cache: {hits:.0%} of queried tokens hit")
     swap = last.cache_config.get("swap_space")
     if swap not in (None, "", "None", "0"):
-        notes.append(f"cache_config swap_space={swap} GiB: {SWAP_NOTE}")
+        notes.append(f"cache_config swap_space={swap} GiB: that reserves swap, not KV blocks")
     return tuple(notes)
 
 
