@@ -1,0 +1,152 @@
+"""The configurations a throughput benchmark compares ("arms"), and bringing each one up and down.
+
+An arm is an engine plus settings overrides on top of the kit's own settings (`.env`, the environment),
+so an arm is exactly what a user gets by putting those lines in `.env`. Each started arm gets free ports
+and is stopped before the next one starts: only one engine uses the CPUs at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.roofline import DTYPE_BYTES
+from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
+from serve.machine import detect
+from serve.native import MODEL_DIR, NativeRuntime
+from serve.settings import Settings, load_env
+from serve.sizing import load_model_facts
+from serve.vllm_command import resolve
+
+ENGINES = ("vllm", "llamacpp")
+LLAMACPP_SEQUENCES_PER_STEP = 1  # its server runs one request at a time; the others wait
+# What vLLM's log says about the compile cache at start, in the order they are checked.
+COMPILE_CACHE_LOG = (
+    ("Directly load AOT compilation", "loaded from the compile cache"),
+    ("due to a load failure", "recompiled: the compile cache failed to load"),
+    ("saved AOT compiled function", "compiled (no cache yet)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """One configuration: an engine, the settings it changes, and why it is in the comparison."""
+
+    name: str
+    engine: str
+    overrides: tuple[tuple[str, str], ...] = ()
+    why: str = ""
+    attach_url: str | None = None  # measure a server that is already running instead of starting one
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"arm {self.name!r}: engine {self.engine!r} is unknown; use one of {', '.join(ENGINES)}")
+
+
+BUILTIN_ARMS = {
+    "kit": Arm("kit", "vllm", (), "the kit's defaults, resolved for this machine (.env)"),
+    "vllm-defaults": Arm("vllm-defaults", "vllm",
+                         (("DTYPE", "float32"), ("VLLM_CPU_OMP_THREADS_BIND", "auto"), ("OMP_THREADS", "auto")),
+                         "vLLM out of the box: float32, its own thread binding (one core computes, one reserved)"),
+    "llamacpp": Arm("llamacpp", "llamacpp", (("LLAMACPP_INTERRUPT_REQUESTS", "false"),),
+                    "the Ollama-class engine: llama.cpp's server, Q4_1 GGUF, requests wait their turn"),
+}
+
+
+def parse_overrides(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    """['DTYPE=float32', 'VLLM_EXTRA_ARGS=--block-size 16'] -> (('DTYPE', 'float32'), ...)."""
+    parsed = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--arm setting {pair!r} is invalid: write KEY=VALUE, e.g. DTYPE=float32")
+        parsed.append((key, value))
+    return tuple(parsed)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    seconds_to_healthy: float
+    compile_cache: str
+
+
+@dataclass(slots=True)
+class Served:
+    """A healthy engine for one arm: where to send requests and what the bandwidth ceiling needs."""
+
+    api_url: str
+    model: str
+    weight_bytes: int
+    max_sequences_per_step: int
+    resolved: dict[str, Any]
+    starts: list[Start] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def arm_settings(arm: Arm) -> Settings:
+    """The kit's settings with the arm's overrides, on ports nobody uses (SettingsError names a bad value)."""
+    env = {**load_env(), **dict(arm.overrides)}
+    if arm.attach_url is None:
+        env |= {"VLLM_PORT": str(free_port()), "LLAMACPP_PORT": str(free_port())}
+    return Settings.from_env(env)
+
+
+def compile_cache_state(log_text: str, settings: Settings) -> str:
+    if settings.enforce_eager:
+        return "eager: nothing compiled"
+    return next((state for marker, state in COMPILE_CACHE_LOG if marker in log_text), "unknown")
+
+
+def _vllm_facts(settings: Settings) -> tuple[int, dict[str, Any]]:
+    resolved = resolve(settings, detect())
+    weight_bytes = load_model_facts(MODEL_DIR).num_params * DTYPE_BYTES[resolved.dtype]
+    facts = {"dtype": resolved.dtype, "dtype_reason": resolved.dtype_reason, "omp_threads": resolved.omp_threads,
+             "omp_threads_bind": settings.omp_threads_bind, "max_num_seqs": settings.max_num_seqs,
+             "kv_cache_space_gib": settings.kv_cache_space_gib, "max_model_len": settings.max_model_len,
+             "enforce_eager": settings.enforce_eager, "extra_args": list(settings.extra_args)}
+    return weight_bytes, facts
+
+
+@contextmanager
+def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
+    """Bring the arm's engine up (then stop and start it `restarts` more times), yield it, stop it."""
+    settings = arm_settings(arm)
+    if arm.engine == "llamacpp":
+        weight_bytes = os.path.getsize(gguf_path())
+        resolved = {"gguf": os.path.basename(gguf_path()), "threads": resolve(settings, detect()).omp_threads}
+        if arm.attach_url:
+            yield Served(arm.attach_url, MODEL_ALIAS, weight_bytes, LLAMACPP_SEQUENCES_PER_STEP, resolved)
+            return
+        runtime = LlamaCppRuntime(settings)
+        try:
+            served = Served(f"{runtime.base_url}/v1", MODEL_ALIAS, weight_bytes, LLAMACPP_SEQUENCES_PER_STEP,
+                            resolved, [Start(runtime.start(), "no compile step")])
+            yield served
+        finally:
+            runtime.stop(quiet=True)
+        return
+    weight_bytes, resolved = _vllm_facts(settings)
+    if arm.attach_url:
+        yield Served(arm.attach_url, settings.model_name, weight_bytes, settings.max_num_seqs, resolved)
+        return
+    runtime = NativeRuntime(settings)
+    served = Served(f"{settings.base_url}/v1", settings.model_name, weight_bytes, settings.max_num_seqs, resolved)
+    try:
+        for attempt in range(restarts + 1):
+            if attempt:
+                runtime.stop(quiet=True)
+            started = runtime.start()
+            log_text = runtime.log_path.read_text(errors="replace")
+            served.starts.append(Start(started.seconds_to_healthy, compile_cache_state(log_text, settings)))
+        yield served
+    finally:
+        runtime.stop(quiet=True)

@@ -1,0 +1,176 @@
+"""Kit defaults vs vLLM out of the box vs the Ollama-class engine, side by side, in one run on one machine.
+
+    .venv/bin/python -m benchmarks.kit_vs_defaults
+
+For each arm (see benchmarks/arms.py) it starts the engine, restarts it once (the warm restart a lab user
+gets after every `.env` edit), then plays the same closed-loop workload at each concurrency: the same
+prompts, the same seeded output lengths (ignore_eos, so every engine writes them out). It prints output
+tok/s, TTFT p50/p99, the ratios of the first arm to the others, and where each stands against this machine's
+memory-bandwidth ceiling for decode, and writes results.json and results.png. Request timing is
+labs/loadtest's (labs/common/stream.py); nothing here times a request itself.
+
+Explore a knob by adding an arm: `--arm eager ENFORCE_EAGER=true --arm bs16 "VLLM_EXTRA_ARGS=--block-size 16"`.
+Measure servers that are already running instead: `--attach vllm=http://127.0.0.1:8009/v1`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.arms import BUILTIN_ARMS, Arm, Served, parse_overrides, serving
+from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
+from benchmarks.throughput_report import comparisons, print_report, write_plot
+from labs.loadtest.aggregate import summarize
+from labs.loadtest.runner import Target, run_load
+from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
+from serve.machine import detect
+from serve.progress import StepFailed, console, fail
+from serve.settings import ROOT, SettingsError
+
+DEFAULT_ARMS = "kit,vllm-defaults,llamacpp"
+DEFAULT_CONCURRENCY = "1,4,8,16"
+DEFAULT_LENGTHS = "uniform:48-80"  # mean 64 output tokens, as in the issue's measurements
+DEFAULT_REQUESTS_PER_USER = 2
+DEFAULT_MIN_REQUESTS = 12
+DEFAULT_RESTARTS = 1
+DEFAULT_OUT = ROOT / ".kit" / "bench" / "kit_vs_defaults"
+WARMUP_REQUESTS = 2
+WARMUP_TOKENS = "fixed:8"
+
+
+def positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers > 0 separated by commas, e.g. 1,4,8,16")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kit_vs_defaults", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arms", default=DEFAULT_ARMS, help=f"built-in arms to run, in order "
+                        f"({', '.join(BUILTIN_ARMS)}); the first is the baseline of the ratios")
+    parser.add_argument("--arm", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
+                        help="one more vLLM arm: the kit's settings with these overrides (repeatable)")
+    parser.add_argument("--attach", action="append", default=[], metavar="ENGINE=URL",
+                        help="measure a running vllm or llamacpp server at this /v1 URL (replaces --arms)")
+    parser.add_argument("--concurrency", type=positive_ints, default=positive_ints(DEFAULT_CONCURRENCY))
+    parser.add_argument("--lengths", default=DEFAULT_LENGTHS, help="output lengths: fixed:64, uniform:48-80, "
+                        "mix:24@0.8,150@0.2")
+    parser.add_argument("--requests-per-user", type=int, default=DEFAULT_REQUESTS_PER_USER)
+    parser.add_argument("--min-requests", type=int, default=DEFAULT_MIN_REQUESTS,
+                        help="at least this many requests per point")
+    parser.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS,
+                        help="warm restarts of each started vLLM arm before it is measured")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and results.png")
+    return parser
+
+
+def chosen_arms(args: argparse.Namespace) -> list[Arm]:
+    if args.attach:
+        arms = []
+        for item in args.attach:
+            engine, sep, url = item.partition("=")
+            if not sep or not url.startswith("http"):
+                raise ValueError(f"--attach {item!r} is invalid: write ENGINE=URL, e.g. vllm=http://127.0.0.1:8009/v1")
+            arms.append(Arm(engine, engine, (), "attached: already running", url.rstrip("/")))
+        return arms
+    names = [name for name in args.arms.split(",") if name]
+    unknown = [name for name in names if name not in BUILTIN_ARMS]
+    if unknown:
+        raise ValueError(f"--arms {args.arms!r} names unknown arms {unknown}: use {', '.join(BUILTIN_ARMS)}")
+    extra = [Arm(name, "vllm", parse_overrides(pairs), "explored: " + " ".join(pairs)) for name, *pairs in args.arm]
+    return [BUILTIN_ARMS[name] for name in names] + extra
+
+
+def workload(args: argparse.Namespace, concurrency: int) -> WorkloadSpec:
+    requests = max(args.min_requests, args.requests_per_user * concurrency)
+    return WorkloadSpec(num_requests=requests, rate_rps=None, concurrency=concurrency,
+                        lengths=parse_lengths(args.lengths), prompts=DEFAULT_PROMPTS, seed=args.seed,
+                        ignore_eos=True)
+
+
+def measure_arm(arm: Arm, served: Served, args: argparse.Namespace, bandwidth: Bandwidth) -> list[dict[str, Any]]:
+    target = Target(arm.name, served.api_url, served.model)
+    warmup = WorkloadSpec(num_requests=WARMUP_REQUESTS, rate_rps=None, concurrency=WARMUP_REQUESTS,
+                          lengths=parse_lengths(WARMUP_TOKENS), seed=args.seed)
+    asyncio.run(run_load(target, warmup, scrape_interval_s=None))
+    points = []
+    for concurrency in args.concurrency:
+        spec = workload(args, concurrency)
+        summary = summarize(asyncio.run(run_load(target, spec, scrape_interval_s=None)).records)
+        batch = min(concurrency, served.max_sequences_per_step)
+        limit = ceiling(served.weight_bytes, batch, bandwidth, summary.output_tokens_per_s)
+        console.print(f"  {arm.name:<14} {concurrency:>3} users  {summary.num_ok}/{summary.num_requests} ok  "
+                      f"{summary.output_tokens_per_s:7.1f} output tok/s  TTFT p50 {summary.ttft_ms.median:7.0f} ms  "
+                      f"{limit.fraction_of_ceiling:5.0%} of the bandwidth ceiling")
+        points.append({"concurrency": concurrency, "summary": summary.to_dict(), "ceiling": limit.to_dict()})
+    return points
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    arms = chosen_arms(args)
+    for number in (args.requests_per_user, args.min_requests):
+        if number <= 0:
+            raise ValueError(f"--requests-per-user/--min-requests {number} is invalid: give at least 1")
+    if args.restarts < 0:
+        raise ValueError(f"--restarts {args.restarts} is invalid: give 0 or more")
+    threads = detect().usable_cores
+    with console.status(f"Measuring memory bandwidth (numpy copy, {threads} threads)"):
+        bandwidth = measure_bandwidth(threads)
+    console.print(f"Memory bandwidth: {bandwidth.copy_bytes_per_s / 1e9:.1f} GB/s "
+                  f"(numpy copy on {threads} threads, read+write)")
+    started = time.time()
+    results = []
+    for arm in arms:
+        console.print(f"[bold]{arm.name}[/bold]: {arm.why}")
+        with serving(arm, args.restarts) as served:
+            for number, start in enumerate(served.starts):
+                kind = "first start" if number == 0 else "warm restart"
+                console.print(f"  {kind}: healthy after {start.seconds_to_healthy:.1f} s ({start.compile_cache})")
+            points = measure_arm(arm, served, args, bandwidth)
+        results.append({"name": arm.name, "engine": arm.engine, "why": arm.why, "overrides": dict(arm.overrides),
+                        "resolved": served.resolved, "weight_bytes": served.weight_bytes,
+                        "starts": [{"seconds_to_healthy": start.seconds_to_healthy,
+                                    "compile_cache": start.compile_cache} for start in served.starts],
+                        "points": points})
+    machine = detect()
+    return {"started_unix_s": started, "duration_s": time.time() - started,
+            "machine": {"usable_cores": machine.usable_cores, "bf16_flag": machine.bf16_flag,
+                        "memory_available_bytes": machine.memory_available_bytes, "bandwidth": bandwidth.to_dict()},
+            "workload": {"closed_loop": True, "concurrency": args.concurrency, "lengths": args.lengths,
+                         "ignore_eos": True, "prompts": len(DEFAULT_PROMPTS), "seed": args.seed,
+                         "requests_per_point": {c: workload(args, c).num_requests for c in args.concurrency}},
+            "arms": results, "comparisons": comparisons(results)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        report = run(args)
+    except (ValueError, SettingsError) as exc:
+        fail(str(exc), code=2)
+    except StepFailed as exc:
+        fail(str(exc), code=1)
+    except KeyboardInterrupt:
+        fail("interrupted; every engine this run started was stopped", code=130)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_plot(report, args.out / "results.png")
+    print_report(report)
+    console.print(f"Wrote {args.out / 'results.json'} and {args.out / 'results.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Reporting for benchmarks/kit_vs_defaults.py: ratios between arms, the console tables, the plot.
+
+Pure functions of the report dict that the benchmark also writes as JSON, so a saved results.json can be
+re-plotted or re-read without running anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on a server
+
+import matplotlib.pyplot as plt  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from serve.progress import console  # noqa: E402
+
+GB = 1e9
+PLOT_SIZE_IN = (11.0, 4.2)
+PLOT_DPI = 120
+
+
+def tokens_per_s(arm: dict[str, Any]) -> dict[int, float]:
+    return {point["concurrency"]: point["summary"]["output_tokens_per_s"] for point in arm["points"]}
+
+
+def comparisons(arms: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first arm over each other arm, per concurrency; where each other arm still wins."""
+    if not arms:
+        return {}
+    baseline = arms[0]
+    base = tokens_per_s(baseline)
+    ratios: dict[str, dict[int, float | None]] = {}
+    other_wins: dict[str, list[int]] = {}
+    overtakes: dict[str, int | None] = {}
+    for other in arms[1:]:
+        theirs = tokens_per_s(other)
+        shared = sorted(set(base) & set(theirs))
+        ratios[other["name"]] = {c: (base[c] / theirs[c] if theirs[c] > 0 else None) for c in shared}
+        other_wins[other["name"]] = [c for c in shared if theirs[c] > base[c]]
+        overtakes[other["name"]] = next((c for c in shared if base[c] > theirs[c]), None)
+    return {"baseline": baseline["name"], "output_tokens_per_s_ratio": ratios,
+            "concurrency_where_other_wins": other_wins, "first_concurrency_baseline_wins": overtakes}
+
+
+def print_report(report: dict[str, Any]) -> None:
+    bandwidth = report["machine"]["bandwidth"]["copy_bytes_per_s"]
+    table = Table(title=f"Output tok/s, TTFT and the decode ceiling (bandwidth {bandwidth / GB:.1f} GB/s)")
+    for column in ("arm", "users", "ok", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "ceiling tok/s",
+                   "of ceiling"):
+        table.add_column(column, justify="left" if column == "arm" else "right")
+    for arm in report["arms"]:
+        for point in arm["points"]:
+            summary, limit = point["summary"], point["ceiling"]
+            table.add_row(arm["name"], str(point["concurrency"]), f"{summary['num_ok']}/{summary['num_requests']}",
+                          f"{summary['output_tokens_per_s']:.1f}", f"{summary['ttft_ms']['median']:.0f}",
+                          f"{summary['ttft_ms']['p99']:.0f}", f"{limit['ceiling_output_tokens_per_s']:.0f}",
+                          f"{limit['fraction_of_ceiling']:.0%}")
+    console.print(table)
+    starts = Table(title="Start to healthy")
+    for column in ("arm", "start", "seconds", "compile cache"):
+        starts.add_column(column)
+    for arm in report["arms"]:
+        for number, start in enumerate(arm["starts"]):
+            starts.add_row(arm["name"], "first" if number == 0 else f"warm restart {number}",
+                           f"{start['seconds_to_healthy']:.1f}", start["compile_cache"])
+    if starts.row_count:
+        console.print(starts)
+    compared = report["comparisons"]
+    for other, ratios in compared.get("output_tokens_per_s_ratio", {}).items():
+        cells = ", ".join(f"{c} users {ratio:.2f}x" if ratio is not None else f"{c} users -"
+                          for c, ratio in ratios.items())
+        console.print(f"{compared['baseline']} / {other} output tok/s: {cells}")
+        wins = compared["concurrency_where_other_wins"][other]
+        if wins:
+            overtake = compared["first_concurrency_baseline_wins"][other]
+            where = f"; {compared['baseline']} overtakes it at {overtake} users" if overtake else ""
+            console.print(f"  {other} still wins at {', '.join(map(str, wins))} users{where}")
+
+
+def write_plot(report: dict[str, Any], path: Path) -> None:
+    """Output tok/s (with each arm's bandwidth ceiling, dashed) and TTFT p50 against concurrency."""
+    figure, (throughput, ttft) = plt.subplots(1, 2, figsize=PLOT_SIZE_IN)
+    for arm in report["arms"]:
+        users = [point["concurrency"] for point in arm["points"]]
+        line, = throughput.plot(users, [point["summary"]["output_tokens_per_s"] for point in arm["points"]],
+                                marker="o", label=arm["name"])
+        throughput.plot(users, [point["ceiling"]["ceiling_output_tokens_per_s"] for point in arm["points"]],
+                        linestyle="--", color=line.get_color(), alpha=0.4)
+        ttft.plot(users, [point["summary"]["ttft_ms"]["median"] for point in arm["points"]], marker="o",
+                  color=line.get_color(), label=arm["name"])
+    throughput.set(xlabel="concurrent users", ylabel="output tok/s", yscale="log",
+                   title="Throughput (dashed: memory-bandwidth ceiling)")
+    ttft.set(xlabel="concurrent users", ylabel="TTFT p50 (ms)", yscale="log", title="Time to first token")
+    for axes in (throughput, ttft):
+        axes.grid(True, alpha=0.3)
+        axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=PLOT_DPI)
+    plt.close(figure)
