@@ -23,7 +23,7 @@ from serve.machine import Machine, detect
 from serve.native import LOG_DIR, Started
 from serve.progress import StepFailed, console, run_logged
 from serve.settings import KNOBS, ROOT, Settings, SettingsError, env_file
-from serve.vllm_command import SWAP_SPACE_REMOVED_IN, Resolved, parse_version, resolve, vllm_args
+from serve.vllm_command import SWAP_SPACE_REMOVED_IN, Resolved, parse_version, resolve, vllm_args, vllm_env
 
 COMPOSE_FILE = ROOT / "compose.yaml"
 CONTAINER_HOST = "0.0.0.0"  # inside the container; the published port stays on VLLM_HOST
@@ -106,9 +106,11 @@ def _export(value: object) -> str:
 def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[str, str]:
     """Every knob as compose reads it, plus the RESOLVED_* values compose.yaml names."""
     env = {knob.env: _export(getattr(settings, knob.field)) for knob in KNOBS}
+    engine = vllm_env(settings, resolved)
     version = image_vllm_version(settings.cpu_image_tag)
-    env.update(RESOLVED_DTYPE=resolved.dtype, RESOLVED_OMP_THREADS=str(resolved.omp_threads),
-               RESOLVED_THREADS_BIND=container_threads_bind(settings.omp_threads_bind, version),
+    env.update(RESOLVED_DTYPE=resolved.dtype, RESOLVED_OMP_THREADS=engine["OMP_NUM_THREADS"],
+               RESOLVED_THREADS_BIND=container_threads_bind(engine["VLLM_CPU_OMP_THREADS_BIND"], version),
+               RESOLVED_V1_MULTIPROCESSING=engine.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1"),
                RESOLVED_OPTIONAL_ARGS=shlex.join(optional_args(settings, track)))
     return env
 

@@ -33,6 +33,11 @@ def retarget(command: str, ports: dict[int, int]) -> str:
     return command
 
 
+def is_docker_command(command: str) -> bool:
+    """The Docker tracks' commands: tests/test_docker_runtime.py runs them against a stand-in docker."""
+    return "RUNTIME=docker" in command or command.startswith("docker ")
+
+
 def run_doc(command: str, env: dict[str, str], timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout_s)

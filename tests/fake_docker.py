@@ -9,6 +9,7 @@ plays the engine's part just enough for the kit's control flow:
                                    STATE/crash, only a traceback, then "exits")
     compose ... ps -q, inspect     report that container
     compose ... logs --follow      follows its log
+    compose ... exec SERVICE ...   reports the command it would run
     compose ... down [--volumes]   stops it
 
 STATE is the folder in FAKE_DOCKER_STATE. `install(bin_dir)` writes the executable.
@@ -74,6 +75,8 @@ def _up(service: str) -> None:
     log = _state() / "container.log"
     log.write_text("")
     (_state() / "container").write_text(service)
+    if not service.startswith("vllm-"):
+        return  # other services (ollama) only need to exist for ps/exec/down
     if (_state() / "crash").exists():
         log.write_text("Traceback (most recent call last):\nZeroDivisionError: integer division or modulo by zero\n")
         return
@@ -92,7 +95,7 @@ def _down() -> None:
 
 
 def compose(args: list[str]) -> None:
-    verbs = [arg for arg in args if arg in ("version", "build", "pull", "up", "ps", "logs", "down")]
+    verbs = [arg for arg in args if arg in ("version", "build", "pull", "up", "ps", "logs", "down", "exec")]
     verb = verbs[0] if verbs else ""
     service = args[-1]
     if verb == "version":
@@ -110,6 +113,8 @@ def compose(args: list[str]) -> None:
         os.execvp("tail", ["tail", "-n", "+1", "-f", str(_state() / "container.log")])
     elif verb == "down":
         _down()
+    elif verb == "exec":
+        print(f"ran {' '.join(args[args.index('exec') + 2:])} in {args[args.index('exec') + 1]}: success (stand-in)")
     else:
         sys.exit(f"stand-in docker: unexpected compose call {args}")
 

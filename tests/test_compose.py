@@ -186,3 +186,36 @@ def test_every_shell_script_passes_shellcheck() -> None:
         pytest.skip("shellcheck is not installed (tests/system-packages.sh installs it)")
     result = subprocess.run(["shellcheck", "--severity=style", *scripts], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
+
+
+def flags_table() -> list[list[str]]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Flags\n"):]
+    section = section[:section.index("\n#")]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| flag | env var | default | why |"
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows[1:]]
+
+
+def unquote(cell: str) -> str:
+    return "" if cell == "(empty)" else cell.strip("`")
+
+
+def test_readme_flags_table_matches_the_knobs_env_example_and_compose() -> None:
+    knobs = {knob.env: knob for knob in KNOBS}
+    env_example = (ROOT / ".env.example").read_text().splitlines()
+    every_flag = Settings.from_env({"ENFORCE_EAGER": "true", "QUANTIZATION": "awq"})  # optional flags too
+    exported = compose_env(every_flag, resolve_for_container(every_flag, detect(), GPU), GPU)
+    rendered = interpolate(yaml.safe_load(COMPOSE.read_text()), exported)["services"]
+    commands = {name: service.get("command", "") for name, service in rendered.items()}
+    rows = flags_table()
+    for flag, variable, default, why in rows:
+        name = unquote(variable)
+        assert name in knobs, f"{name} in the README's flags table is not a knob"
+        assert unquote(default) == knobs[name].default, f"{name}: the table says {default}"
+        assert f"{name}={knobs[name].default}" in env_example
+        assert why == knobs[name].why, f"{name}: the table's why differs from serve/settings.py"
+        for option in re.findall(r"`(--[\w-]+)`", flag):
+            assert any(option in command.split() for command in commands.values()), f"{option} is in no service"
+    in_compose = {name for name, _ in REFERENCE.findall(json.dumps(yaml.safe_load(COMPOSE.read_text())))}
+    assert in_compose & set(knobs) <= {unquote(row[1]) for row in rows}, "a compose knob is missing from the table"

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from serve import process
 from serve.docker import COMPOSE_FILE
 from serve.machine import detect
 from tests.conftest import ROOT, free_port, kit_env
+from tests.docs import doc_commands, is_docker_command, retarget, run_doc
 from tests.fake_docker import install
 
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -144,3 +147,29 @@ def test_a_cpu_image_without_swap_space_is_refused_before_anything_runs(docker: 
     errors = [line for line in up.stdout.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "CPU_IMAGE_TAG='0.18.0-oe2403lts' is invalid" in errors[0]
     assert docker.compose_calls("build") == []
+
+
+def test_readme_docker_commands_run_as_documented(docker: FakeDocker) -> None:
+    commands = [command for command in doc_commands("README.md") if is_docker_command(command)]
+    assert len(commands) >= 8, commands
+    for command in commands:
+        result = run_doc(retarget(command, {8009: int(docker.env["VLLM_PORT"])}), docker.env, timeout_s=180)
+        assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+        if command.endswith("up.sh"):
+            assert "vLLM is up" in result.stdout and "KV cache" in result.stdout, command
+        elif command.endswith("down.sh --volumes"):
+            assert "model cache volume is removed" in result.stdout, command
+        elif command.endswith("down.sh"):
+            assert "stopped" in result.stdout and "volume is kept" in result.stdout, command
+        else:
+            argv = shlex.split(command)[1:]
+            assert docker.calls()[-1]["argv"] == argv, command
+            profiles = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--profile"]
+            services = compose_services(*profiles)
+            assert not {"up", "exec"} & set(argv) or set(argv) & services, f"{command} names no service of {services}"
+
+
+def compose_services(*profiles: str) -> set[str]:
+    document = yaml.safe_load(COMPOSE_FILE.read_text())
+    return {name for name, service in document["services"].items()
+            if not service.get("profiles") or set(service["profiles"]) & set(profiles)}

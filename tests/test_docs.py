@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import MODEL, ROOT, Server, free_port
-from tests.docs import doc_commands, retarget, run_doc
+from tests.docs import doc_commands, is_docker_command, retarget, run_doc
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 README = doc_commands("README.md")
@@ -19,7 +19,8 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_second() -> None:
 
 
 def test_readme_talk_commands(vllm_server: Server) -> None:
-    talk = [command for command in README[2:] if "VLLM_PORT=8010" not in command]
+    talk = [command for command in README[2:] if "VLLM_PORT=8010" not in command
+            and not is_docker_command(command)]
     assert talk, "the README shows no commands to talk to the engine"
     for command in talk:
         result = run_doc(retarget(command, {8009: vllm_server.port}), vllm_server.client_env(), timeout_s=120)
