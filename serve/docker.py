@@ -149,13 +149,14 @@ class DockerRuntime:
         return lines[0] if lines else None
 
     def running_pid(self) -> int | None:
-        """The host pid of the service's container while it runs, else None."""
+        """The host pid of the service's container while it runs, else None (also while a crash loop
+        has it "restarting": the health wait then reports the crash instead of waiting it out)."""
         container = self.container_id()
         if container is None:
             return None
-        running, _, pid = self._query([self.docker, "inspect", "--format", "{{.State.Running}} {{.State.Pid}}",
-                                       container]).partition(" ")
-        return int(pid) if running == "true" and pid.isdigit() and int(pid) > 0 else None
+        status, _, pid = self._query([self.docker, "inspect", "--format", "{{.State.Status}} {{.State.Pid}}",
+                                      container]).partition(" ")
+        return int(pid) if status == "running" and pid.isdigit() and int(pid) > 0 else None
 
     def healthy(self) -> bool:
         return is_healthy(self.base_url)

@@ -127,7 +127,7 @@ def main(argv: list[str]) -> None:
         compose(argv[1:])
     elif argv[:1] == ["inspect"]:
         pid = _engine_pid()
-        print(f"true {pid}" if pid is not None else "false 0")
+        print(f"running {pid}" if pid is not None else "exited 0")
     else:
         sys.exit(f"stand-in docker: unexpected call {argv}")
 

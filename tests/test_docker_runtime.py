@@ -26,6 +26,7 @@ from tests.conftest import ROOT, free_port, kit_env
 from tests.docs import doc_commands, is_docker_command, retarget, run_doc
 from tests.fake_docker import install
 
+pytestmark = pytest.mark.slow  # each case runs up.sh/down.sh a few times (seconds each)
 PYTHON = ROOT / ".venv" / "bin" / "python"
 BUILD_ERROR = "failed to solve: openeuler/vllm-cpu:0.9.1-oe2403lts: not found (stand-in)"
 
