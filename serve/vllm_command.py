@@ -73,6 +73,8 @@ def vllm_env(settings: Settings, resolved: Resolved) -> dict[str, str]:
         "OMP_NUM_THREADS": str(resolved.omp_threads),
         "OPENBLAS_NUM_THREADS": str(settings.openblas_threads),
         "MKL_NUM_THREADS": str(settings.mkl_threads),
+        # CPU: 0 keeps vLLM's UniProc executor (no worker process to spawn and import torch into)
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if settings.v1_multiprocessing else "0",
     }
     if settings.api_key:
         env["VLLM_API_KEY"] = settings.api_key
