@@ -1,0 +1,120 @@
+"""The seed study: the same Poisson workload through static and continuous batching at several max batches.
+
+    .kit/vllm/bin/python -m labs.engine.experiment                      # 48 requests at 25/s, batches 2..32
+    .kit/vllm/bin/python -m labs.engine.experiment --rate 100           # overload
+    .kit/vllm/bin/python -m labs.engine.experiment --lengths uniform    # static nearly catches up
+    .kit/vllm/bin/python -m labs.engine.experiment --num-blocks 40      # a pool too small: preemptions
+    .kit/vllm/bin/python -m labs.engine.experiment --block-size 1       # no fragmentation, huge block tables
+    .kit/vllm/bin/python -m labs.engine.experiment --shared-prefix --prefix-caching
+
+Prints the latency table, the continuous/static ratios and the KV table; writes them as JSON for
+`labs.engine.plot` (light venv) to draw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from transformers import AutoTokenizer
+
+from labs.engine import workload
+from labs.engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_MODEL_LEN, DEFAULT_NUM_BLOCKS, DTYPES, EngineConfig
+from labs.engine.engine import Engine
+from labs.engine.model import SmolLM2
+from labs.engine.model_runner import DTYPES as TORCH_DTYPES
+from labs.engine.replay import SkipIdleClock, replay
+from labs.engine.report import RunResult, print_report, summarize
+from labs.engine.sequence import SamplingParams
+from serve.native import MODEL_DIR
+from serve.settings import ROOT
+
+DEFAULT_OUT = ROOT / "results" / "engine" / "study.json"
+WARMUP_TOKENS = 4  # one short generation before timing: first calls pay one-off allocation costs
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m labs.engine.experiment",
+                                     description="Static vs continuous batching on the teaching engine.")
+    parser.add_argument("--requests", type=int, default=48)
+    parser.add_argument("--rate", type=float, default=25.0, help="arrivals per second (Poisson)")
+    parser.add_argument("--lengths", choices=workload.LENGTH_MIXES, default="mixed",
+                        help="mixed: 80%% ~24 / 20%% ~150 output tokens; uniform: all ~24")
+    parser.add_argument("--batches", default="2,4,8,16,32", help="max batch sizes, comma-separated")
+    parser.add_argument("--policies", default="static,continuous", help="comma-separated: static, continuous")
+    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
+    parser.add_argument("--num-blocks", type=int, default=None,
+                        help=f"KV pool size in blocks (default: {DEFAULT_NUM_BLOCKS} blocks of 16 tokens' worth)")
+    parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
+    parser.add_argument("--shared-prefix", action="store_true", help="every prompt starts with one long system prompt")
+    parser.add_argument("--prefix-caching", action="store_true", help="reuse cached KV blocks of shared prefixes")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
+    return parser.parse_args(argv)
+
+
+def configs(args: argparse.Namespace) -> list[EngineConfig]:
+    num_blocks = args.num_blocks or DEFAULT_NUM_BLOCKS * DEFAULT_BLOCK_SIZE // args.block_size
+    policies = [policy.strip() for policy in args.policies.split(",")]
+    try:
+        batches = [int(value) for value in args.batches.split(",")]
+    except ValueError:
+        raise ValueError(f"--batches={args.batches!r} is invalid: use whole numbers separated by commas") from None
+    return [EngineConfig(policy=policy, max_batch_size=batch, block_size=args.block_size, num_blocks=num_blocks,
+                         max_model_len=args.max_model_len, enable_prefix_caching=args.prefix_caching,
+                         dtype=args.dtype)
+            for batch in batches for policy in policies]
+
+
+def run(args: argparse.Namespace, console: Console) -> list[RunResult]:
+    spec = workload.WorkloadSpec(num_requests=args.requests, rate_per_s=args.rate, lengths=args.lengths,
+                                 shared_prefix=args.shared_prefix, seed=args.seed)
+    plan = configs(args)
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
+    requests = workload.build(spec, tokenizer)
+    model = SmolLM2(MODEL_DIR, TORCH_DTYPES[args.dtype])
+    Engine(plan[0], model).generate([requests[0].prompt_token_ids],
+                                    SamplingParams(max_tokens=WARMUP_TOKENS, ignore_eos=True))
+    results = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        for config in plan:
+            task = progress.add_task(f"{config.policy:>10} max batch {config.max_batch_size:>2}", total=len(requests))
+            clock = SkipIdleClock()
+            engine = Engine(config, model, clock)
+            started_s = time.perf_counter()
+            seqs = replay(engine, clock, requests, on_finished=lambda seq: progress.advance(task))
+            results.append(summarize(engine, seqs, time.perf_counter() - started_s))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    console = Console()
+    try:
+        args = parse_args(argv)
+        console.print(f"[bold]{args.requests} requests at {args.rate:g}/s[/], lengths {args.lengths}, "
+                      f"{args.dtype}, {torch.get_num_threads()} threads, blocks of {args.block_size}"
+                      + (", shared prefix" if args.shared_prefix else "")
+                      + (", prefix caching" if args.prefix_caching else ""))
+        results = run(args, console)
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    print_report(console, results, args.block_size, args.max_model_len)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"args": {key: str(value) if isinstance(value, Path) else value
+                                             for key, value in vars(args).items()},
+                                    "results": [result.to_dict() for result in results]}, indent=2))
+    console.print(f"wrote {args.out} — plot it with: .venv/bin/python -m labs.engine.plot {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""From finished sequences to the study's numbers (one pure function), and the console tables.
+
+Definitions, stated once: TTFT = first token time - arrival; e2e = finish time - arrival; output
+throughput = all completion tokens / (last finish - first arrival). Times come from the replay clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from statistics import quantiles
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from labs.engine.engine import Engine
+from labs.engine.sequence import Sequence
+
+MS_PER_S = 1000.0
+
+
+@dataclass(slots=True)
+class RunResult:
+    policy: str
+    max_batch_size: int
+    num_requests: int
+    output_tokens_per_s: float
+    ttft_p50_ms: float
+    ttft_p95_ms: float
+    ttft_p99_ms: float
+    e2e_p99_s: float
+    num_preemptions: int
+    prefix_hit_rate: float
+    kv_live_tokens: int
+    kv_paged_slots: int
+    kv_max_len_slots: int
+    kv_max_len_over_paged: float
+    num_steps: int
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(values: list[float], pct: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+def summarize(engine: Engine, seqs: list[Sequence], wall_s: float) -> RunResult:
+    ttfts_ms = [(seq.first_token_s - seq.arrival_s) * MS_PER_S for seq in seqs]
+    e2es_s = [seq.finished_s - seq.arrival_s for seq in seqs]
+    span_s = max(seq.finished_s for seq in seqs) - min(seq.arrival_s for seq in seqs)
+    peak = engine.kv_peak
+    return RunResult(
+        policy=engine.config.policy, max_batch_size=engine.config.max_batch_size, num_requests=len(seqs),
+        output_tokens_per_s=sum(seq.num_completion_tokens for seq in seqs) / span_s,
+        ttft_p50_ms=percentile(ttfts_ms, 50), ttft_p95_ms=percentile(ttfts_ms, 95),
+        ttft_p99_ms=percentile(ttfts_ms, 99), e2e_p99_s=percentile(e2es_s, 99),
+        num_preemptions=engine.num_preemptions, prefix_hit_rate=engine.prefix_hit_rate,
+        kv_live_tokens=peak.live_tokens, kv_paged_slots=peak.paged_slots, kv_max_len_slots=peak.max_len_slots,
+        kv_max_len_over_paged=peak.max_len_over_paged, num_steps=engine.num_steps, wall_s=wall_s)
+
+
+def latency_table(results: list[RunResult]) -> Table:
+    table = Table(title="Static vs continuous batching")
+    for header in ("max batch", "policy", "output tok/s", "TTFT p50 ms", "TTFT p95 ms", "TTFT p99 ms",
+                   "e2e p99 s", "preemptions", "prefix hits"):
+        table.add_column(header, justify="right")
+    for r in results:
+        table.add_row(str(r.max_batch_size), r.policy, f"{r.output_tokens_per_s:.1f}", f"{r.ttft_p50_ms:.0f}",
+                      f"{r.ttft_p95_ms:.0f}", f"{r.ttft_p99_ms:.0f}", f"{r.e2e_p99_s:.2f}", str(r.num_preemptions),
+                      f"{r.prefix_hit_rate:.0%}")
+    return table
+
+
+def speedup_table(results: list[RunResult]) -> Table:
+    """Continuous over static at each max batch: how many times lower TTFT p50, how much more throughput."""
+    table = Table(title="Continuous / static, same max batch")
+    for header in ("max batch", "TTFT p50 static/continuous", "throughput continuous/static"):
+        table.add_column(header, justify="right")
+    by_key = {(r.policy, r.max_batch_size): r for r in results}
+    for batch in sorted({r.max_batch_size for r in results}):
+        static, continuous = by_key.get(("static", batch)), by_key.get(("continuous", batch))
+        if static and continuous:
+            table.add_row(str(batch), f"{static.ttft_p50_ms / continuous.ttft_p50_ms:.1f}x",
+                          f"{continuous.output_tokens_per_s / static.output_tokens_per_s:.2f}x")
+    return table
+
+
+def kv_table(results: list[RunResult], block_size: int, max_model_len: int) -> Table:
+    table = Table(title=f"KV slots at the peak (blocks of {block_size}; max_len reservation = {max_model_len})")
+    for header in ("max batch", "policy", "live tokens", "paged slots", "max_len slots", "max_len / paged"):
+        table.add_column(header, justify="right")
+    for r in results:
+        table.add_row(str(r.max_batch_size), r.policy, f"{r.kv_live_tokens:,}", f"{r.kv_paged_slots:,}",
+                      f"{r.kv_max_len_slots:,}", f"{r.kv_max_len_over_paged:.1f}x")
+    return table
+
+
+def print_report(console: Console, results: list[RunResult], block_size: int, max_model_len: int) -> None:
+    console.print(latency_table(results))
+    console.print(speedup_table(results))
+    console.print(kv_table(results, block_size, max_model_len))
