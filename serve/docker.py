@@ -110,7 +110,7 @@ def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[st
     version = image_vllm_version(settings.cpu_image_tag)
     env.update(RESOLVED_DTYPE=resolved.dtype, RESOLVED_OMP_THREADS=engine["OMP_NUM_THREADS"],
                RESOLVED_THREADS_BIND=container_threads_bind(engine["VLLM_CPU_OMP_THREADS_BIND"], version),
-               RESOLVED_V1_MULTIPROCESSING=engine.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1"),
+               RESOLVED_V1_MULTIPROCESSING=engine["VLLM_ENABLE_V1_MULTIPROCESSING"],
                RESOLVED_OPTIONAL_ARGS=shlex.join(optional_args(settings, track)))
     return env
 
