@@ -112,10 +112,12 @@ def _check_memory(verdict: Verdict, settings: Settings, facts: ModelFacts, dtype
             verdict.refuse("MEMORY_LIMIT", f"MEMORY_LIMIT={settings.memory_limit!r} is invalid: {exc}")
             return
         variable, problem = "MEMORY_LIMIT", f"MEMORY_LIMIT={settings.memory_limit} is too small: it"
+        outcome = "the container would be OOM-killed and restarted in a loop"
     else:
         cap, variable = memory_available_bytes, "VLLM_CPU_KVCACHE_SPACE"
         problem = (f"VLLM_CPU_KVCACHE_SPACE={budget // GiB} is too large for this machine: the available "
                    f"RAM ({_gib(cap)})")
+        outcome = "vLLM would refuse the KV allocation or be OOM-killed at start"
     if needed <= cap:
         return
     spend = (f"weights {_gib(weights)} ({facts.name}, {dtype}) + KV {_gib(budget)} "
@@ -128,8 +130,8 @@ def _check_memory(verdict: Verdict, settings: Settings, facts: ModelFacts, dtype
         fixes.append(f"set MEMORY_LIMIT={math.ceil(needed / GiB)}g")
     else:
         fixes.append("free memory")
-    verdict.refuse(variable, f"{problem} cannot hold {spend}; the engine would be killed at start. "
-                             f"{' or '.join(fixes)[0].upper()}{' or '.join(fixes)[1:]}")
+    advice = " or ".join(fixes)
+    verdict.refuse(variable, f"{problem} cannot hold {spend}; {outcome}. {advice[0].upper()}{advice[1:]}")
 
 
 def _check_admission(verdict: Verdict, settings: Settings, facts: ModelFacts, dtype: str, pool: KvPool) -> None:

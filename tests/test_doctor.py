@@ -102,6 +102,13 @@ def test_v0_waiting_with_low_kv_says_raise_max_num_seqs() -> None:
     assert "raise MAX_NUM_SEQS from 16 to 24" in diagnosis.advice
 
 
+def test_waiting_with_free_slots_and_low_kv_is_prefill_not_max_num_seqs() -> None:
+    diagnosis = diagnose([parse(v0_text(5, 9, 0.36)), parse(v0_text(5, 9, 0.37))], LIMITS)
+    assert (diagnosis.state, diagnosis.lever) == ("prefill", None)
+    assert "5 of MAX_NUM_SEQS=16 slots in use" in diagnosis.advice and "--max-num-batched-tokens" in diagnosis.advice
+    assert diagnose([parse(v0_text(5, 9, 0.36))], Limits()).state == "slots"  # MAX_NUM_SEQS unknown
+
+
 @pytest.mark.parametrize(("text", "state"), [(v0_text(), "idle"), (v0_text(running=3, kv=0.1), "busy"),
                                              (V1_DEFERRED_TEXT, "deferred")])
 def test_idle_busy_and_deferred(text: str, state: str) -> None:
@@ -160,7 +167,7 @@ def test_command_reads_v0_text_over_http_and_names_the_lever() -> None:
         result = doctor("--url", url, "--samples", "2", "--interval-s", "0.1")
     assert result.returncode == 0, result.stderr
     assert "vLLM V0 names" in result.stdout and "97.0%" in result.stdout
-    assert "1456 blocks x 16 tokens" in result.stdout
+    assert "1456 blocks of 16" in result.stdout
     assert "raise VLLM_CPU_KVCACHE_SPACE from 1 to 2" in result.stdout
     assert "SWAP_SPACE adds no blocks on CPU" in result.stdout
 
@@ -198,7 +205,7 @@ async def saturate(server: Server) -> tuple[MetricsSnapshot, str, str, list[Requ
             deadline = time.monotonic() + SATURATION_TIMEOUT_S
             while True:
                 snapshot = await asyncio.to_thread(scrape, server.base_url)
-                if snapshot.waiting > 0 and snapshot.running > 0:
+                if snapshot.waiting > 0 and snapshot.running >= LIMITS.max_num_seqs:
                     break
                 assert time.monotonic() < deadline, f"no request waited within {SATURATION_TIMEOUT_S} s"
                 await asyncio.sleep(POLL_S)
@@ -264,7 +271,7 @@ def test_page_commands_against_the_real_server(vllm_server: Server) -> None:
     wait_idle(vllm_server)
     idle = run_doc(retarget(one_look, {8009: vllm_server.port}), env, timeout_s=60)
     assert idle.returncode == 0 and "diagnosis: idle" in idle.stdout, idle.stdout + idle.stderr
-    assert "vLLM V1 names" in idle.stdout and "blocks x 128 tokens" in idle.stdout
+    assert "vLLM V1 names" in idle.stdout and "blocks of 128 = " in idle.stdout
 
     busy = run_doc(retarget(burst, {8009: vllm_server.port}), env, timeout_s=300)
     assert busy.returncode == 0, busy.stdout + busy.stderr

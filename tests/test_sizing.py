@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from labs.common.metrics import MetricsSnapshot, scrape
+from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from labs.doctor.diagnosis import HIGH_KV_USAGE
 from labs.sizing.verify import compare, served
 from serve.machine import detect
 from serve.native import LOG_DIR, MODEL_DIR
@@ -18,7 +26,7 @@ from serve.sizing import (GiB, V0_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, SizingErr
                           kv_space_gib_for_tokens, load_model_facts, model_facts, params_from_config,
                           parse_memory_size)
 from serve.vllm_command import resolve
-from tests.conftest import ROOT, Server, free_port, kit_env, start_server, stop_server
+from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, start_server, stop_server
 from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
 
 LLAMA_8B = ROOT / "labs" / "sizing" / "examples" / "llama-3.1-8b-config.json"
@@ -166,21 +174,84 @@ def test_prediction_equals_the_session_server(vllm_server: Server) -> None:
     verify_server(vllm_server, dtype, 1)
 
 
+@pytest.fixture(scope="module")
+def small_pool_server() -> Iterator[Server]:
+    """float32 with 1 GiB: the smallest pool (23,296 tokens); 32 slots, so slots are never the limit."""
+    server = start_server(DTYPE="float32", VLLM_CPU_KVCACHE_SPACE="1", MAX_MODEL_LEN="8192", MAX_NUM_SEQS="32",
+                          ENFORCE_EAGER="true")
+    yield server
+    stop_server(server)
+
+
 @pytest.mark.server
 @pytest.mark.slow
-@pytest.mark.parametrize(("dtype", "kv_gib", "max_model_len", "blocks"),
-                         [("float32", 1, 8192, 182), ("bfloat16", 2, 2048, 728)])
-def test_prediction_equals_a_live_server(dtype: str, kv_gib: int, max_model_len: int, blocks: int) -> None:
-    server = start_server(DTYPE=dtype, VLLM_CPU_KVCACHE_SPACE=str(kv_gib), MAX_MODEL_LEN=str(max_model_len),
-                          ENFORCE_EAGER="true")
+def test_prediction_equals_a_float32_8k_server(small_pool_server: Server) -> None:
+    engine = served(small_pool_server.base_url)
+    assert engine.max_model_len == 8192 and engine.cache_config["num_gpu_blocks"] == "182"
+    verify_server(small_pool_server, "float32", 1)
+    assert "admission queues on KV space" in small_pool_server.up_output  # 32 x 8192 tokens > 23,296
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_prediction_equals_a_bfloat16_2gib_server() -> None:
+    server = start_server(DTYPE="bfloat16", VLLM_CPU_KVCACHE_SPACE="2", MAX_MODEL_LEN="2048", ENFORCE_EAGER="true")
     try:
         engine = served(server.base_url)
-        assert engine.max_model_len == max_model_len and engine.cache_config["num_gpu_blocks"] == str(blocks)
-        verify_server(server, dtype, kv_gib)
-        if max_model_len * 16 > blocks * 128:  # MAX_NUM_SEQS=16 full-length sequences overflow the pool
-            assert "admission queues on KV space" in server.up_output
+        assert engine.max_model_len == 2048 and engine.cache_config["num_gpu_blocks"] == "728"
+        verify_server(server, "bfloat16", 2)
+        assert "admission queues on KV space" not in server.up_output  # 16 x 2048 tokens fit in 93,184
     finally:
         stop_server(server)
+
+
+FILL_REQUESTS = 14
+FILL_WORDS = 1800  # ~2,000 prompt tokens each: 14 of them (28k) overflow the 23,296-token pool
+FILL_MAX_TOKENS = 256  # answers keep their blocks while the last prompts queue
+FILL_TIMEOUT_S = 240.0
+
+
+async def fill_pool(server: Server) -> tuple[list[MetricsSnapshot], str]:
+    """Send prompts whose KV exceeds the predicted pool; sample until it is full and requests wait or are
+    preempted, ask the doctor, then cancel everything."""
+    words = "alpha beta gamma delta river mountain cloud stone tree bird fish wind rain sun moon star".split()
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as http:
+        tasks = []
+        for i in range(FILL_REQUESTS):
+            rng = random.Random(i)  # distinct prompts: prefix caching must not share their blocks
+            prompt = f"{i}: " + " ".join(rng.choice(words) for _ in range(FILL_WORDS))
+            payload = chat_payload(MODEL, [{"role": "user", "content": prompt}], FILL_MAX_TOKENS, ignore_eos=True)
+            tasks.append(asyncio.create_task(stream_chat(http, server.api_url, payload,
+                                                         RequestRecord(i, FILL_MAX_TOKENS, time.perf_counter()))))
+        history: list[MetricsSnapshot] = []
+        try:
+            deadline = time.monotonic() + FILL_TIMEOUT_S
+            while time.monotonic() < deadline and not all(task.done() for task in tasks):
+                history.append(await asyncio.to_thread(scrape, server.base_url))
+                last = history[-1]
+                if (last.waiting > 0 and (last.kv_usage or 0) >= HIGH_KV_USAGE) or last.preemptions_total > 0:
+                    break
+                await asyncio.sleep(1.0)
+            doctor = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-m", "labs.doctor", "--url", server.base_url, "--samples", "2",
+                                 "--interval-s", "0.5"], capture_output=True, text=True, cwd=ROOT, env=server.env)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    return history, doctor.stdout
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_the_predicted_pool_fills_and_the_doctor_says_kv_bound(small_pool_server: Server) -> None:
+    """Real KV pressure: ~28k prompt tokens against the 23,296-token pool the sizing predicts."""
+    history, doctor = asyncio.run(fill_pool(small_pool_server))
+    last = history[-1]
+    assert (last.waiting > 0 and last.kv_usage >= HIGH_KV_USAGE) or last.preemptions_total > 0, history[-5:]
+    assert last.running < 32  # free batch slots: the pool, not MAX_NUM_SEQS, holds them back
+    assert "diagnosis: KV-bound" in doctor and "raise VLLM_CPU_KVCACHE_SPACE from 1 to 2" in doctor, doctor
+    assert "lower MAX_MODEL_LEN from 8192 to 4096" in doctor and "SWAP_SPACE adds no blocks on CPU" in doctor
 
 
 # --- The lab page's commands, run as shown ------------------------------------------------------------

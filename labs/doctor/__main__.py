@@ -34,13 +34,13 @@ def cache_line(snapshot: MetricsSnapshot) -> str:
     if not config:
         return "not exported"
     blocks, size = config.get("num_gpu_blocks", "?"), config.get("block_size", "?")
-    line = f"{blocks} blocks x {size} tokens"
+    line = f"{blocks} blocks of {size}"
     if "kv_cache_size_tokens" in config:
         line += f" = {int(config['kv_cache_size_tokens']):,} tokens"
-    if "kv_cache_max_concurrency" in config:
-        line += f", max concurrency {float(config['kv_cache_max_concurrency']):g}x"
     if "kv_cache_memory_bytes" in config and config["kv_cache_memory_bytes"].isdigit():
         line += f" ({int(config['kv_cache_memory_bytes']) / (1 << 30):g} GiB)"
+    if "kv_cache_max_concurrency" in config:
+        line += f"; {float(config['kv_cache_max_concurrency']):g}x max concurrency"
     return line
 
 
@@ -67,6 +67,16 @@ def diagnosis_text(diagnosis: Diagnosis) -> Text:
     for note in diagnosis.notes:
         text.append(f"\n  note: {note}")
     return text
+
+
+def served_max_model_len(url: str, api_key: str) -> int | None:
+    """The engine's own max_model_len from /v1/models (vLLM lists it), so advice names the running value."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        models = httpx.get(f"{url}/v1/models", headers=headers, timeout=5.0).json()
+        return int(models["data"][0]["max_model_len"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        return None
 
 
 def sample(url: str, count: int, interval_s: float) -> list[MetricsSnapshot]:
@@ -140,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         fail(str(exc), code=2)
     url = (args.url or settings.base_url).rstrip("/").removesuffix("/v1")
-    limits = Limits(settings.max_num_seqs, settings.max_model_len, settings.kv_cache_space_gib)
+    limits = Limits(settings.max_num_seqs, served_max_model_len(url, settings.api_key) or settings.max_model_len,
+                    settings.kv_cache_space_gib)
     try:
         if args.watch:
             return watch(url, limits, args.interval_s, args.duration_s)

@@ -3,10 +3,12 @@
 Policy, first match wins:
 1. KV pressure: preemptions rose, or requests wait while KV usage is at or above HIGH_KV_USAGE
    -> raise VLLM_CPU_KVCACHE_SPACE (or lower MAX_MODEL_LEN). SWAP_SPACE adds no blocks on CPU.
-2. Slot bound: requests wait (for capacity) while KV usage is low -> raise MAX_NUM_SEQS.
-3. Waiting only for transient reasons ("deferred": LoRA budget, KV transfer) -> no sizing lever.
-4. Busy: requests run, none wait -> no lever needed.
-5. Idle: nothing runs or waits.
+2. Waiting only for transient reasons ("deferred": LoRA budget, KV transfer) -> no sizing lever.
+3. Prefill bound: requests wait while KV usage is low and batch slots are free (running < MAX_NUM_SEQS):
+   long prompts are prefilled in chunks within the step's token budget -> not MAX_NUM_SEQS.
+4. Slot bound: requests wait while KV usage is low and the batch is full -> raise MAX_NUM_SEQS.
+5. Busy: requests run, none wait -> no lever needed.
+6. Idle: nothing runs or waits.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
-    state: str  # idle | busy | slots | kv | deferred
+    state: str  # idle | busy | slots | prefill | kv | deferred
     lever: str | None  # the .env variable to change, if any
     advice: str
     notes: tuple[str, ...] = ()
@@ -90,8 +92,15 @@ def diagnose(history: Sequence[MetricsSnapshot], limits: Limits = Limits()) -> D
     if last.waiting > 0 and deferred >= last.waiting:
         return Diagnosis("deferred", None, f"{last.waiting:g} waiting, all deferred by transient constraints "
                                            "(LoRA budget, KV transfer): no sizing lever", notes)
+    seqs = limits.max_num_seqs
+    if last.waiting > 0 and seqs is not None and last.running < seqs:
+        return Diagnosis("prefill", None,
+                         f"prefill-bound: {last.waiting:g} waiting ({waiting_trend}) with {last.running:g} of "
+                         f"MAX_NUM_SEQS={seqs} slots in use and KV usage {kv:.0%}: long prompts are being "
+                         "prefilled in chunks within each step's token budget; neither MAX_NUM_SEQS nor the KV "
+                         "budget is the limit (VLLM_EXTRA_ARGS=--max-num-batched-tokens N admits more per step)",
+                         notes)
     if last.waiting > 0:
-        seqs = limits.max_num_seqs
         target = int(last.running + last.waiting)
         change = (f"raise MAX_NUM_SEQS from {seqs} to {max(target, seqs + 1)}" if seqs
                   else "raise MAX_NUM_SEQS")

@@ -11,7 +11,7 @@ from labs.common.metrics import scrape
 from serve.health import kv_cache_report
 from serve.sizing import GiB, ModelFacts, kv_pool
 
-CONCURRENCY_DECIMALS = 2  # vLLM logs and labels the concurrency with two decimals
+CONCURRENCY_DECIMALS = 2  # vLLM's startup log prints the concurrency with two decimals
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +61,9 @@ def compare(facts: ModelFacts, kv_dtype: str, kv_budget_bytes: int, engine: Serv
     if "kv_cache_size_tokens" in config:
         rows.append(Comparison("KV tokens", "/metrics", str(pool.num_tokens), config["kv_cache_size_tokens"]))
     if "kv_cache_max_concurrency" in config:
-        rows.append(Comparison(f"max concurrency at {engine.max_model_len:,}", "/metrics",
-                               _concurrency(pool.max_concurrency(engine.max_model_len)),
-                               _concurrency(float(config["kv_cache_max_concurrency"]))))
+        rows.append(Comparison(f"max concurrency at {engine.max_model_len:,}", "/metrics",  # the label is exact
+                               f"{pool.max_concurrency(engine.max_model_len):g}",
+                               f"{float(config['kv_cache_max_concurrency']):g}"))
     report = kv_cache_report(engine.log_text) if engine.log_text else None
     if report is not None:
         rows.append(Comparison("KV tokens", "startup log", str(pool.num_tokens), str(report.tokens)))
