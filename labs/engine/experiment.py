@@ -36,6 +36,7 @@ from serve.native import MODEL_DIR
 from serve.settings import ROOT
 
 DEFAULT_OUT = ROOT / "results" / "engine" / "study.json"
+REPORT_WIDTH_CHARS = 120  # when writing to a file or pipe: wide enough for the tables
 WARMUP_TOKENS = 4  # one short generation before timing: first calls pay one-off allocation costs
 
 
@@ -55,6 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shared-prefix", action="store_true", help="every prompt starts with one long system prompt")
     parser.add_argument("--prefix-caching", action="store_true", help="reuse cached KV blocks of shared prefixes")
     parser.add_argument("--dtype", choices=DTYPES, default="float32")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="torch threads (1 is faster when other work shares the cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
     return parser.parse_args(argv)
@@ -96,9 +99,12 @@ def run(args: argparse.Namespace, console: Console) -> list[RunResult]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else REPORT_WIDTH_CHARS)
     try:
         args = parse_args(argv)
+        if args.threads < 1:
+            raise ValueError(f"--threads={args.threads} is invalid: use a whole number greater than 0")
+        torch.set_num_threads(args.threads)
         console.print(f"[bold]{args.requests} requests at {args.rate:g}/s[/], lengths {args.lengths}, "
                       f"{args.dtype}, {torch.get_num_threads()} threads, blocks of {args.block_size}"
                       + (", shared prefix" if args.shared_prefix else "")
