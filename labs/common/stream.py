@@ -87,7 +87,8 @@ async def stream_chat(http: httpx.AsyncClient, api_url: str, payload: dict[str, 
                 record.error = (await response.aread()).decode(errors="replace")[:500]
                 return record
             async for line in response.aiter_lines():
-                _consume(line, record)
+                if _consume(line, record):
+                    break  # [DONE] ends the stream; a server may drop the connection right after it
     except httpx.HTTPError as exc:
         record.error = f"{exc.__class__.__name__}: {exc}"[:500]
     finally:
@@ -95,12 +96,13 @@ async def stream_chat(http: httpx.AsyncClient, api_url: str, payload: dict[str, 
     return record
 
 
-def _consume(line: str, record: RequestRecord) -> None:
+def _consume(line: str, record: RequestRecord) -> bool:
+    """Fold one SSE line into `record`; True at `data: [DONE]`, the end of the stream."""
     if not line.startswith("data:"):
-        return
+        return False
     data = line[len("data:"):].strip()
     if data == "[DONE]":
-        return
+        return True
     event = json.loads(data)
     if event.get("usage"):
         record.prompt_tokens = event["usage"].get("prompt_tokens")
@@ -115,3 +117,4 @@ def _consume(line: str, record: RequestRecord) -> None:
             record.text += content
         if choice.get("finish_reason"):
             record.finish_reason = choice["finish_reason"]
+    return False
