@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ from labs.doctor.diagnosis import Limits, diagnose
 from tests.conftest import MODEL, ROOT, Server, kit_env
 from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LIMITS = Limits(max_num_seqs=16, max_model_len=1024, kv_cache_space_gib=1)
 BURST_REQUESTS = 24  # more than the session server's MAX_NUM_SEQS=16, so some must wait
 BURST_MAX_TOKENS = 256
@@ -185,6 +187,15 @@ def test_watch_on_a_terminal_redraws_a_live_table() -> None:
     assert "-> kv" not in result.stdout  # the plain line-per-sample form is for pipes only
 
 
+def test_watch_plots_the_timeline(tmp_path: Path) -> None:
+    with http_server(v0_text(running=16, waiting=5, kv=0.97)) as url:
+        result = doctor("--url", url, "--watch", "--duration-s", "0.8", "--interval-s", "0.3", "--plot",
+                        str(tmp_path / "plots" / "timeline.png"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "plots" / "timeline.png").read_bytes().startswith(PNG_MAGIC)
+    assert f"written to {tmp_path / 'plots' / 'timeline.png'}" in result.stdout
+
+
 def test_an_unreachable_engine_is_one_line_exit_1() -> None:
     with http_server(None) as url:
         pass  # closed: nothing listens there now
@@ -194,7 +205,7 @@ def test_an_unreachable_engine_is_one_line_exit_1() -> None:
 
 # --- The real server under a real burst ------------------------------------------------------------------
 
-async def saturate(server: Server) -> tuple[MetricsSnapshot, str, str, list[RequestRecord]]:
+async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, str, list[RequestRecord]]:
     """Fire BURST_REQUESTS long streams; once some wait, run the doctor (one-shot and watch), then cancel."""
     async with httpx.AsyncClient(timeout=httpx.Timeout(300.0)) as http:
         records = [RequestRecord(i, BURST_MAX_TOKENS, time.perf_counter()) for i in range(BURST_REQUESTS)]
@@ -212,7 +223,7 @@ async def saturate(server: Server) -> tuple[MetricsSnapshot, str, str, list[Requ
             one_shot = await asyncio.to_thread(doctor, "--url", server.base_url, "--samples", "2",
                                                "--interval-s", "0.5")
             watch = await asyncio.to_thread(doctor, "--url", server.base_url, "--watch", "--duration-s", "1",
-                                            "--interval-s", "0.5")
+                                            "--interval-s", "0.5", "--plot", str(plot))
         finally:
             for task in tasks:
                 task.cancel()
@@ -231,17 +242,18 @@ def wait_idle(server: Server, timeout_s: float = 60) -> MetricsSnapshot:
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_real_burst_moves_the_gauges_and_the_diagnosis_follows(vllm_server: Server) -> None:
+def test_real_burst_moves_the_gauges_and_the_diagnosis_follows(vllm_server: Server, tmp_path: Path) -> None:
     wait_idle(vllm_server)
     before = doctor("--url", vllm_server.base_url, "--samples", "1")
     assert before.returncode == 0 and "diagnosis: idle" in before.stdout, before.stdout
 
-    snapshot, one_shot, watch, _ = asyncio.run(saturate(vllm_server))
+    snapshot, one_shot, watch, _ = asyncio.run(saturate(vllm_server, tmp_path / "timeline.png"))
     assert snapshot.running == LIMITS.max_num_seqs  # the batch is full ...
     assert snapshot.waiting > 0 and snapshot.waiting_by_reason.get("capacity", 0) > 0  # ... so the rest wait
     assert snapshot.kv_usage is not None and 0 < snapshot.kv_usage < 0.5  # with the KV pool nearly empty
     assert "diagnosis: slot-bound" in one_shot and "raise MAX_NUM_SEQS from 16 to" in one_shot, one_shot
     assert "running 16" in watch and "-> slots" in watch, watch
+    assert (tmp_path / "timeline.png").read_bytes().startswith(PNG_MAGIC) and "timeline of" in watch
 
     after = wait_idle(vllm_server)
     assert (after.running, after.waiting) == (0, 0), "cancelled requests still run"

@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 from collections import deque
+from pathlib import Path
 
 import httpx
 from rich.console import Console, Group
@@ -20,6 +21,7 @@ from rich.text import Text
 
 from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
+from labs.doctor.plot import write_timeline
 from serve.progress import console, fail
 from serve.settings import Settings, SettingsError
 
@@ -101,13 +103,16 @@ def plain_line(snapshot: MetricsSnapshot, diagnosis: Diagnosis) -> str:
             f"preemptions {snapshot.preemptions_total:g}  -> {diagnosis.state}")
 
 
-def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None) -> int:
+def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None,
+          plot_path: Path | None = None) -> int:
     """Refresh until Ctrl-C or duration_s; a live table on a terminal, a line per sample elsewhere."""
     history: deque[MetricsSnapshot] = deque(maxlen=TREND_WINDOW)
+    timeline: list[MetricsSnapshot] = []
     started = time.monotonic()
 
     def tick() -> Diagnosis:
         history.append(scrape(url))
+        timeline.append(history[-1])
         return diagnose(list(history), limits)
 
     def running() -> bool:
@@ -131,6 +136,9 @@ def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None)
             console.print(diagnosis_text(diagnosis))
     except KeyboardInterrupt:
         pass
+    if plot_path is not None and timeline:
+        write_timeline(timeline, plot_path, f"{url}/metrics")
+        console.print(f"timeline of {len(timeline)} samples written to {plot_path}")
     return 0
 
 
@@ -142,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-s", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--samples", type=int, default=3, help="one-shot: samples taken for the trends")
     parser.add_argument("--duration-s", type=float, help="watch: stop after this many seconds")
+    parser.add_argument("--plot", type=Path, help="watch: write running, waiting and KV usage over time (PNG)")
     args = parser.parse_args(argv)
     if args.interval_s <= 0 or args.samples < 1:
         fail("--interval-s must be greater than 0 and --samples at least 1", code=2)
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                     settings.kv_cache_space_gib)
     try:
         if args.watch:
-            return watch(url, limits, args.interval_s, args.duration_s)
+            return watch(url, limits, args.interval_s, args.duration_s, args.plot)
         return one_shot(url, limits, args.samples, args.interval_s)
     except NoMetrics:
         console.print(NO_METRICS.format(url=url))
