@@ -10,7 +10,7 @@ import pytest
 from serve.native import LOG_DIR, RUN_DIR
 from serve.preflight import block_size_for, bundled_model_facts, check
 from serve.settings import KNOBS, Settings
-from serve.sizing import GiB, ModelFacts, load_model_facts
+from serve.sizing import GiB, load_model_facts
 from tests.conftest import ROOT, free_port, kit_env, run_script
 
 SMOL = bundled_model_facts()
