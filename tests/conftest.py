@@ -15,6 +15,7 @@ from serve.settings import KNOBS
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+collect_ignore = ["engine"]  # the teaching engine's tests need torch: tests/run.sh runs them in .kit/vllm
 
 
 def free_port() -> int:
@@ -78,5 +79,27 @@ def stop_server(server: Server) -> None:
 def vllm_server() -> Iterator[Server]:
     """One real vLLM (native runtime, compiled, the kit's defaults) for the whole session."""
     server = start_server()
+    yield server
+    stop_server(server)
+
+
+LLAMACPP_MODEL = "smollm2:135m"  # the Ollama-style name the kit's llama.cpp server answers to
+
+
+def start_llamacpp(**overrides: str) -> Server:
+    """A real llama.cpp server (the Ollama-class engine) through `ENGINES=llamacpp bash up.sh`; seconds."""
+    port = free_port()
+    env = kit_env(ENGINES="llamacpp", LLAMACPP_PORT=str(port), VLLM_PORT=str(free_port()), **overrides)
+    result = run_script("up.sh", env, timeout_s=1200)
+    if result.returncode != 0:
+        run_script("down.sh", env)
+        pytest.fail(f"ENGINES=llamacpp up.sh failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return Server(port, env, result.stdout + result.stderr)
+
+
+@pytest.fixture(scope="session")
+def llamacpp_server() -> Iterator[Server]:
+    """One real llama.cpp server (default settings: interrupt_requests on) for the whole session."""
+    server = start_llamacpp()
     yield server
     stop_server(server)

@@ -9,4 +9,7 @@ bash serve/light-tools.sh test
 # the native vLLM venv and prepared model, and the llama.cpp venv (its portable wheel is built once, ~6 min,
 # and kept in .kit/wheels/): all cached in .kit/
 ENGINES=vllm,llamacpp .venv/bin/python -m serve install
+# the teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest
+.kit/vllm/bin/python -c "import pytest" 2>/dev/null || .kit/vllm/bin/python -m pip install -q "pytest>=8"
+.kit/vllm/bin/python -m pytest tests/engine --confcutdir=tests/engine -q -p no:cacheprovider
 exec .venv/bin/python -m pytest "$@"

@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=25.0, help="arrivals per second (Poisson)")
     parser.add_argument("--lengths", choices=workload.LENGTH_MIXES, default="mixed",
                         help="mixed: 80%% ~24 / 20%% ~150 output tokens; uniform: all ~24")
+    parser.add_argument("--short-tokens", type=int, default=24, help="output tokens a short request wants (~)")
+    parser.add_argument("--long-tokens", type=int, default=150, help="output tokens a long request wants (~)")
     parser.add_argument("--batches", default="2,4,8,16,32", help="max batch sizes, comma-separated")
     parser.add_argument("--policies", default="static,continuous", help="comma-separated: static, continuous")
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
@@ -78,6 +80,7 @@ def configs(args: argparse.Namespace) -> list[EngineConfig]:
 
 def run(args: argparse.Namespace, console: Console) -> list[RunResult]:
     spec = workload.WorkloadSpec(num_requests=args.requests, rate_per_s=args.rate, lengths=args.lengths,
+                                 short_tokens=args.short_tokens, long_tokens=args.long_tokens,
                                  shared_prefix=args.shared_prefix, seed=args.seed)
     plan = configs(args)
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)

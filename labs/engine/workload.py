@@ -48,6 +48,9 @@ class WorkloadSpec:
             raise ValueError(f"rate={self.rate_per_s} is invalid: use requests per second greater than 0")
         if not 0 <= self.long_fraction <= 1:
             raise ValueError(f"long_fraction={self.long_fraction} is invalid: use a fraction from 0 to 1")
+        if min(self.short_tokens, self.long_tokens) < 1:
+            raise ValueError(f"short/long tokens {self.short_tokens}/{self.long_tokens} are invalid: use whole "
+                             f"numbers greater than 0")
         if self.lengths not in LENGTH_MIXES:
             raise ValueError(f"lengths={self.lengths!r} is invalid: use one of {', '.join(LENGTH_MIXES)}")
 
