@@ -19,7 +19,7 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_second() -> None:
 
 
 def test_readme_talk_commands(vllm_server: Server) -> None:
-    talk = [command for command in README[2:] if "VLLM_PORT=8010" not in command
+    talk = [command for command in README[2:] if "VLLM_PORT=8010" not in command and ":11434" not in command
             and not is_docker_command(command)]
     assert talk, "the README shows no commands to talk to the engine"
     for command in talk:
@@ -30,6 +30,16 @@ def test_readme_talk_commands(vllm_server: Server) -> None:
             assert body["model"] == MODEL and body["choices"][0]["message"]["content"]
         else:
             assert result.stdout.strip(), command
+
+
+def test_readme_client_switch_to_the_ollama_class_engine(llamacpp_server: Server) -> None:
+    switch = [command for command in README if ":11434" in command]
+    assert switch, "the README shows no command that switches the client to the Ollama-class engine"
+    for command in switch:
+        result = run_doc(retarget(command, {11434: llamacpp_server.port}), llamacpp_server.env,
+                         timeout_s=120)
+        assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+        assert result.stdout.strip(), command
 
 
 def test_readme_port_override_retargets_up_client_and_down(vllm_server: Server) -> None:

@@ -1,0 +1,148 @@
+"""python -m labs.compare: the same prompts at every configured engine, one after another, then all at once.
+
+Per engine: the seed's four prompts sequentially; then the matched set (N requests) sequentially and
+concurrently. Prints each request like the seed's curl lines, then a table; writes text, JSON and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+
+from labs.compare.aggregate import CONCURRENT, scaling
+from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_line, table
+from labs.compare.run import CompareError, check, engine_died, http_client, run_phase, warm_up
+from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, Target, phases, targets
+from serve.llamacpp import LLAMACPP_VERSION
+from serve.progress import console, fail
+from serve.settings import ROOT, Settings, SettingsError, engine_list
+
+RESULTS_DIR = ROOT / "results"
+
+
+def positive(name: str):  # noqa: ANN201 - an argparse type
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number greater than 0, got {raw!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number greater than 0, got {value}; "
+                                             "try 3, 8 or 16")
+        return value
+    return parse
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m labs.compare", description=__doc__)
+    parser.add_argument("-n", "--n", type=positive("N"), default=DEFAULT_N,
+                        help=f"requests in the matched sequential and concurrent runs (default {DEFAULT_N}; try 8, 16)")
+    parser.add_argument("--max-tokens", type=positive("--max-tokens"), default=MAX_TOKENS,
+                        help=f"longest answer per request (default {MAX_TOKENS})")
+    parser.add_argument("--engines", default=None,
+                        help="engines to compare, e.g. vllm,llamacpp (default: the ENGINES setting)")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="folder for the results (default results/compare-<UTC time>)")
+    return parser.parse_args(argv)
+
+
+def engine_settings(settings: Settings) -> dict[str, str]:
+    """What the kit starts each engine with (as configured here; a server started otherwise may differ)."""
+    return {"vllm": f"(as configured: DTYPE={settings.dtype}, MAX_NUM_SEQS={settings.max_num_seqs}, "
+                    f"VLLM_CPU_OMP_THREADS_BIND={settings.omp_threads_bind})",
+            "llamacpp": f"(as configured: llama-cpp-python {LLAMACPP_VERSION}, Q4_1 GGUF, "
+                        f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()})"}
+
+
+async def compare(chosen: tuple[Target, ...], plan: tuple[Phase, ...], max_tokens: int,
+                  writer: ResultsWriter) -> bool:
+    """Run every phase on every engine; False if an engine stopped answering (its later runs skipped)."""
+    all_answered = True
+    async with http_client() as http:
+        for target in chosen:  # bad input stops here, before anything is measured
+            writer.engines.append(await check(http, target))
+        for target in chosen:
+            console.print(f"\n[bold]{target.engine}[/bold] at {target.api_url}, model {target.model}")
+            warm = await warm_up(http, target)
+            writer.warmups[target.engine] = warm.to_dict()
+            for index, phase in enumerate(plan):
+                how = "all at once" if phase.concurrent else "one after another"
+                with console.status(f"{target.engine}: {phase.mode}, {len(phase.prompts)} requests {how} ..."):
+                    run = await run_phase(http, target, phase, max_tokens,
+                                          lambda record, mode=phase.mode: console.print(
+                                              request_line(target.engine, mode, record), markup=False))
+                if engine_died(run):
+                    run.note = "engine stopped answering"
+                    writer.add(run)
+                    skipped = ", ".join(later.mode for later in plan[index + 1:]) or "nothing"
+                    writer.notes.append(f"{target.engine} stopped answering during {phase.mode}; skipped: {skipped}")
+                    console.print(f"[bold red]{target.engine} stopped answering[/bold red]; results so far kept, "
+                                  f"skipping its remaining runs ({skipped})")
+                    all_answered = False
+                    break
+                writer.add(run)
+                console.print(f"  [dim]{phase.mode}: {run.wall_s:.3f} s wall[/dim]")
+    return all_answered
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings = Settings.load()
+        chosen = targets(settings, engine_list("--engines", args.engines) if args.engines else None)
+    except SettingsError as exc:
+        fail(str(exc), code=2)
+    started = datetime.now(timezone.utc)
+    folder = args.results or RESULTS_DIR / f"compare-{started:%Y%m%d-%H%M%S}"
+    config = {"started_at": started.isoformat(timespec="seconds"), "n": args.n, "max_tokens": args.max_tokens,
+              "temperature": TEMPERATURE, "warmup_requests_per_engine": 1, "argv": sys.argv,
+              "engine_settings": {target.engine: engine_settings(settings)[target.engine] for target in chosen}}
+    plan = phases(args.n)
+    console.print(f"Comparing {', '.join(target.engine for target in chosen)}: {len(plan[0].prompts)} seed prompts "
+                  f"sequentially, then {args.n} matched requests sequentially and concurrently, "
+                  f"max_tokens {args.max_tokens}. Results: {folder}")
+    writer = ResultsWriter(folder, config)
+    code = 0
+    try:
+        code = 0 if asyncio.run(compare(chosen, plan, args.max_tokens, writer)) else 1
+    except CompareError as exc:
+        if not writer.runs:
+            fail(str(exc), code=2)
+        writer.notes.append(str(exc))
+        console.print(f"[bold red]error:[/bold red] {exc}")
+        code = 1
+    except KeyboardInterrupt:
+        writer.notes.append("interrupted by the user")
+        console.print("[bold red]interrupted[/bold red]; writing the results gathered so far")
+        code = 130
+    summaries = writer.summaries
+    for engine in dict.fromkeys(summary.engine for summary in summaries if "chunks" in summary.tokens_source):
+        writer.notes.append(f"{engine} sent no usage in its streams: its output tokens are the streamed content "
+                            "chunks (one token each on llama.cpp's server)")
+    if summaries:
+        wide = Console(width=max(console.width, TABLE_WIDTH), highlight=False, force_terminal=console.is_terminal)
+        wide.print(table(summaries))  # rich assumes 80 columns off a terminal; the table needs more
+    writer.write_json()
+    text, plot = writer.write_text(), writer.write_plot()
+    concurrent = {summary.engine: summary for summary in summaries if summary.mode == CONCURRENT}
+    for engine, factor in scaling(summaries).items():
+        caveat = ""
+        if concurrent[engine].num_bad:
+            caveat = (f" (not a speed-up: {concurrent[engine].num_bad} of {concurrent[engine].num_requests} "
+                      "concurrent answers were cut short or failed)")
+        console.print(f"{engine}: matched sequential / concurrent = {factor:.2f}x{caveat}")
+    bad = sum(summary.num_bad for summary in summaries)
+    if bad:
+        console.print(f"[bold red]{bad} request(s) truncated, empty or failed[/bold red] (see the table; "
+                      "llama.cpp's default server cuts a running stream short when another request arrives)")
+    console.print(f"Wrote {text}, {folder / JSON_FILE}" + (f", {plot}" if plot else ""))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
