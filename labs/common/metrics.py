@@ -74,7 +74,9 @@ def parse(text: str, taken_s: float | None = None) -> MetricsSnapshot:
 def scrape(base_url: str, timeout_s: float = 5.0) -> MetricsSnapshot:
     """GET {base_url}/metrics (base_url without /v1). Raises NoMetrics when there is no Prometheus text."""
     response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
-    if response.status_code == 404 or RUNNING not in response.text:
+    if response.status_code == httpx.codes.NOT_FOUND:
         raise NoMetrics(f"{base_url} exposes no vLLM /metrics (HTTP {response.status_code})")
-    response.raise_for_status()
+    response.raise_for_status()  # a 5xx is trouble in an engine that has metrics, not their absence
+    if RUNNING not in response.text:
+        raise NoMetrics(f"{base_url}/metrics answers, but not with vLLM's gauges")
     return parse(response.text)
