@@ -77,7 +77,7 @@ def install() -> bool:
                    [*pip, "wheel", "--no-deps", "--no-cache-dir", "-w", str(WHEEL_DIR),
                     f"llama-cpp-python=={LLAMACPP_VERSION}"],
                    INSTALL_LOG, env={**os.environ, "CMAKE_ARGS": PORTABLE_CMAKE_ARGS}, detail=_pip_detail)
-    run_logged("Installing llama-cpp-python[server] from that wheel (fastapi, uvicorn ...)",
+    run_logged("Installing llama-cpp-python and its server extra (fastapi, uvicorn ...) from that wheel",
                [*pip, "install", "--no-cache-dir", "--only-binary", "llama-cpp-python",
                 "--find-links", str(WHEEL_DIR), f"llama-cpp-python[server]=={LLAMACPP_VERSION}"],
                INSTALL_LOG, detail=_pip_detail)
