@@ -124,14 +124,14 @@ def test_diagnose_needs_a_snapshot() -> None:
 
 
 @contextmanager
-def http_server(metrics_text: str | None) -> Iterator[str]:
-    """A real HTTP server: /metrics answers `metrics_text`, or 404 like Ollama and llama.cpp's server."""
+def http_server(metrics_text: str | None, status: int = 200) -> Iterator[str]:
+    """A real HTTP server: /metrics answers `metrics_text` with `status`, or 404 like Ollama and llama.cpp's."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             found = self.path == "/metrics" and metrics_text is not None
             body = (metrics_text if found else "404 page not found").encode()
-            self.send_response(200 if found else 404)
+            self.send_response(status if found else 404)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -194,6 +194,13 @@ def test_watch_plots_the_timeline(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "plots" / "timeline.png").read_bytes().startswith(PNG_MAGIC)
     assert f"written to {tmp_path / 'plots' / 'timeline.png'}" in result.stdout
+
+
+def test_a_failing_metrics_endpoint_is_not_called_metric_less() -> None:
+    with http_server("engine overloaded", status=500) as url:
+        result = doctor("--url", url, "--samples", "1")
+    assert result.returncode == 1 and "HTTPStatusError" in result.stdout
+    assert "exposes no metrics" not in result.stdout
 
 
 def test_an_unreachable_engine_is_one_line_exit_1() -> None:
