@@ -2,14 +2,16 @@
 
     .venv/bin/python -m benchmarks.kit_vs_defaults
 
-For each arm (see benchmarks/arms.py) it starts the engine, restarts it once (the warm restart a lab user
-gets after every `.env` edit), then plays the same closed-loop workload at each concurrency: the same
-prompts, the same seeded output lengths (ignore_eos, so every engine writes them out). It prints output
-tok/s, TTFT p50/p99, the ratios of the first arm to the others, and where each stands against this machine's
+The first arm (the baseline: the kit's defaults) is started, restarted once (the warm restart a lab user
+gets after every `.env` edit) and stays up for the whole run; each other arm is started next to it in turn
+(two engines at most), and the two alternate round by round at each concurrency, so background load on a
+shared machine hits both alike and every ratio compares the same window. Every arm plays the same
+closed-loop workload: the same prompts and seeded output lengths (ignore_eos, so every engine writes them
+out). It prints output tok/s, TTFT p50/p99, the ratios, and where each arm stands against this machine's
 memory-bandwidth ceiling for decode, and writes results.json and results.png. Request timing is
 labs/loadtest's (labs/common/stream.py); nothing here times a request itself.
 
-Explore a knob by adding an arm: `--arm eager ENFORCE_EAGER=true --arm bs16 "VLLM_EXTRA_ARGS=--block-size 16"`.
+Explore a knob by adding an arm: `--arm eager ENFORCE_EAGER=true --arm bs32 "VLLM_EXTRA_ARGS=--block-size 32"`.
 Measure servers that are already running instead: `--attach vllm=http://127.0.0.1:8009/v1`.
 """
 
@@ -17,15 +19,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
+import signal
 import sys
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from benchmarks.arms import BUILTIN_ARMS, Arm, Served, parse_overrides, serving
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons, print_report, write_plot
+from labs.common.stream import RequestRecord
 from labs.loadtest.aggregate import summarize
 from labs.loadtest.runner import Target, run_load
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
@@ -39,7 +45,8 @@ DEFAULT_LENGTHS = "uniform:48-80"  # mean 64 output tokens, as in the issue's me
 DEFAULT_REQUESTS_PER_USER = 2
 DEFAULT_MIN_REQUESTS = 12
 DEFAULT_RESTARTS = 1
-DEFAULT_OUT = ROOT / ".kit" / "bench" / "kit_vs_defaults"
+DEFAULT_ROUNDS = 2
+DEFAULT_OUT = ROOT / "results" / "kit_vs_defaults"
 WARMUP_REQUESTS = 2
 WARMUP_TOKENS = "fixed:8"
 
@@ -69,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requests-per-user", type=int, default=DEFAULT_REQUESTS_PER_USER)
     parser.add_argument("--min-requests", type=int, default=DEFAULT_MIN_REQUESTS,
                         help="at least this many requests per point")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                        help="rounds per load point; the baseline and each arm alternate round by round")
     parser.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS,
                         help="warm restarts of each started vLLM arm before it is measured")
     parser.add_argument("--seed", type=int, default=0)
@@ -100,29 +109,77 @@ def workload(args: argparse.Namespace, concurrency: int) -> WorkloadSpec:
                         ignore_eos=True)
 
 
-def measure_arm(arm: Arm, served: Served, args: argparse.Namespace, bandwidth: Bandwidth) -> list[dict[str, Any]]:
-    target = Target(arm.name, served.api_url, served.model)
-    warmup = WorkloadSpec(num_requests=WARMUP_REQUESTS, rate_rps=None, concurrency=WARMUP_REQUESTS,
-                          lengths=parse_lengths(WARMUP_TOKENS), seed=args.seed)
-    asyncio.run(run_load(target, warmup, scrape_interval_s=None))
-    points = []
+class ArmRun:
+    """One healthy arm and every round measured on it, by concurrency."""
+
+    def __init__(self, arm: Arm, served: Served) -> None:
+        self.arm = arm
+        self.served = served
+        self.target = Target(arm.name, served.api_url, served.model)
+        self.rounds: dict[int, list[list[RequestRecord]]] = {}
+        for number, start in enumerate(served.starts):
+            kind = "first start" if number == 0 else "warm restart"
+            console.print(f"  {kind}: healthy after {start.seconds_to_healthy:.1f} s ({start.compile_cache})")
+
+    def warm_up(self, seed: int) -> None:
+        spec = WorkloadSpec(num_requests=WARMUP_REQUESTS, rate_rps=None, concurrency=WARMUP_REQUESTS,
+                            lengths=parse_lengths(WARMUP_TOKENS), seed=seed)
+        asyncio.run(run_load(self.target, spec, scrape_interval_s=None))
+
+    def measure(self, spec: WorkloadSpec) -> float:
+        """One round at this load point; its output tok/s."""
+        records = asyncio.run(run_load(self.target, spec, scrape_interval_s=None)).records
+        self.rounds.setdefault(spec.concurrency or 0, []).append(records)
+        summary = summarize(records)
+        console.print(f"  {self.arm.name:<18} {spec.concurrency:>3} users  {summary.num_ok}/{summary.num_requests} "
+                      f"ok  {summary.output_tokens_per_s:7.1f} output tok/s  TTFT p50 {summary.ttft_ms.median:6.0f} ms")
+        return summary.output_tokens_per_s
+
+    def result(self, bandwidth: Bandwidth) -> dict[str, Any]:
+        """Per point: latencies over every round's requests; throughput the median of the rounds'."""
+        points = []
+        for concurrency, rounds in sorted(self.rounds.items()):
+            per_round = [summarize(records) for records in rounds]
+            summary = dataclasses.replace(
+                summarize([record for records in rounds for record in records]),
+                output_tokens_per_s=median(round_.output_tokens_per_s for round_ in per_round),
+                request_throughput_per_s=median(round_.request_throughput_per_s for round_ in per_round),
+                duration_s=sum(round_.duration_s for round_ in per_round))
+            batch = min(concurrency, self.served.max_sequences_per_step)
+            limit = ceiling(self.served.weight_bytes, batch, bandwidth, summary.output_tokens_per_s)
+            points.append({"concurrency": concurrency, "summary": summary.to_dict(), "ceiling": limit.to_dict(),
+                           "rounds_output_tokens_per_s": [round_.output_tokens_per_s for round_ in per_round]})
+        return {"name": self.arm.name, "engine": self.arm.engine, "why": self.arm.why,
+                "overrides": dict(self.arm.overrides), "resolved": self.served.resolved,
+                "weight_bytes": self.served.weight_bytes,
+                "starts": [{"seconds_to_healthy": start.seconds_to_healthy, "compile_cache": start.compile_cache}
+                           for start in self.served.starts],
+                "points": points}
+
+
+def side_by_side(base: ArmRun, other: ArmRun | None, args: argparse.Namespace) -> dict[int, float | None]:
+    """Alternate the two arms, round by round, at each load point: background load hits both alike.
+
+    The ratio at each point is the baseline's median output tok/s over the other's, in the same window.
+    """
+    ratios: dict[int, float | None] = {}
     for concurrency in args.concurrency:
         spec = workload(args, concurrency)
-        summary = summarize(asyncio.run(run_load(target, spec, scrape_interval_s=None)).records)
-        batch = min(concurrency, served.max_sequences_per_step)
-        limit = ceiling(served.weight_bytes, batch, bandwidth, summary.output_tokens_per_s)
-        console.print(f"  {arm.name:<14} {concurrency:>3} users  {summary.num_ok}/{summary.num_requests} ok  "
-                      f"{summary.output_tokens_per_s:7.1f} output tok/s  TTFT p50 {summary.ttft_ms.median:7.0f} ms  "
-                      f"{limit.fraction_of_ceiling:5.0%} of the bandwidth ceiling")
-        points.append({"concurrency": concurrency, "summary": summary.to_dict(), "ceiling": limit.to_dict()})
-    return points
+        base_tok, other_tok = [], []
+        for _ in range(args.rounds):
+            base_tok.append(base.measure(spec))
+            if other is not None:
+                other_tok.append(other.measure(spec))
+        if other is not None:
+            ratios[concurrency] = median(base_tok) / median(other_tok) if median(other_tok) > 0 else None
+    return ratios
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     arms = chosen_arms(args)
-    for number in (args.requests_per_user, args.min_requests):
+    for number in (args.requests_per_user, args.min_requests, args.rounds):
         if number <= 0:
-            raise ValueError(f"--requests-per-user/--min-requests {number} is invalid: give at least 1")
+            raise ValueError(f"--requests-per-user/--min-requests/--rounds {number} is invalid: give at least 1")
     if args.restarts < 0:
         raise ValueError(f"--restarts {args.restarts} is invalid: give 0 or more")
     threads = detect().usable_cores
@@ -131,31 +188,42 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     console.print(f"Memory bandwidth: {bandwidth.copy_bytes_per_s / 1e9:.1f} GB/s "
                   f"(numpy copy on {threads} threads, read+write)")
     started = time.time()
-    results = []
-    for arm in arms:
-        console.print(f"[bold]{arm.name}[/bold]: {arm.why}")
-        with serving(arm, args.restarts) as served:
-            for number, start in enumerate(served.starts):
-                kind = "first start" if number == 0 else "warm restart"
-                console.print(f"  {kind}: healthy after {start.seconds_to_healthy:.1f} s ({start.compile_cache})")
-            points = measure_arm(arm, served, args, bandwidth)
-        results.append({"name": arm.name, "engine": arm.engine, "why": arm.why, "overrides": dict(arm.overrides),
-                        "resolved": served.resolved, "weight_bytes": served.weight_bytes,
-                        "starts": [{"seconds_to_healthy": start.seconds_to_healthy,
-                                    "compile_cache": start.compile_cache} for start in served.starts],
-                        "points": points})
+    others: list[dict[str, Any]] = []
+    ratios: dict[str, dict[int, float | None]] = {}
+    console.print(f"[bold]{arms[0].name}[/bold] (baseline, up for the whole run): {arms[0].why}")
+    with serving(arms[0], args.restarts) as served:
+        base = ArmRun(arms[0], served)
+        base.warm_up(args.seed)
+        if len(arms) == 1:
+            side_by_side(base, None, args)
+        for arm in arms[1:]:
+            console.print(f"[bold]{arm.name}[/bold] (next to {base.arm.name}): {arm.why}")
+            with serving(arm, args.restarts) as served_other:
+                other = ArmRun(arm, served_other)
+                other.warm_up(args.seed)
+                ratios[arm.name] = side_by_side(base, other, args)
+            others.append(other.result(bandwidth))
+    results = [base.result(bandwidth), *others]
     machine = detect()
     return {"started_unix_s": started, "duration_s": time.time() - started,
             "machine": {"usable_cores": machine.usable_cores, "bf16_flag": machine.bf16_flag,
                         "memory_available_bytes": machine.memory_available_bytes, "bandwidth": bandwidth.to_dict()},
             "workload": {"closed_loop": True, "concurrency": args.concurrency, "lengths": args.lengths,
                          "ignore_eos": True, "prompts": len(DEFAULT_PROMPTS), "seed": args.seed,
-                         "requests_per_point": {c: workload(args, c).num_requests for c in args.concurrency}},
-            "arms": results, "comparisons": comparisons(results)}
+                         "rounds": args.rounds,
+                         "requests_per_round": {c: workload(args, c).num_requests for c in args.concurrency}},
+            "arms": results, "comparisons": comparisons(arms[0].name, ratios)}
+
+
+def interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Stop the engines on Ctrl-C and on `kill` too, even when started in the background (SIGINT ignored).
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupt)
     try:
         report = run(args)
     except (ValueError, SettingsError) as exc:

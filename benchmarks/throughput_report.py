@@ -23,26 +23,13 @@ PLOT_SIZE_IN = (11.0, 4.2)
 PLOT_DPI = 120
 
 
-def tokens_per_s(arm: dict[str, Any]) -> dict[int, float]:
-    return {point["concurrency"]: point["summary"]["output_tokens_per_s"] for point in arm["points"]}
-
-
-def comparisons(arms: list[dict[str, Any]]) -> dict[str, Any]:
-    """The first arm over each other arm, per concurrency; where each other arm still wins."""
-    if not arms:
-        return {}
-    baseline = arms[0]
-    base = tokens_per_s(baseline)
-    ratios: dict[str, dict[int, float | None]] = {}
-    other_wins: dict[str, list[int]] = {}
-    overtakes: dict[str, int | None] = {}
-    for other in arms[1:]:
-        theirs = tokens_per_s(other)
-        shared = sorted(set(base) & set(theirs))
-        ratios[other["name"]] = {c: (base[c] / theirs[c] if theirs[c] > 0 else None) for c in shared}
-        other_wins[other["name"]] = [c for c in shared if theirs[c] > base[c]]
-        overtakes[other["name"]] = next((c for c in shared if base[c] > theirs[c]), None)
-    return {"baseline": baseline["name"], "output_tokens_per_s_ratio": ratios,
+def comparisons(baseline: str, ratios: dict[str, dict[int, float | None]]) -> dict[str, Any]:
+    """From the baseline/other output tok/s ratios of each pairing: where the other arm still wins."""
+    other_wins = {other: [c for c, ratio in by_c.items() if ratio is not None and ratio < 1]
+                  for other, by_c in ratios.items()}
+    overtakes = {other: next((c for c, ratio in by_c.items() if ratio is not None and ratio > 1), None)
+                 for other, by_c in ratios.items()}
+    return {"baseline": baseline, "output_tokens_per_s_ratio": ratios,
             "concurrency_where_other_wins": other_wins, "first_concurrency_baseline_wins": overtakes}
 
 
