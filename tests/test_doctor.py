@@ -272,13 +272,14 @@ def test_real_burst_moves_the_gauges_and_the_diagnosis_follows(vllm_server: Serv
 PAGE = "labs/metrics.md"
 
 
-def test_page_no_metrics_command_prints_what_the_page_shows() -> None:
+@pytest.mark.server
+@pytest.mark.slow
+def test_page_no_metrics_command_on_the_real_llamacpp_server(llamacpp_server: Server) -> None:
+    """The Ollama-class engine the kit runs (llama.cpp's server) has no /metrics: one line, exit 3."""
     (command,) = [command for command in doc_commands(PAGE) if "11434" in command]
-    with http_server(None) as url:
-        port = int(url.rsplit(":", 1)[1])
-        result = run_doc(retarget(command, {11434: port}), kit_env(), timeout_s=60)
+    result = run_doc(retarget(command, {11434: llamacpp_server.port}), kit_env(), timeout_s=60)
     assert result.returncode == 3, result.stdout + result.stderr
-    shown = [retarget(line, {11434: port}) for line in doc_examples(PAGE)[command]]
+    shown = [retarget(line, {11434: llamacpp_server.port}) for line in doc_examples(PAGE)[command]]
     assert not shows(result.stdout, shown), result.stdout
 
 
