@@ -2,7 +2,7 @@
 serving benchmark (`vllm.benchmarks.serve`, driven from Python in the vLLM venv: its console script is
 broken here). Prints TTFT median and output throughput of both, and our/theirs ratios. Goal: within 10%.
 
-Same prompts (the lab's set, written to a custom JSONL dataset), same count, same Poisson rate, same fixed
+Same prompts (the lab's set, written as a ShareGPT-style dataset), same count, same Poisson rate, same fixed
 output length with ignore_eos, one warm-up request each. The two tools draw different Poisson samples of
 the same process, so run a few rounds (--rounds) and read the medians; rounds alternate the order.
 
@@ -56,13 +56,17 @@ def parse_args() -> argparse.Namespace:
 
 
 def run_vllm_bench(args: argparse.Namespace, work_dir: Path, round_index: int) -> dict[str, float]:
-    dataset = work_dir / "prompts.jsonl"
-    dataset.write_text("".join(json.dumps({"prompt": prompt}) + "\n" for prompt in DEFAULT_PROMPTS))
+    # the ShareGPT layout: the bench's loader for it needs only json (its custom JSONL loader needs pandas,
+    # which the vLLM venv lacks); --sharegpt-output-len overrides the placeholder answers' lengths
+    dataset = work_dir / "prompts.json"
+    dataset.write_text(json.dumps([{"conversations": [{"from": "human", "value": prompt},
+                                                      {"from": "gpt", "value": "placeholder answer"}]}
+                                   for prompt in DEFAULT_PROMPTS]))
     result_name = f"vllm-bench-{round_index}.json"
     argv = ["--backend", "openai-chat", "--base-url", args.base_url.removesuffix("/v1"),
             "--endpoint", "/v1/chat/completions", "--model", args.model, "--tokenizer", str(MODEL_DIR),
-            "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
-            "--custom-output-len", str(args.output_len), "--ignore-eos", "--num-prompts", str(args.requests),
+            "--dataset-name", "sharegpt", "--dataset-path", str(dataset),
+            "--sharegpt-output-len", str(args.output_len), "--ignore-eos", "--num-prompts", str(args.requests),
             "--request-rate", str(args.rate), "--seed", str(args.seed + round_index), "--num-warmups", "1",
             "--disable-tqdm", "--save-result", "--result-dir", str(work_dir), "--result-filename", result_name]
     completed = subprocess.run([str(PYTHON), "-c", VLLM_BENCH_DRIVER, *argv], capture_output=True, text=True,

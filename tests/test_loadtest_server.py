@@ -58,7 +58,8 @@ def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_
     # ignore_eos honoured: every answer delivered exactly what it asked for, and vLLM counted the same tokens
     assert all(r["output_tokens"] == r["max_tokens"] for r in requests)
     assert numbers["total_output_tokens"] == sum(r["max_tokens"] for r in requests)
-    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == numbers["total_output_tokens"]
+    generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+    assert generated == numbers["total_output_tokens"]
     assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == numbers["total_prompt_tokens"]
     for r in requests:
         assert r["scheduled_s"] <= r["sent_s"] < r["first_token_s"] <= r["chunk_times_s"][-1] <= r["done_s"]

@@ -54,7 +54,8 @@ def request_row(result: RunResult, record_dict: dict[str, Any]) -> dict[str, Any
         start, stop = record_dict["sent_s"], record_dict[end]
         return None if stop is None or not start else round((stop - start) * 1000.0, 3)
 
-    queue_ms = round((record_dict["sent_s"] - record_dict["scheduled_s"]) * 1000.0, 3) if record_dict["sent_s"] else None
+    sent_s = record_dict["sent_s"]
+    queue_ms = round((sent_s - record_dict["scheduled_s"]) * 1000.0, 3) if sent_s else None
     return {"endpoint": result.target.name, "load": result.spec.label, "request_id": record_dict["request_id"],
             "outcome": record_dict["outcome"], "status": record_dict["status"],
             "finish_reason": record_dict["finish_reason"], "max_tokens": record_dict["max_tokens"],

@@ -38,7 +38,8 @@ def _runs_table(results: Sequence[tuple[RunResult, Summary]]) -> str:
         rows.append("<tr>" + "".join(_cell(value) for value in (
             result.target.name, result.spec.label, summary.num_requests, summary.num_ok, summary.num_truncated,
             summary.num_failed, summary.duration_s, summary.request_throughput_per_s,
-            summary.output_tokens_per_s, summary.total_output_tokens)) + f'<td class="text">{html.escape(metrics)}</td></tr>')
+            summary.output_tokens_per_s, summary.total_output_tokens))
+            + f'<td class="text">{html.escape(metrics)}</td></tr>')
     head = "".join(f"<th>{header}</th>" for header in headers)
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
