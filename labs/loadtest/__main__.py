@@ -27,6 +27,7 @@ from serve.settings import load_env
 DEFAULT_API_URL = "http://127.0.0.1:8009/v1"
 DEFAULT_OUT = Path("results/loadtest")
 MODELS_TIMEOUT_S = 10.0
+WARMUP_MAX_TOKENS = 8
 
 
 class UsageError(ValueError):
@@ -57,6 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sweep = parser.add_mutually_exclusive_group()
     sweep.add_argument("--sweep-rate", help="comma-separated rates: one load point each, e.g. 5,10,25")
     sweep.add_argument("--sweep-concurrency", help="comma-separated user counts (closed loop), e.g. 1,4,16")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed requests per endpoint before its first load point (default 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
     parser.add_argument("--scrape-interval-s", type=float, default=SCRAPE_INTERVAL_S,
                         help="seconds between /metrics reads; 0 turns scraping off")
@@ -138,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     interval_s = args.scrape_interval_s or None
     results = []
     for target in targets:
+        if args.warmup > 0:  # the first connection and the engine's first batch are not part of the load
+            warm_up = WorkloadSpec(num_requests=args.warmup, rate_rps=None, concurrency=1,
+                                   lengths=parse_lengths(f"fixed:{WARMUP_MAX_TOKENS}"))
+            asyncio.run(run_load(target, warm_up, scrape_interval_s=None))
         for spec in specs:
             with progress_bar(f"{target.name} · {spec.label}", spec.num_requests) as on_done:
                 result = asyncio.run(run_load(target, spec, on_done, interval_s))

@@ -67,8 +67,9 @@ def write_html(out_dir: Path, results: Sequence[tuple[RunResult, Summary]], plot
                command: str) -> Path:
     definitions = "".join(f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>"
                           for name, text in DEFINITIONS.items())
-    notes = "".join(f'<p class="note">{html.escape(result.target.name)}: {html.escape(result.metrics_note)}</p>'
-                    for result, _ in results if result.metrics_note)
+    notes_by_endpoint = {result.target.name: result.metrics_note for result, _ in results if result.metrics_note}
+    notes = "".join(f'<p class="note">{html.escape(name)}: {html.escape(note)}</p>'
+                    for name, note in notes_by_endpoint.items())
     created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Load test report</title>
