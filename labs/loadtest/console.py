@@ -13,7 +13,7 @@ from labs.common.stream import RequestRecord
 from labs.loadtest.aggregate import Summary
 from labs.loadtest.runner import RunResult
 
-TABLE_WIDTH_CHARS = 150  # when writing to a file or a pipe, where rich would assume 80 columns
+TABLE_WIDTH_CHARS = 180  # when writing to a file or a pipe, where rich would assume 80 columns
 console = Console(highlight=False)
 if not console.is_terminal:
     console.width = TABLE_WIDTH_CHARS
@@ -40,6 +40,14 @@ def _ms(value: float) -> str:
     return "—" if value != value else f"{value:,.0f}"  # NaN: no ok request to measure
 
 
+def _peaks(result: RunResult) -> str:
+    peaks = result.metrics_peaks
+    if peaks is None:
+        return "none"
+    return (f"run≤{peaks['max_running']:g} wait≤{peaks['max_waiting']:g} KV≤{peaks['max_kv_usage']:.0%} "
+            f"preempt {peaks['preemptions']:g}")
+
+
 def results_table(results: Sequence[tuple[RunResult, Summary]]) -> Table:
     table = Table(title="Load test (latencies in ms over ok requests)")
     for header in ("endpoint", "load", "ok", "trunc", "failed", "TTFT p50", "TTFT p99", "TPOT p50",
@@ -51,5 +59,5 @@ def results_table(results: Sequence[tuple[RunResult, Summary]]) -> Table:
                       _ms(summary.tpot_ms.median), _ms(summary.itl_ms.median), _ms(summary.e2e_ms.median),
                       _ms(summary.e2e_ms.p99), _ms(summary.queue_ms.p99),
                       f"{summary.request_throughput_per_s:.2f}", f"{summary.output_tokens_per_s:.1f}",
-                      f"{len(result.snapshots)} samples" if result.snapshots else "none")
+                      _peaks(result))
     return table

@@ -42,6 +42,7 @@ def run_dict(result: RunResult, summary: Summary) -> dict[str, Any]:
         "workload": spec,
         "summary": summary.to_dict(),
         "metrics_note": result.metrics_note,
+        "metrics_peaks": result.metrics_peaks,
         "metrics_series": [{"t_s": snapshot.taken_s - result.started_s, "running": snapshot.running,
                             "waiting": snapshot.waiting, "kv_usage": snapshot.kv_usage,
                             "preemptions_total": snapshot.preemptions_total, "format": snapshot.format}

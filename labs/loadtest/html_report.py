@@ -34,7 +34,7 @@ def _runs_table(results: Sequence[tuple[RunResult, Summary]]) -> str:
                "output tok/s", "output tokens", "/metrics")
     rows = []
     for result, summary in results:
-        metrics = f"{len(result.snapshots)} samples" if result.snapshots else (result.metrics_note or "none")
+        metrics = result.metrics_digest
         rows.append("<tr>" + "".join(_cell(value) for value in (
             result.target.name, result.spec.label, summary.num_requests, summary.num_ok, summary.num_truncated,
             summary.num_failed, summary.duration_s, summary.request_throughput_per_s,
