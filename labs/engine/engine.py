@@ -78,7 +78,7 @@ class Engine:
         batch = self.scheduler.schedule()
         if batch is None:
             return None
-        self._account(batch.seqs)
+        self._account()
         token_ids = self.runner.run(batch)
         now = self.clock()
         for seq in batch.seqs:
@@ -90,7 +90,7 @@ class Engine:
         self.num_steps += 1
         return StepOutput(batch.seqs, token_ids, finished, batch.is_prefill)
 
-    def _account(self, scheduled: list[Sequence]) -> None:
+    def _account(self) -> None:
         running = self.scheduler.running
         live = sum(seq.num_tokens for seq in running)
         if live > self.kv_peak.live_tokens:

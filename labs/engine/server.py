@@ -165,8 +165,10 @@ def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:  # noqa:
                                lambda token_id, reason: event_loop.call_soon_threadsafe(tokens.put_nowait,
                                                                                         (token_id, reason))))
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        usage = lambda n: {"prompt_tokens": len(prompt_token_ids), "completion_tokens": n,  # noqa: E731
-                           "total_tokens": len(prompt_token_ids) + n}
+        def usage(num_completion_tokens: int) -> dict[str, int]:
+            return {"prompt_tokens": len(prompt_token_ids), "completion_tokens": num_completion_tokens,
+                    "total_tokens": len(prompt_token_ids) + num_completion_tokens}
+
         detokenizer = Detokenizer(tokenizer)
 
         async def deltas() -> AsyncIterator[tuple[str, str | None]]:
