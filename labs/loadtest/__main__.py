@@ -133,6 +133,8 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if args.warmup < 0 or args.scrape_interval_s < 0:
+            raise UsageError("--warmup and --scrape-interval-s must be 0 or more (0 turns them off)")
         specs = build_specs(args)
         targets = build_targets(args)
     except ValueError as exc:
@@ -153,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     notes = {result.target.name: result.metrics_note for result, _ in results if result.metrics_note}
     for name, note in notes.items():
         console.print(f"[yellow]note[/yellow] {name}: {note}")
+    for result, summary in results:
+        errors = [record.error for record in result.records if record.error]
+        if errors:
+            console.print(f"[red]{summary.num_failed} failed[/red] at {result.target.name} · {result.spec.label}; "
+                          f"the first said: {errors[0][:200]}")
     data_paths = write_data(args.out, results)
     plots = write_plots(args.out, results)
     command = "python -m labs.loadtest " + shlex.join(sys.argv[1:] if argv is None else argv)
