@@ -212,7 +212,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("ENFORCE_EAGER", "enforce_eager", "false", boolean,
          "true skips torch.compile: starts faster, decodes slower"),
     Knob("VLLM_ENABLE_V1_MULTIPROCESSING", "v1_multiprocessing", "true", boolean,
-         "false runs the model in the engine-core process: one Python start fewer (faster restarts)"),
+         "false runs the model in the engine-core process: one Python start fewer, slower batches"),
     Knob("VLLM_EXTRA_ARGS", "extra_args", "", arg_list,
          "more api_server flags, appended as they are"),
     Knob("START_TIMEOUT", "start_timeout_s", "900", positive_int,
