@@ -34,6 +34,10 @@ def plot(study: dict, out: Path) -> Path:
             throughput_ax.plot(batches, _series(results, policy, "output_tokens_per_s")[1], style, label=policy)
     ttft_ax.set(title="TTFT p50 (ms, log)", xlabel="max batch", yscale="log")
     throughput_ax.set(title="output tokens/s", xlabel="max batch")
+    batches = sorted({r["max_batch_size"] for r in results})
+    for axis in (ttft_ax, throughput_ax):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(batches, [str(batch) for batch in batches])
     kv_rows = sorted(results, key=lambda r: (r["max_batch_size"], r["policy"]))
     labels = [f"{r['max_batch_size']}\n{r['policy'][:4]}" for r in kv_rows]
     positions = range(len(kv_rows))
