@@ -165,6 +165,7 @@ def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:  # noqa:
                                lambda token_id, reason: event_loop.call_soon_threadsafe(tokens.put_nowait,
                                                                                         (token_id, reason))))
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
         def usage(num_completion_tokens: int) -> dict[str, int]:
             return {"prompt_tokens": len(prompt_token_ids), "completion_tokens": num_completion_tokens,
                     "total_tokens": len(prompt_token_ids) + num_completion_tokens}
