@@ -78,8 +78,7 @@ def main() -> int:
     target = Target("stream-server", f"http://127.0.0.1:{port}/v1", "fake-stream")
     lengths = parse_lengths(f"fixed:{args.tokens}")
     print(f"load generator pinned to core {LOAD_CORE}; {args.tokens} chunks per answer; {args.seconds:g} s per point")
-    best_sustained = 0.0
-    worst_error_ms = 0.0
+    best_sustained = best_achieved = worst_error_ms = 0.0  # the highest offered rate kept up with
     try:
         measure(target, WorkloadSpec(num_requests=50, rate_rps=None, concurrency=8, lengths=lengths))  # warm-up
         for rate in (float(part) for part in args.rates.split(",")):
@@ -87,9 +86,8 @@ def main() -> int:
                                 lengths=lengths)
             achieved, summary, cpu_ms = measure(target, spec)
             sustained = achieved >= SUSTAINED_FRACTION * rate and summary.num_failed == 0
-            if sustained and summary.queue_ms.p99 <= TIMING_ERROR_BUDGET_MS:
-                best_sustained = max(best_sustained, achieved)
-                worst_error_ms = max(worst_error_ms, summary.queue_ms.p99)
+            if sustained and summary.queue_ms.p99 <= TIMING_ERROR_BUDGET_MS and rate > best_sustained:
+                best_sustained, best_achieved, worst_error_ms = rate, achieved, summary.queue_ms.p99
             print(f"offered {rate:7.0f} req/s  achieved {achieved:7.1f} req/s  ok {summary.num_ok:5d}/"
                   f"{summary.num_requests}  timing error (sent - scheduled) p50 {summary.queue_ms.median:6.2f} ms "
                   f"p99 {summary.queue_ms.p99:7.2f} ms  TTFT p50 {summary.ttft_ms.median:6.2f} ms  "
@@ -102,7 +100,8 @@ def main() -> int:
         server.terminate()
         server.wait()
     verdict = best_sustained >= GOAL_REQUESTS_PER_S
-    print(f"sustained on one core: {best_sustained:.0f} req/s with timing error p99 <= {worst_error_ms:.2f} ms "
+    print(f"sustained on one core: {best_sustained:.0f} req/s offered, {best_achieved:.1f} achieved, timing error "
+          f"p99 {worst_error_ms:.2f} ms "
           f"(goal >= {GOAL_REQUESTS_PER_S:.0f} req/s, error p99 <= {TIMING_ERROR_BUDGET_MS:g} ms): "
           f"{'met' if verdict else 'NOT met'}")
     return 0 if verdict else 1

@@ -1,0 +1,37 @@
+"""The load tester's benchmark scripts still run and print their figures (small sizes; no timing asserted:
+the goals are the scripts' own verdicts, read from a full run on a quiet machine)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import MODEL, ROOT, Server
+
+
+def script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_overhead_script_prints_rate_and_timing_error() -> None:
+    result = script("loadtest_overhead.py", "--rates", "20,40", "--seconds", "1")
+    assert result.returncode in (0, 1), result.stderr  # 1: goal not met at these tiny rates, as expected
+    lines = re.findall(r"offered +(\d+) req/s +achieved +([\d.]+) req/s +ok +(\d+)/(\d+) +timing error", result.stdout)
+    assert [(offered, ok, total) for offered, _, ok, total in lines] == [("20", "20", "20"), ("40", "40", "40")]
+    assert "closed loop, 32 users:" in result.stdout and "sustained on one core:" in result.stdout
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_agreement_script_runs_both_tools_on_the_real_server(vllm_server: Server) -> None:
+    result = script("loadtest_agreement.py", "--base-url", vllm_server.api_url, "--model", MODEL, "--requests", "4",
+                    "--rate", "4", "--output-len", "8", "--rounds", "1", env=vllm_server.client_env())
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert re.search(r"round 1 ours +completed +4 ", result.stdout) and re.search(r"round 1 vllm +completed +4 ",
+                                                                                   result.stdout), result.stdout
+    assert re.search(r"ttft_median_ms +ours +[\d.]+ +vllm bench +[\d.]+ +ratio [\d.]+", result.stdout)
+    assert re.search(r"output_tokens_per_s +ours +[\d.]+ +vllm bench +[\d.]+ +ratio [\d.]+", result.stdout)
