@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import queue
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -76,6 +78,13 @@ class EngineLoop:
             return
 
     def _run(self) -> None:
+        try:
+            self._serve_forever()
+        except BaseException:  # a dead engine loop must not leave clients waiting forever: crash loudly
+            traceback.print_exc()
+            os._exit(1)
+
+    def _serve_forever(self) -> None:
         while True:
             self._admit(block=not self.engine.has_unfinished)
             preemptions_before = self.engine.num_preemptions
