@@ -29,8 +29,8 @@ TEXT_FILE = "comparison-results.txt"
 JSON_FILE = "comparison-results.json"
 PLOT_FILE = "comparison-wall-time.png"
 PLOT_DPI = 120
-TEXT_WIDTH = 120
-TABLE_WIDTH = 110  # the table's natural width; wider than the 80 columns rich assumes off a terminal
+TEXT_WIDTH = 124
+TABLE_WIDTH = 124  # the table's natural width; wider than the 80 columns rich assumes off a terminal
 
 
 def request_line(engine: str, mode: str, record: RequestRecord) -> str:
@@ -149,16 +149,22 @@ class ResultsWriter:
             return None
         modes = list(dict.fromkeys(summary.mode for summary in summaries))
         engines = list(dict.fromkeys(summary.engine for summary in summaries))
-        walls = {(summary.engine, summary.mode): summary.wall_s for summary in summaries}
+        by_key = {(summary.engine, summary.mode): summary for summary in summaries}
         factors = scaling(summaries)
         width = 0.8 / len(engines)
         figure, axes = plt.subplots(figsize=(8, 4.5))
         for index, engine in enumerate(engines):
             xs = [position + index * width for position in range(len(modes))]
-            heights = [walls.get((engine, mode), 0.0) for mode in modes]
-            label = f"{engine} (scaling {factors[engine]:.2f}x)" if engine in factors else engine
+            shown = [by_key.get((engine, mode)) for mode in modes]
+            heights = [summary.wall_s if summary else 0.0 for summary in shown]
+            concurrent = by_key.get((engine, CONCURRENT))
+            cut = concurrent.num_bad if concurrent else 0
+            label = engine + (f" (scaling {factors[engine]:.2f}x{', answers cut short' if cut else ''})"
+                              if engine in factors else "")
             bars = axes.bar(xs, heights, width, label=label)
-            axes.bar_label(bars, fmt="%.2f s", fontsize=8)
+            axes.bar_label(bars, [f"{summary.wall_s:.2f} s" + (f"\n{summary.num_bad} cut short/failed"
+                                                               if summary.num_bad else "") if summary else ""
+                                  for summary in shown], fontsize=8)
         axes.set_xticks([position + width * (len(engines) - 1) / 2 for position in range(len(modes))], modes)
         axes.set_ylabel("wall time (s)")
         axes.set_title(f"Wall time per mode (N={self.config.get('n')}, max_tokens={self.config.get('max_tokens')})")
