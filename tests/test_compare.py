@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -120,8 +121,9 @@ def test_non_positive_n_is_refused(n: str) -> None:
 
 def test_a_dead_engine_mid_run_keeps_the_results(tmp_path: Path) -> None:
     server = start_llamacpp()  # its own server: this test kills it
+    pidfile = ROOT / ".kit" / "run" / f"llamacpp-{server.port}.pid"
     folder = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "labs.compare", "--engines", "llamacpp", "--n", "6",
+    proc = subprocess.Popen([sys.executable, "-m", "labs.compare", "--engines", "llamacpp", "--n", "12",
                              "--results", str(folder)], cwd=ROOT, env=server.env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -129,8 +131,8 @@ def test_a_dead_engine_mid_run_keeps_the_results(tmp_path: Path) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if "matched sequential  #1" in line:  # the seed run is done; kill the engine mid-phase
-                threading.Thread(target=stop_server, args=(server,)).start()
+            if "matched sequential  #1" in line:  # the seed run is done: the engine crashes mid-phase
+                os.killpg(int(pidfile.read_text()), signal.SIGKILL)
                 break
         lines.extend(proc.stdout)
         proc.wait(timeout=300)
