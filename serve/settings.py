@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV_FILE = ROOT / ".env"
 ENV_EXAMPLE = ROOT / ".env.example"
 STATE_DIR = ROOT / ".kit"
+# Built artifacts worth keeping across clones of the kit on one machine (like pip's own cache);
+# a bare machine simply builds what is missing.
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-lab-kit"
 
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 
 bash tests/system-packages.sh
 bash serve/light-tools.sh test
-# the native vLLM venv and prepared model, and the llama.cpp venv (its portable wheel is built once, ~6 min,
-# and kept in .kit/wheels/): all cached in .kit/
+# the native vLLM venv and prepared model, and the llama.cpp venv, all in .kit/ (the llama.cpp wheel is built
+# portably once, ~6 min, and kept in ~/.cache/vllm-lab-kit/wheels/ for other clones on this machine)
 ENGINES=vllm,llamacpp .venv/bin/python -m serve install
 # the teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest
 .kit/vllm/bin/python -c "import pytest" 2>/dev/null || .kit/vllm/bin/python -m pip install -q "pytest>=8"
