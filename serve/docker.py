@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from serve import process
 from serve.health import is_healthy, wait_healthy
 from serve.machine import Machine, detect
-from serve.native import LOG_DIR, Started
+from serve.local_server import LOG_DIR
+from serve.native import Started
 from serve.progress import StepFailed, console, run_logged
 from serve.settings import KNOBS, ROOT, Settings, SettingsError, env_file
 from serve.vllm_command import SWAP_SPACE_REMOVED_IN, Resolved, parse_version, resolve, vllm_args, vllm_env

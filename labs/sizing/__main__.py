@@ -12,7 +12,7 @@ from rich.table import Table
 from labs.common.metrics import NoMetrics
 from labs.sizing.verify import compare, served
 from serve.machine import detect
-from serve.native import LOG_DIR
+from serve.local_server import LOG_DIR
 from serve.preflight import bundled_model_facts
 from serve.progress import console, fail
 from serve.settings import Settings, SettingsError
