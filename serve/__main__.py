@@ -82,12 +82,18 @@ def up_vllm(settings: Settings) -> int:
 
 
 def down(settings: Settings, remove_volumes: bool = False) -> int:
-    """Stop every engine this kit started on the configured ports (whatever ENGINES says now)."""
-    runtime = runtimes.select(settings)
-    if not runtimes.stop(runtime, remove_volumes) and "vllm" in settings.engines:
-        console.print(f"Nothing to stop: no vLLM started by this kit on port {settings.port}")
-    if not LlamaCppRuntime(settings).stop() and "llamacpp" in settings.engines:
-        console.print(f"Nothing to stop: no llama.cpp started by this kit on port {settings.llamacpp_port}")
+    """Stop the engines in ENGINES on the configured ports; name any other one of ours still running."""
+    vllm, llamacpp = runtimes.select(settings), LlamaCppRuntime(settings)
+    engines = (("vllm", "vLLM", vllm, settings.port), ("llamacpp", "llama.cpp", llamacpp, settings.llamacpp_port))
+    for engine, label, runtime, port in engines:
+        if engine not in settings.engines:
+            if runtime.running_pid() is not None:
+                console.print(f"{label} still runs on port {port} (not in ENGINES={','.join(settings.engines)}); "
+                              f"stop it with ENGINES={engine} bash down.sh")
+            continue
+        stopped = runtimes.stop(runtime, remove_volumes) if engine == "vllm" else runtime.stop()
+        if not stopped:
+            console.print(f"Nothing to stop: no {label} started by this kit on port {port}")
     return 0
 
 

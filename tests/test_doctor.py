@@ -34,8 +34,8 @@ from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LIMITS = Limits(max_num_seqs=16, max_model_len=1024, kv_cache_space_gib=1)
-BURST_REQUESTS = 24  # more than the session server's MAX_NUM_SEQS=16, so some must wait
-BURST_MAX_TOKENS = 256
+BURST_REQUESTS = 64  # far more than the session server's MAX_NUM_SEQS=16, so some must wait
+BURST_MAX_TOKENS = 512  # long enough that the batch stays full while both doctor runs sample (cancelled after)
 SATURATION_TIMEOUT_S = 90.0
 POLL_S = 0.25
 

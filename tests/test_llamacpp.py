@@ -116,3 +116,12 @@ def test_a_port_in_use_gives_one_line_naming_a_free_one() -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     errors = [line for line in result.stdout.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"LLAMACPP_PORT={port} is invalid" in errors[0] and "already in use" in errors[0]
+
+
+def test_down_for_vllm_only_leaves_llamacpp_running_and_says_so(llamacpp_server: Server) -> None:
+    env = {**llamacpp_server.env, "ENGINES": "vllm", "VLLM_PORT": str(free_port())}
+    result = run_script("down.sh", env, timeout_s=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"llama.cpp still runs on port {llamacpp_server.port}" in result.stdout
+    assert "stop it with ENGINES=llamacpp bash down.sh" in result.stdout
+    assert httpx.get(f"{llamacpp_server.api_url}/models", timeout=10).status_code == 200
