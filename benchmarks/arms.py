@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.roofline import DTYPE_BYTES
 from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
 from serve.machine import detect
 from serve.native import MODEL_DIR, NativeRuntime
@@ -108,7 +107,7 @@ def compile_cache_state(log_text: str, settings: Settings) -> str:
 
 def _vllm_facts(settings: Settings) -> tuple[int, dict[str, Any]]:
     resolved = resolve(settings, detect())
-    weight_bytes = load_model_facts(MODEL_DIR).num_params * DTYPE_BYTES[resolved.dtype]
+    weight_bytes = load_model_facts(MODEL_DIR).weight_bytes(resolved.dtype)
     facts = {"dtype": resolved.dtype, "dtype_reason": resolved.dtype_reason, "omp_threads": resolved.omp_threads,
              "omp_threads_bind": settings.omp_threads_bind, "max_num_seqs": settings.max_num_seqs,
              "kv_cache_space_gib": settings.kv_cache_space_gib, "max_model_len": settings.max_model_len,

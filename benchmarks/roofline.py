@@ -19,7 +19,6 @@ import numpy as np
 
 BANDWIDTH_BUFFER_BYTES = 256 << 20  # well above any CPU cache, small enough to share a 24 GiB machine
 BANDWIDTH_REPEATS = 5  # best of N: the machine's capability, not its noise
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GB = 1e9
 
 
