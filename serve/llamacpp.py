@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from serve.local_server import LOG_DIR, LocalServer
+from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
 from serve.progress import StepFailed, run_logged
 from serve.settings import CACHE_DIR, ROOT, STATE_DIR, Settings
@@ -95,7 +95,7 @@ def install() -> bool:
     return True
 
 
-class LlamaCppRuntime:
+class LlamaCppRuntime(LocalRuntime):
     """One llama.cpp server per port (LLAMACPP_PORT), started from the project's llama venv."""
 
     name = "llama.cpp"
@@ -105,21 +105,6 @@ class LlamaCppRuntime:
         self.port = settings.llamacpp_port
         self.server = LocalServer("llama.cpp", "llamacpp", SERVER_MODULE, settings.host, self.port,
                                   "LLAMACPP_PORT", settings.url_for(self.port), health_path=HEALTH_PATH)
-        self.pidfile = self.server.pidfile
-        self.log_path = self.server.log_path
-
-    @property
-    def base_url(self) -> str:
-        return self.server.base_url
-
-    def running_pid(self) -> int | None:
-        return self.server.running_pid()
-
-    def healthy(self) -> bool:
-        return self.server.healthy()
-
-    def stop(self, quiet: bool = False) -> bool:
-        return self.server.stop(quiet)
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", SERVER_MODULE,

@@ -89,3 +89,30 @@ class LocalServer:
             console.print(f"[green]✓[/green] {self.label} (pid {pid}) {how} in {time.monotonic() - started:.1f} s; "
                           f"port {self.port} is free")
         return True
+
+
+class LocalRuntime:
+    """A runtime whose engine is one LocalServer: the lifecycle calls are the server's own."""
+
+    server: LocalServer
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def log_path(self) -> Path:
+        return self.server.log_path
+
+    @property
+    def pidfile(self) -> process.PidFile:
+        return self.server.pidfile
+
+    def running_pid(self) -> int | None:
+        return self.server.running_pid()
+
+    def healthy(self) -> bool:
+        return self.server.healthy()
+
+    def stop(self, quiet: bool = False) -> bool:
+        return self.server.stop(quiet)

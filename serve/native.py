@@ -14,7 +14,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-from serve.local_server import LOG_DIR, LocalServer
+from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
 from serve.progress import run_logged
 from serve.settings import ROOT, STATE_DIR, Settings
@@ -103,7 +103,7 @@ class Started:
     resolved: Resolved
 
 
-class NativeRuntime:
+class NativeRuntime(LocalRuntime):
     """One vLLM api_server per port, started from the project's venv."""
 
     name = "native"
@@ -112,21 +112,6 @@ class NativeRuntime:
         self.settings = settings
         self.server = LocalServer("vLLM", "vllm", API_SERVER_MODULE, settings.host, settings.port, "VLLM_PORT",
                                   settings.base_url)
-        self.pidfile = self.server.pidfile
-        self.log_path = self.server.log_path
-
-    @property
-    def base_url(self) -> str:
-        return self.server.base_url
-
-    def running_pid(self) -> int | None:
-        return self.server.running_pid()
-
-    def healthy(self) -> bool:
-        return self.server.healthy()
-
-    def stop(self, quiet: bool = False) -> bool:
-        return self.server.stop(quiet)
 
     def prepare(self) -> None:
         install()
