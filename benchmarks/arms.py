@@ -16,10 +16,10 @@ from typing import Any
 
 from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
 from serve.machine import detect
-from serve.native import MODEL_DIR, NativeRuntime
+from serve.model import bundled_model_facts
+from serve.native import NativeRuntime
 from serve.settings import Settings, load_env
-from serve.sizing import load_model_facts
-from serve.vllm_command import resolve
+from serve.vllm_command import Resolved, resolve, resolve_threads
 
 ENGINES = ("vllm", "llamacpp")
 LLAMACPP_SEQUENCES_PER_STEP = 1  # its server runs one request at a time; the others wait
@@ -105,14 +105,15 @@ def compile_cache_state(log_text: str, settings: Settings) -> str:
     return next((state for marker, state in COMPILE_CACHE_LOG if marker in log_text), "unknown")
 
 
-def _vllm_facts(settings: Settings) -> tuple[int, dict[str, Any]]:
-    resolved = resolve(settings, detect())
-    weight_bytes = load_model_facts(MODEL_DIR).weight_bytes(resolved.dtype)
+def _vllm_facts(settings: Settings) -> tuple[int, Resolved, dict[str, Any]]:
+    resolved = resolve(settings, detect(), bundled_model_facts())
+    weight_bytes = bundled_model_facts().weight_bytes(resolved.dtype)
     facts = {"dtype": resolved.dtype, "dtype_reason": resolved.dtype_reason, "omp_threads": resolved.omp_threads,
-             "omp_threads_bind": settings.omp_threads_bind, "max_num_seqs": settings.max_num_seqs,
-             "kv_cache_space_gib": settings.kv_cache_space_gib, "max_model_len": settings.max_model_len,
+             "omp_threads_bind": resolved.omp_threads_bind, "max_num_seqs": resolved.max_num_seqs,
+             "max_num_seqs_reason": resolved.max_num_seqs_reason, "kv_cache_space_gib": resolved.kv_cache_space_gib,
+             "kv_cache_space_reason": resolved.kv_cache_space_reason, "max_model_len": settings.max_model_len,
              "enforce_eager": settings.enforce_eager, "extra_args": list(settings.extra_args)}
-    return weight_bytes, facts
+    return weight_bytes, resolved, facts
 
 
 @contextmanager
@@ -121,7 +122,7 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
     settings = arm_settings(arm)
     if arm.engine == "llamacpp":
         weight_bytes = os.path.getsize(gguf_path())
-        resolved = {"gguf": os.path.basename(gguf_path()), "threads": resolve(settings, detect()).omp_threads}
+        resolved = {"gguf": os.path.basename(gguf_path()), "threads": resolve_threads(settings, detect())[0]}
         if arm.attach_url:
             yield Served(arm.attach_url, MODEL_ALIAS, weight_bytes, LLAMACPP_SEQUENCES_PER_STEP, resolved)
             return
@@ -133,17 +134,18 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
         finally:
             runtime.stop(quiet=True)
         return
-    weight_bytes, resolved = _vllm_facts(settings)
+    weight_bytes, plan, resolved = _vllm_facts(settings)
+    seqs = plan.max_num_seqs or 1
     if arm.attach_url:
-        yield Served(arm.attach_url, settings.model_name, weight_bytes, settings.max_num_seqs, resolved)
+        yield Served(arm.attach_url, settings.model_name, weight_bytes, seqs, resolved)
         return
     runtime = NativeRuntime(settings)
-    served = Served(f"{settings.base_url}/v1", settings.model_name, weight_bytes, settings.max_num_seqs, resolved)
+    served = Served(f"{settings.base_url}/v1", settings.model_name, weight_bytes, seqs, resolved)
     try:
         for attempt in range(restarts + 1):
             if attempt:
                 runtime.stop(quiet=True)
-            started = runtime.start()
+            started = runtime.start(plan)
             log_text = runtime.log_path.read_text(errors="replace")
             served.starts.append(Start(started.seconds_to_healthy, compile_cache_state(log_text, settings)))
         yield served

@@ -27,9 +27,14 @@ def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None
     if started is not None:
         table.add_row("pid", str(started.pid))
         table.add_row("healthy after", f"{started.seconds_to_healthy:.0f} s")
-        table.add_row("dtype", f"{started.resolved.dtype} ({started.resolved.dtype_reason})")
-        table.add_row("threads", f"{started.resolved.omp_threads} ({started.resolved.omp_threads_reason}), "
-                                 f"binding {settings.omp_threads_bind}")
+        resolved = started.resolved
+        table.add_row("dtype", f"{resolved.dtype} ({resolved.dtype_reason})")
+        table.add_row("threads", f"{resolved.omp_threads} ({resolved.omp_threads_reason}), binding "
+                                 f"{resolved.omp_threads_bind} ({resolved.omp_threads_bind_reason})")
+        if resolved.max_num_seqs is not None:
+            table.add_row("max num seqs", f"{resolved.max_num_seqs} ({resolved.max_num_seqs_reason})")
+        if resolved.kv_cache_space_gib is not None:
+            table.add_row("KV budget", f"{resolved.kv_cache_space_gib} GiB ({resolved.kv_cache_space_reason})")
     report = kv_cache_report(runtime.log_path.read_text(errors="replace")) if runtime.log_path.exists() else None
     if report is not None:
         table.add_row("KV cache", f"{report.tokens:,} tokens; max concurrency {report.max_concurrency:g}x "
@@ -73,8 +78,9 @@ def up_vllm(settings: Settings) -> int:
         return 0
     if runtime.running_pid() is not None:
         runtime.stop(quiet=True)  # ours but not answering: a half-started server; start afresh
-    preflight.run(settings, runtime.name)  # refuses (exit 2) a configuration vLLM could not start with
-    started = runtime.start()
+    resolved = runtime.resolve()
+    preflight.run(settings, resolved, runtime.name)  # refuses (exit 2) a configuration vLLM could not start with
+    started = runtime.start(resolved)
     console.print(f"[green]✓[/green] vLLM is up. Try: [bold]python -m client \"Say OK.\"[/bold] "
                   f"(from .venv) or curl {runtime.base_url}/v1/models")
     recap(settings, runtime, started)

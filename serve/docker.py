@@ -19,12 +19,22 @@ from dataclasses import dataclass
 
 from serve import process
 from serve.health import is_healthy, wait_healthy
-from serve.machine import Machine, detect
 from serve.local_server import LOG_DIR
+from serve.machine import Machine, detect
+from serve.model import served_model_facts
 from serve.native import Started
+from serve.preflight import block_size_for
 from serve.progress import StepFailed, console, run_logged
 from serve.settings import KNOBS, ROOT, Settings, SettingsError, env_file
-from serve.vllm_command import SWAP_SPACE_REMOVED_IN, Resolved, parse_version, resolve, vllm_args, vllm_env
+from serve.sizing import SizingError, parse_memory_size
+from serve.vllm_command import (
+    SWAP_SPACE_REMOVED_IN,
+    Resolved,
+    parse_version,
+    resolve,
+    vllm_args,
+    vllm_env,
+)
 
 COMPOSE_FILE = ROOT / "compose.yaml"
 CONTAINER_HOST = "0.0.0.0"  # inside the container; the published port stays on VLLM_HOST
@@ -58,13 +68,23 @@ def container_threads_bind(bind: str, vllm_version: tuple[int, int]) -> str:
 
 
 def resolve_for_container(settings: Settings, machine: Machine, track: Track) -> Resolved:
-    """CPU: `auto` threads = the host's cores capped by CPU_LIMIT. GPU: DTYPE=auto stays auto (the checkpoint's)."""
+    """CPU: the `auto`s against the host's cores capped by CPU_LIMIT and the memory capped by MEMORY_LIMIT.
+    GPU: DTYPE=auto stays auto (the checkpoint's), MAX_NUM_SEQS=auto is left to vLLM, KV is GPU memory's."""
     if track is GPU:
         reason = "set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype"
-        return Resolved(settings.dtype, reason, 1, "GPU track: CPU threads only serve the API")
+        seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else "auto: vLLM's own default on GPU"
+        return Resolved(settings.dtype, reason, 1, "GPU track: CPU threads only serve the API",
+                        settings.omp_threads_bind, "GPU track: not used", settings.max_num_seqs, seqs_reason, None,
+                        f"GPU track: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} sizes the KV pool")
+    try:
+        cap = parse_memory_size(settings.memory_limit)
+    except SizingError as exc:
+        raise SettingsError(f"MEMORY_LIMIT={settings.memory_limit!r} is invalid: {exc}") from None
     cores = max(1, min(machine.usable_cores, math.floor(settings.cpu_limit)))
-    resolved = resolve(settings, dataclasses.replace(machine, usable_cores=cores))
-    if settings.omp_threads == "auto":
+    resolved = resolve(settings, dataclasses.replace(machine, usable_cores=cores),
+                       served_model_facts(settings, track.runtime), memory_cap_bytes=cap,
+                       block_size=block_size_for(settings, track.runtime), container=True)
+    if settings.omp_threads is None:
         reason = f"auto: the host's {machine.usable_cores} cores, capped by CPU_LIMIT={settings.cpu_limit:g}"
         resolved = dataclasses.replace(resolved, omp_threads_reason=reason)
     return resolved
@@ -95,6 +115,8 @@ def container_command(settings: Settings, resolved: Resolved, track: Track) -> l
 
 
 def _export(value: object) -> str:
+    if value is None:
+        return "auto"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
@@ -109,6 +131,9 @@ def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[st
     env = {knob.env: _export(getattr(settings, knob.field)) for knob in KNOBS}
     engine = vllm_env(settings, resolved)
     version = image_vllm_version(settings.cpu_image_tag)
+    seqs = [] if resolved.max_num_seqs is None else ["--max-num-seqs", str(resolved.max_num_seqs)]
+    env.update(RESOLVED_MAX_NUM_SEQS=str(resolved.max_num_seqs or ""), RESOLVED_MAX_NUM_SEQS_ARGS=shlex.join(seqs),
+               RESOLVED_KVCACHE_SPACE=engine.get("VLLM_CPU_KVCACHE_SPACE", ""))
     env.update(RESOLVED_DTYPE=resolved.dtype, RESOLVED_OMP_THREADS=engine["OMP_NUM_THREADS"],
                RESOLVED_THREADS_BIND=container_threads_bind(engine["VLLM_CPU_OMP_THREADS_BIND"], version),
                RESOLVED_V1_MULTIPROCESSING=engine["VLLM_ENABLE_V1_MULTIPROCESSING"],
@@ -142,7 +167,7 @@ class DockerRuntime:
         return result.stdout.strip()
 
     def _env(self, resolved: Resolved | None) -> dict[str, str]:
-        resolved = resolved or resolve_for_container(self.settings, detect(), self.track)
+        resolved = resolved or self.resolve()
         return {**os.environ, **compose_env(self.settings, resolved, self.track)}
 
     def container_id(self) -> str | None:
@@ -174,10 +199,13 @@ class DockerRuntime:
             raise SettingsError(f"{variable}={self.port} is invalid: port {self.port} on {self.settings.host} is "
                                 f"already in use; stop what listens there or set {variable}={free} (free now)")
 
-    def start(self) -> Started:
+    def resolve(self) -> Resolved:
+        return resolve_for_container(self.settings, detect(), self.track)
+
+    def start(self, resolved: Resolved | None = None) -> Started:
         """Build or pull, `compose up -d`, then wait for /health; on failure the service is taken down."""
         self.check()
-        resolved = resolve_for_container(self.settings, detect(), self.track)
+        resolved = resolved or self.resolve()
         env = self._env(resolved)
         service = self.track.service
         if self.track.builds_image:

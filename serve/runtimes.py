@@ -10,6 +10,7 @@ from typing import Protocol
 from serve.docker import TRACKS, DockerRuntime
 from serve.native import NativeRuntime, Started
 from serve.settings import Settings, SettingsError
+from serve.vllm_command import Resolved
 
 DOCKER_PROBE_TIMEOUT_S = 15
 
@@ -44,7 +45,11 @@ class Runtime(Protocol):
 
     def healthy(self) -> bool: ...
 
-    def start(self) -> Started: ...
+    def resolve(self) -> Resolved:
+        """Every `auto` setting as this runtime will start with it (the preflight judges these)."""
+        ...
+
+    def start(self, resolved: Resolved | None = None) -> Started: ...
 
     def stop(self, quiet: bool = False) -> bool: ...
 

@@ -7,6 +7,7 @@ everything. `${VAR:-default}` references inside `.env` are resolved with the env
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -77,10 +78,26 @@ def choice(*options: str) -> Callable[[str, str], str]:
     return parse
 
 
-def auto_or_positive_int(name: str, raw: str) -> str:
-    if raw != "auto":
-        positive_int(name, raw)
-    return raw
+def auto_or_positive_int(name: str, raw: str) -> int | None:
+    """A whole number > 0, or None for `auto` (resolved against the machine at start)."""
+    return None if raw == "auto" else positive_int(name, raw)
+
+
+def auto_or_whole_gib(name: str, raw: str) -> int | None:
+    """Whole GiB (vLLM reads VLLM_CPU_KVCACHE_SPACE with int() and dies on '1.5'), or None for `auto`."""
+    if raw == "auto":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2") from None
+    if not value > 0 or value == float("inf"):
+        raise _bad(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2")
+    if not value.is_integer():
+        whole = sorted({max(1, math.floor(value)), math.ceil(value)})
+        raise _bad(name, raw, "vLLM reads it as whole GiB (int()) and would die at start; use auto or "
+                              f"{' or '.join(str(gib) for gib in whole)}")
+    return int(value)
 
 
 def positive_number(name: str, raw: str) -> float:
@@ -196,16 +213,18 @@ KNOBS: tuple[Knob, ...] = (
          "auto = bfloat16 where the CPU has BF16 instructions, else float32"),
     Knob("MAX_MODEL_LEN", "max_model_len", "1024", positive_int,
          "longest prompt+answer in tokens; every sequence may grow to it"),
-    Knob("MAX_NUM_SEQS", "max_num_seqs", "16", positive_int,
-         "most sequences decoded together in one batch"),
+    Knob("MAX_NUM_SEQS", "max_num_seqs", "auto", auto_or_positive_int,
+         "most sequences decoded together in one batch; auto = 8 per core, cut to what the KV pool holds"),
     Knob("SWAP_SPACE", "swap_space_gib", "4", non_negative_int,
          "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)"),
-    Knob("VLLM_CPU_KVCACHE_SPACE", "kv_cache_space_gib", "1", positive_number,
-         "GiB of RAM for the KV cache: the pool every running sequence shares"),
+    Knob("VLLM_CPU_KVCACHE_SPACE", "kv_cache_space_gib", "auto", auto_or_whole_gib,
+         "GiB of RAM for the KV cache, whole; auto = room for MAX_NUM_SEQS full-length sequences, "
+         "within the memory free"),
     Knob("OMP_THREADS", "omp_threads", "auto", auto_or_positive_int,
-         "OpenMP threads for the engine (OMP_NUM_THREADS); auto = the cores this process may use"),
-    Knob("VLLM_CPU_OMP_THREADS_BIND", "omp_threads_bind", "nobind", thread_binding,
-         "nobind lets all OMP_THREADS compute; vLLM's auto reserves a core for the frontend"),
+         "OpenMP threads where vLLM does not bind them (nobind, llama.cpp); auto = the cores this process may use"),
+    Knob("VLLM_CPU_OMP_THREADS_BIND", "omp_threads_bind", "auto", thread_binding,
+         "auto = vLLM's: one thread per core, one core left to the frontend (nobind on 1 core or in Docker); "
+         "nobind lets all OMP_THREADS compute"),
     Knob("OPENBLAS_NUM_THREADS", "openblas_threads", "1", positive_int,
          "keeps BLAS from spawning threads that fight the OpenMP ones"),
     Knob("MKL_NUM_THREADS", "mkl_threads", "1", positive_int,
@@ -252,10 +271,10 @@ class Settings:
     port: int
     dtype: str
     max_model_len: int
-    max_num_seqs: int
+    max_num_seqs: int | None  # None: auto
     swap_space_gib: int
-    kv_cache_space_gib: float
-    omp_threads: str
+    kv_cache_space_gib: int | None  # None: auto
+    omp_threads: int | None  # None: auto
     omp_threads_bind: str
     openblas_threads: int
     mkl_threads: int

@@ -224,3 +224,64 @@ def fit_memory_cap(facts: ModelFacts, weights: str, cap_bytes: int, overhead_byt
     budget = (left // GiB) * GiB if whole_gib else left
     pool = kv_pool(facts, kv_dtype or KV_DTYPE_FOR_WEIGHTS[key], budget, block_size)
     return MemoryFit(cap_bytes, weight_bytes, overhead_bytes, budget, pool)
+
+
+# MAX_NUM_SEQS=auto: decode sequences batched per core. On 2 cores 16 beat 8 by 1.12-1.21x at 8-16 users
+# (labs/throughput.md); past the point where a step's compute fills the cores a bigger batch only adds latency.
+SEQS_PER_CORE = 8
+AUTO_SEQS_CAP = 256  # vLLM's own default max_num_seqs: auto never asks for more
+
+
+def auto_seqs(cores: int) -> int:
+    return min(SEQS_PER_CORE * max(1, cores), AUTO_SEQS_CAP)
+
+
+def auto_seqs_reason(cores: int) -> str:
+    reason = f"auto: {SEQS_PER_CORE} per core x {max(1, cores)} cores"
+    return reason if SEQS_PER_CORE * max(1, cores) <= AUTO_SEQS_CAP else f"{reason}, capped at vLLM's {AUTO_SEQS_CAP}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """MAX_NUM_SEQS and VLLM_CPU_KVCACHE_SPACE as vLLM gets them, each with why."""
+
+    max_num_seqs: int
+    max_num_seqs_reason: str
+    kv_space_gib: int
+    kv_space_reason: str
+
+
+def plan_batch(facts: ModelFacts, kv_dtype: str, max_model_len: int, cores: int, room_bytes: int,
+               max_num_seqs: int | None = None, kv_space_gib: int | None = None,
+               block_size: int = V1_CPU_BLOCK_SIZE) -> BatchPlan:
+    """Resolve the `auto`s (None) of the batch size and the KV budget against the cores and memory.
+
+    auto MAX_NUM_SEQS = SEQS_PER_CORE x cores. auto KV = the whole GiB that hold that many
+    MAX_MODEL_LEN sequences, at most `room_bytes` (the memory the caller can spare for the KV cache:
+    what is left after weights and runtime). When both are auto and the room is short, the batch shrinks
+    to the full-length sequences the pool holds; a value the user set is kept as set (the preflight
+    judges it).
+    """
+    target = max_num_seqs or auto_seqs(cores)
+    if kv_space_gib is not None:
+        kv_gib, kv_reason = kv_space_gib, "set in VLLM_CPU_KVCACHE_SPACE"
+    else:
+        tokens = target * max_model_len
+        needed = kv_space_gib_for_tokens(facts, kv_dtype, tokens, block_size)
+        room_gib = room_bytes // GiB
+        exact = tokens * facts.kv_bytes_per_token(kv_dtype) / GiB
+        if needed <= room_gib:
+            kv_gib = needed
+            kv_reason = (f"auto: {target} sequences x {max_model_len:,} tokens need {exact:.2f} GiB of "
+                         f"{kv_dtype} KV, rounded up to whole GiB")
+        else:
+            kv_gib = max(1, room_gib)
+            kv_reason = (f"auto: {target} x {max_model_len:,} tokens would need {needed} GiB; the memory "
+                         f"left for KV is {room_bytes / GiB:.1f} GiB")
+    if max_num_seqs is not None:
+        return BatchPlan(max_num_seqs, "set in MAX_NUM_SEQS", kv_gib, kv_reason)
+    fit = kv_pool(facts, kv_dtype, kv_gib * GiB, block_size).max_num_seqs(max_model_len)
+    seqs_reason = auto_seqs_reason(cores)
+    if fit < target:
+        seqs_reason += f", cut to the {max(1, fit)} full-length sequences the KV pool holds"
+    return BatchPlan(max(1, min(target, fit)), seqs_reason, kv_gib, kv_reason)

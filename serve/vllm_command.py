@@ -10,9 +10,20 @@ from dataclasses import dataclass
 
 from serve.machine import Machine
 from serve.settings import Settings
+from serve.sizing import (
+    V1_CPU_BLOCK_SIZE,
+    VLLM_CPU_OVERHEAD_BYTES,
+    ModelFacts,
+    auto_seqs,
+    auto_seqs_reason,
+    plan_batch,
+)
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SWAP_SPACE_REMOVED_IN = (0, 18)  # vLLM 0.18 dropped --swap-space (it never added blocks on CPU)
+# Native: the auto KV budget takes at most this share of the RAM available at start (others use the machine).
+AUTO_KV_MEMORY_SHARE = 0.5
+UNSIZED_KV_GIB = 4  # a model with no local config.json: vLLM's own CPU default (0.9 warns and uses 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,21 +34,70 @@ class Resolved:
     dtype_reason: str
     omp_threads: int
     omp_threads_reason: str
+    omp_threads_bind: str
+    omp_threads_bind_reason: str
+    max_num_seqs: int | None  # None: not passed (the GPU track leaves it to vLLM)
+    max_num_seqs_reason: str
+    kv_cache_space_gib: int | None  # None: not passed (the GPU track sizes KV by GPU_MEMORY_UTILIZATION)
+    kv_cache_space_reason: str
 
 
-def resolve(settings: Settings, machine: Machine) -> Resolved:
+def resolve_dtype(settings: Settings, machine: Machine) -> tuple[str, str]:
     if settings.dtype != "auto":
-        dtype, dtype_reason = settings.dtype, "set in DTYPE"
-    elif machine.bf16_flag:
-        dtype, dtype_reason = "bfloat16", f"auto: the CPU has {machine.bf16_flag}"
+        return settings.dtype, "set in DTYPE"
+    if machine.bf16_flag:
+        return "bfloat16", f"auto: the CPU has {machine.bf16_flag}"
+    return "float32", "auto: the CPU has no BF16 instructions (avx512_bf16/amx_bf16)"
+
+
+def resolve_threads(settings: Settings, machine: Machine) -> tuple[int, str]:
+    """OMP_THREADS: what computes where vLLM does not bind (nobind, llama.cpp)."""
+    if settings.omp_threads is not None:
+        return settings.omp_threads, "set in OMP_THREADS"
+    return machine.usable_cores, f"auto: the {machine.usable_cores} cores this process may use"
+
+
+def resolve_binding(settings: Settings, machine: Machine, container: bool = False) -> tuple[str, str]:
+    """VLLM_CPU_OMP_THREADS_BIND as vLLM gets it. vLLM's `auto` binds one OpenMP thread per physical core
+    and reserves one core: its scheduler process polls busily for the worker (labs/throughput.md)."""
+    if settings.omp_threads_bind != "auto":
+        return settings.omp_threads_bind, "set in VLLM_CPU_OMP_THREADS_BIND"
+    if container:
+        return "nobind", ("auto: nobind in a container (CPU_LIMIT caps CPU time, not CPUs: vLLM's binding "
+                          "would spread over every host core)")
+    if machine.cores < 2:
+        return "nobind", "auto: nobind, a single core leaves none to reserve"
+    return "auto", (f"auto: vLLM's, {machine.cores - 1} of {machine.cores} cores compute, one is left to its "
+                    "scheduler and API server")
+
+
+def resolve(settings: Settings, machine: Machine, facts: ModelFacts | None, *, memory_cap_bytes: int | None = None,
+            block_size: int = V1_CPU_BLOCK_SIZE, container: bool = False) -> Resolved:
+    """Every `auto` against this machine. `facts` is the served model (None: unknown, KV not sized);
+    `memory_cap_bytes` the memory the engine may use (a container's cap; default: a share of what is free)."""
+    dtype, dtype_reason = resolve_dtype(settings, machine)
+    bind, bind_reason = resolve_binding(settings, machine, container)
+    if bind == "auto":  # vLLM sets OMP_NUM_THREADS itself: one per core it binds
+        threads, threads_reason = machine.cores - 1, "bound by vLLM"
     else:
-        dtype, dtype_reason = "float32", "auto: the CPU has no BF16 instructions (avx512_bf16/amx_bf16)"
-    if settings.omp_threads != "auto":
-        threads, threads_reason = int(settings.omp_threads), "set in OMP_THREADS"
-    else:
-        threads = machine.usable_cores
-        threads_reason = f"auto: the {threads} cores this process may use"
-    return Resolved(dtype, dtype_reason, threads, threads_reason)
+        threads, threads_reason = resolve_threads(settings, machine)
+    cores = machine.usable_cores
+    if facts is None:
+        seqs = settings.max_num_seqs or auto_seqs(cores)
+        seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else auto_seqs_reason(cores)
+        kv = settings.kv_cache_space_gib or UNSIZED_KV_GIB
+        kv_reason = ("set in VLLM_CPU_KVCACHE_SPACE" if settings.kv_cache_space_gib else
+                     f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default")
+        return Resolved(dtype, dtype_reason, threads, threads_reason, bind, bind_reason, seqs, seqs_reason, kv,
+                        kv_reason)
+    if memory_cap_bytes is None:
+        memory_cap_bytes = int(machine.memory_available_bytes * AUTO_KV_MEMORY_SHARE)
+    room = memory_cap_bytes - facts.weight_bytes(dtype) - VLLM_CPU_OVERHEAD_BYTES
+    plan = plan_batch(facts, dtype, settings.max_model_len, cores, room, settings.max_num_seqs,
+                      settings.kv_cache_space_gib, block_size)
+    return Resolved(dtype, dtype_reason, threads, threads_reason, bind, bind_reason, plan.max_num_seqs,
+                    plan.max_num_seqs_reason,
+                    plan.kv_space_gib, plan.kv_space_reason)
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -56,8 +116,9 @@ def vllm_args(settings: Settings, resolved: Resolved, model: str, vllm_version: 
         "--port", str(port or settings.port),
         "--dtype", resolved.dtype,
         "--max-model-len", str(settings.max_model_len),
-        "--max-num-seqs", str(settings.max_num_seqs),
     ]
+    if resolved.max_num_seqs is not None:
+        args += ["--max-num-seqs", str(resolved.max_num_seqs)]
     if vllm_version < SWAP_SPACE_REMOVED_IN:
         args += ["--swap-space", str(settings.swap_space_gib)]
     if settings.enforce_eager:
@@ -68,14 +129,15 @@ def vllm_args(settings: Settings, resolved: Resolved, model: str, vllm_version: 
 def vllm_env(settings: Settings, resolved: Resolved) -> dict[str, str]:
     """Environment for the engine. The API key travels here, never on the command line (`ps` shows argv)."""
     env = {
-        "VLLM_CPU_KVCACHE_SPACE": f"{settings.kv_cache_space_gib:g}",
-        "VLLM_CPU_OMP_THREADS_BIND": settings.omp_threads_bind,
+        "VLLM_CPU_OMP_THREADS_BIND": resolved.omp_threads_bind,
         "OMP_NUM_THREADS": str(resolved.omp_threads),
         "OPENBLAS_NUM_THREADS": str(settings.openblas_threads),
         "MKL_NUM_THREADS": str(settings.mkl_threads),
         # CPU: 0 keeps vLLM's UniProc executor (no worker process to spawn and import torch into)
         "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if settings.v1_multiprocessing else "0",
     }
+    if resolved.kv_cache_space_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(resolved.kv_cache_space_gib)
     if settings.api_key:
         env["VLLM_API_KEY"] = settings.api_key
     return env

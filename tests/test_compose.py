@@ -117,7 +117,7 @@ def test_cpu_service_renders_to_the_native_vllm_argv_and_env(overrides: dict[str
     assert "--swap-space" in native  # vLLM 0.9.1 still has it
     expected_env = {**vllm_env(settings, resolved),
                     # named differences: 0.9.1 spells nobind "all"; compose always sets the key (empty = none)
-                    "VLLM_CPU_OMP_THREADS_BIND": container_threads_bind(settings.omp_threads_bind, version),
+                    "VLLM_CPU_OMP_THREADS_BIND": container_threads_bind(resolved.omp_threads_bind, version),
                     "VLLM_API_KEY": settings.api_key}
     assert {key: str(value) for key, value in service["environment"].items()} == expected_env
     assert service["ports"][0].startswith(f"127.0.0.1:{settings.port}:{CONTAINER_PORT}")

@@ -25,7 +25,7 @@ from labs.common.metrics import MetricsSnapshot, NoMetrics, parse, scrape
 from labs.common.stream import RequestRecord, chat_payload, stream_chat
 from labs.doctor.diagnosis import Limits, diagnose
 from serve.machine import detect
-from serve.preflight import bundled_model_facts
+from serve.model import bundled_model_facts
 from serve.settings import Settings
 from serve.sizing import GiB, kv_pool
 from serve.vllm_command import resolve
@@ -296,7 +296,7 @@ def test_page_commands_against_the_real_server(vllm_server: Server) -> None:
     wait_idle(vllm_server)
     idle = run_doc(retarget(one_look, {8009: vllm_server.port}), env, timeout_s=60)
     assert idle.returncode == 0 and "diagnosis: idle" in idle.stdout, idle.stdout + idle.stderr
-    dtype = resolve(Settings.from_env(vllm_server.env), detect()).dtype
+    dtype = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts()).dtype
     pool = kv_pool(bundled_model_facts(), dtype, 1 * GiB)  # what labs/sizing predicts for the server's settings
     assert "vLLM V1 names" in idle.stdout
     assert f"{pool.num_blocks} blocks of 128 = {pool.num_tokens:,} tokens (1 GiB)" in idle.stdout, idle.stdout

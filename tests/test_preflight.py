@@ -7,10 +7,22 @@ from dataclasses import dataclass
 
 import pytest
 
+from serve.docker import GPU
+from serve.docker import resolve_for_container as resolve_for_gpu
 from serve.local_server import LOG_DIR, RUN_DIR
-from serve.preflight import block_size_for, bundled_model_facts, check
-from serve.settings import KNOBS, Settings
-from serve.sizing import GiB, load_model_facts
+from serve.machine import Machine
+from serve.model import bundled_model_facts
+from serve.preflight import GPU_RUNTIMES, Verdict, block_size_for, check
+from serve.settings import KNOBS, Settings, SettingsError
+from serve.sizing import (
+    V1_CPU_BLOCK_SIZE,
+    GiB,
+    ModelFacts,
+    SizingError,
+    load_model_facts,
+    parse_memory_size,
+)
+from serve.vllm_command import resolve
 from tests.conftest import ROOT, free_port, kit_env, run_script
 
 SMOL = bundled_model_facts()
@@ -19,8 +31,26 @@ MODELS = {"smol": SMOL, "llama8b": LLAMA_8B}
 SUGGESTION = re.compile(r"(?:[Ss]et |or )([A-Z_]+)=(\w+)((?: or \d+)*)")
 
 
+EXPLICIT = {"VLLM_CPU_KVCACHE_SPACE": "1", "MAX_NUM_SEQS": "16"}  # set by hand: the preflight judges them as set
+
+
 def settings(**overrides: str) -> Settings:
     return Settings.from_env({**{knob.env: knob.default for knob in KNOBS}, **overrides})
+
+
+def judge(config: Settings, facts: ModelFacts | None, runtime: str, available_bytes: int,
+          block_size: int = V1_CPU_BLOCK_SIZE) -> Verdict:
+    """What up.sh does on a 2-core machine with this much RAM free: resolve every `auto`, then check."""
+    machine = Machine(2, frozenset({"avx512_bf16"}), available_bytes)
+    if runtime in GPU_RUNTIMES:
+        resolved = resolve_for_gpu(config, machine, GPU)
+    else:
+        try:
+            cap = parse_memory_size(config.memory_limit) if runtime == "docker" else None
+        except SizingError:
+            cap = None  # the check itself refuses the MEMORY_LIMIT
+        resolved = resolve(config, machine, facts, memory_cap_bytes=cap, block_size=block_size)
+    return check(config, resolved, facts, runtime, available_bytes, block_size=block_size)
 
 
 def suggestions(message: str) -> list[tuple[str, str]]:
@@ -41,17 +71,21 @@ class Bad:
     available_gib: float = 20
     variable: str = "VLLM_CPU_KVCACHE_SPACE"
     says: tuple[str, ...] = ()
+    auto: bool = False  # MAX_NUM_SEQS and VLLM_CPU_KVCACHE_SPACE left auto, else EXPLICIT
 
-    def verdict(self, **changes: str):
-        return check(settings(**{**self.env, **changes}), MODELS[self.model], self.dtype, self.runtime,
-                     int(self.available_gib * GiB))
+    def verdict(self, **changes: str) -> Verdict:
+        base = {} if self.auto else EXPLICIT
+        config = settings(**{**base, "DTYPE": self.dtype, **self.env, **changes})
+        return judge(config, MODELS[self.model], self.runtime, int(self.available_gib * GiB))
 
 
 BAD = {
-    "kv-not-whole-1.5": Bad({"VLLM_CPU_KVCACHE_SPACE": "1.5"}, says=("whole GiB", "=1 or 2")),
-    "kv-not-whole-0.5": Bad({"VLLM_CPU_KVCACHE_SPACE": "0.5"}, says=("whole GiB", "VLLM_CPU_KVCACHE_SPACE=1")),
-    "kv-not-whole-2.25": Bad({"VLLM_CPU_KVCACHE_SPACE": "2.25"}, says=("=2 or 3",)),
-    "kv-not-whole-0.001": Bad({"VLLM_CPU_KVCACHE_SPACE": "0.001"}, says=("would die at start",)),
+    "auto-ram-2.5": Bad({}, auto=True, available_gib=2.5,
+                        says=("VLLM_CPU_KVCACHE_SPACE=auto (1 GiB) is too large", "Free memory")),
+    "auto-cap-2g": Bad({"MEMORY_LIMIT": "2g"}, auto=True, runtime="docker", variable="MEMORY_LIMIT",
+                       says=("MEMORY_LIMIT=4g",)),
+    "auto-llama-cap-16g": Bad({"MAX_MODEL_LEN": "8192", "MEMORY_LIMIT": "16g"}, auto=True, model="llama8b", runtime="docker",
+                              variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=16g is too small",)),
     "len-beyond-context": Bad({"MAX_MODEL_LEN": "16384"}, variable="MAX_MODEL_LEN",
                               says=("context of 8192", "MAX_MODEL_LEN=8192 or less")),
     "len-one-past-context": Bad({"MAX_MODEL_LEN": "8193"}, variable="MAX_MODEL_LEN"),
@@ -105,33 +139,48 @@ def test_at_least_twenty_bad_configurations() -> None:
     assert len(BAD) >= 20
 
 
+@pytest.mark.parametrize(("raw", "says"), [("1.5", "use auto or 1 or 2"), ("0.5", "use auto or 1"),
+                                           ("2.25", "use auto or 2 or 3"), ("0.001", "would die at start")])
+def test_a_kv_budget_that_is_not_whole_gib_is_refused_with_values_that_work(raw: str, says: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        settings(VLLM_CPU_KVCACHE_SPACE=raw)
+    message = str(refused.value)
+    assert f"VLLM_CPU_KVCACHE_SPACE={raw!r} is invalid" in message and "whole GiB" in message and says in message
+    for value in [*re.findall(r"\b\d+\b", message.split("; use ", 1)[1]), "auto"]:
+        assert not judge(settings(VLLM_CPU_KVCACHE_SPACE=value), SMOL, "native", 20 * GiB).refusals
+
+
 def test_the_defaults_pass_without_warnings() -> None:
     for dtype in ("bfloat16", "float32"):
-        verdict = check(settings(), SMOL, dtype, "native", 20 * GiB)
+        verdict = judge(settings(DTYPE=dtype), SMOL, "native", 20 * GiB)
         assert not verdict.refusals and not verdict.warnings
-    assert not check(settings(), SMOL, "bfloat16", "docker", 0).refusals  # 5g holds 0.25 + 1 + 2 GiB
+    assert not judge(settings(), SMOL, "docker", 0).refusals  # 5g holds 0.25 + 1 + 2 GiB
 
 
 def test_more_full_length_sequences_than_the_pool_holds_warns() -> None:
-    env = {"MAX_MODEL_LEN": "8192", "MAX_NUM_SEQS": "16"}
-    verdict = check(settings(**env), SMOL, "bfloat16", "native", 20 * GiB)
+    env = {"MAX_MODEL_LEN": "8192", "MAX_NUM_SEQS": "16", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    verdict = judge(settings(**env), SMOL, "native", 20 * GiB)
     assert not verdict.refusals and [w.variable for w in verdict.warnings] == ["MAX_NUM_SEQS"]
     message = verdict.warnings[0].message
     assert "131,072 tokens exceeds the KV pool (46,592 tokens)" in message
     assert "admission queues on KV space" in message
     assert suggestions(message) == [("MAX_NUM_SEQS", "5"), ("VLLM_CPU_KVCACHE_SPACE", "3")]
     for var, value in suggestions(message):
-        assert not check(settings(**{**env, var: value}), SMOL, "bfloat16", "native", 20 * GiB).warnings
+        assert not judge(settings(**{**env, var: value}), SMOL, "native", 20 * GiB).warnings
 
 
-def test_an_unknown_model_is_checked_for_what_needs_no_config() -> None:
-    assert not check(settings(MAX_MODEL_LEN="100000"), None, "bfloat16", "docker", 0).refusals
-    assert check(settings(VLLM_CPU_KVCACHE_SPACE="1.5"), None, "bfloat16", "docker", 0).refusals
+def test_auto_sizes_the_batch_to_the_memory_instead_of_warning() -> None:
+    verdict = judge(settings(MAX_MODEL_LEN="8192"), SMOL, "native", 20 * GiB)
+    assert not verdict.refusals and not verdict.warnings  # 16 x 8,192 tokens: auto takes 3 GiB of KV
+
+
+def test_an_unknown_model_is_not_sized() -> None:
+    assert not judge(settings(MAX_MODEL_LEN="100000"), None, "docker", 0).refusals
 
 
 @pytest.mark.parametrize(("env", "says"), [
     ({"MAX_MODEL_LEN": "16384"}, "MAX_MODEL_LEN=16384 is too long"),
-    ({"VLLM_CPU_KVCACHE_SPACE": "1.5"}, "VLLM_CPU_KVCACHE_SPACE=1.5 is invalid"),
+    ({"VLLM_CPU_KVCACHE_SPACE": "1.5"}, "VLLM_CPU_KVCACHE_SPACE='1.5' is invalid"),
     ({"VLLM_CPU_KVCACHE_SPACE": "4096"}, "VLLM_CPU_KVCACHE_SPACE=4096 is too large for this machine"),
 ])
 def test_up_sh_refuses_before_starting_anything(env: dict[str, str], says: str) -> None:
@@ -152,8 +201,7 @@ def test_block_size_follows_the_engine_version(runtime: str, tag: str, block_siz
 
 
 def test_v0_blocks_in_the_cpu_image_round_the_pool_differently() -> None:
-    llama = {"MAX_MODEL_LEN": "8192", "MEMORY_LIMIT": "40g"}
-    assert not check(settings(**llama), LLAMA_8B, "bfloat16", "docker", 0, block_size=16).refusals
-    one_more = check(settings(**{**llama, "MAX_MODEL_LEN": "8193"}), LLAMA_8B, "bfloat16", "docker", 0,
-                     block_size=16)
+    llama = {**EXPLICIT, "MAX_MODEL_LEN": "8192", "MEMORY_LIMIT": "40g"}
+    assert not judge(settings(**llama), LLAMA_8B, "docker", 0, block_size=16).refusals
+    one_more = judge(settings(**{**llama, "MAX_MODEL_LEN": "8193"}), LLAMA_8B, "docker", 0, block_size=16)
     assert "needs 513 blocks of 16" in one_more.refusals[0].message

@@ -10,6 +10,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from serve.local_server import LOG_DIR
+from serve.machine import detect
+from serve.model import bundled_model_facts
+from serve.settings import Settings
+from serve.sizing import GiB, kv_pool
+from serve.vllm_command import resolve
 from tests.conftest import MODEL, ROOT, Server, run_script
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -24,6 +30,20 @@ def test_up_recaps_url_model_and_kv_cache(vllm_server: Server) -> None:
     assert f"{vllm_server.api_url}" in vllm_server.up_output
     assert MODEL in vllm_server.up_output
     assert "tokens; max concurrency" in vllm_server.up_output
+
+
+def test_up_recaps_every_auto_as_vllm_got_it(vllm_server: Server) -> None:
+    resolved = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts())
+    recap = " ".join(vllm_server.up_output.split())  # rich wraps long rows
+    for line in (f"dtype {resolved.dtype} ({resolved.dtype_reason})",
+                 f"threads {resolved.omp_threads} ({resolved.omp_threads_reason})",
+                 f"max num seqs {resolved.max_num_seqs} ({resolved.max_num_seqs_reason})",
+                 f"KV budget {resolved.kv_cache_space_gib} GiB ({resolved.kv_cache_space_reason})"):
+        assert line in recap, recap
+    log = (LOG_DIR / f"vllm-{vllm_server.port}.log").read_text()
+    assert f"'max_num_seqs': {resolved.max_num_seqs}" in log  # vLLM's own echo of its arguments
+    pool = kv_pool(bundled_model_facts(), resolved.dtype, resolved.kv_cache_space_gib * GiB)
+    assert f"{pool.num_tokens:,} tokens" in recap  # the KV line vLLM logged: the budget it was given
 
 
 def test_health(vllm_server: Server) -> None:

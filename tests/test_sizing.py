@@ -21,7 +21,7 @@ from labs.sizing.verify import compare, served
 from serve.machine import detect
 from serve.local_server import LOG_DIR
 from serve.native import MODEL_DIR
-from serve.preflight import BUNDLED_MODEL_CONFIG, bundled_model_facts
+from serve.model import BUNDLED_MODEL_CONFIG, bundled_model_facts
 from serve.settings import Settings
 from serve.sizing import (GiB, V0_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, SizingError, fit_memory_cap, kv_pool,
                           kv_space_gib_for_tokens, load_model_facts, model_facts, params_from_config,
@@ -171,7 +171,7 @@ def verify_server(server: Server, dtype: str, kv_gib: int) -> None:
 @pytest.mark.server
 @pytest.mark.slow
 def test_prediction_equals_the_session_server(vllm_server: Server) -> None:
-    dtype = resolve(Settings.from_env(vllm_server.env), detect()).dtype
+    dtype = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts()).dtype
     verify_server(vllm_server, dtype, 1)
 
 
@@ -287,5 +287,5 @@ def test_page_verify_command_matches_the_server(vllm_server: Server) -> None:
     (command,) = [command for command in doc_commands(PAGE) if " verify " in command]
     result = run_doc(retarget(command, {8009: vllm_server.port}), vllm_server.client_env(), timeout_s=120)
     assert result.returncode == 0 and result.stdout.count("match") == 7, result.stdout + result.stderr
-    dtype = resolve(Settings.from_env(vllm_server.env), detect()).dtype
+    dtype = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts()).dtype
     assert f"SmolLM2-135M-Instruct in {dtype} with 1 GiB" in result.stdout

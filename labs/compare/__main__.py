@@ -15,9 +15,30 @@ from pathlib import Path
 from rich.console import Console
 
 from labs.compare.aggregate import CONCURRENT, scaling
-from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_line, table
-from labs.compare.run import CompareError, check, engine_died, http_client, run_phase, warm_up
-from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, Target, phases, targets
+from labs.compare.report import (
+    JSON_FILE,
+    TABLE_WIDTH,
+    ResultsWriter,
+    request_line,
+    table,
+)
+from labs.compare.run import (
+    CompareError,
+    check,
+    engine_died,
+    http_client,
+    run_phase,
+    warm_up,
+)
+from labs.compare.workload import (
+    DEFAULT_N,
+    MAX_TOKENS,
+    TEMPERATURE,
+    Phase,
+    Target,
+    phases,
+    targets,
+)
 from serve.llamacpp import LLAMACPP_VERSION
 from serve.progress import console, fail
 from serve.settings import ROOT, Settings, SettingsError, engine_list
@@ -53,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def engine_settings(settings: Settings) -> dict[str, str]:
     """What the kit starts each engine with (as configured here; a server started otherwise may differ)."""
-    return {"vllm": f"(as configured: DTYPE={settings.dtype}, MAX_NUM_SEQS={settings.max_num_seqs}, "
+    return {"vllm": f"(as configured: DTYPE={settings.dtype}, MAX_NUM_SEQS={settings.max_num_seqs or 'auto'}, "
                     f"VLLM_CPU_OMP_THREADS_BIND={settings.omp_threads_bind})",
             "llamacpp": f"(as configured: llama-cpp-python {LLAMACPP_VERSION}, Q4_1 GGUF, "
                         f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()})"}

@@ -22,8 +22,11 @@ from rich.text import Text
 from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
 from labs.doctor.plot import write_timeline
+from serve.machine import detect
+from serve.model import bundled_model_facts
 from serve.progress import console, fail
 from serve.settings import Settings, SettingsError
+from serve.vllm_command import resolve
 
 NO_METRICS_EXIT = 3
 TREND_WINDOW = 10  # snapshots kept for trends in watch mode
@@ -159,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         fail(str(exc), code=2)
     url = (args.url or settings.base_url).rstrip("/").removesuffix("/v1")
-    limits = Limits(settings.max_num_seqs, served_max_model_len(url, settings.api_key) or settings.max_model_len,
-                    settings.kv_cache_space_gib)
+    resolved = resolve(settings, detect(), bundled_model_facts())  # what up.sh resolves `auto` to here
+    limits = Limits(resolved.max_num_seqs, served_max_model_len(url, settings.api_key) or settings.max_model_len,
+                    resolved.kv_cache_space_gib)
     try:
         if args.watch:
             return watch(url, limits, args.interval_s, args.duration_s, args.plot)

@@ -11,14 +11,27 @@ from rich.table import Table
 
 from labs.common.metrics import NoMetrics
 from labs.sizing.verify import compare, served
-from serve.machine import detect
 from serve.local_server import LOG_DIR
-from serve.preflight import bundled_model_facts
+from serve.machine import detect
+from serve.model import bundled_model_facts
 from serve.progress import console, fail
 from serve.settings import Settings, SettingsError
-from serve.sizing import (KV_DTYPE_BYTES, V0_BLOCK_SIZE, V1_CPU_BLOCK_SIZE, V1_GPU_BLOCK_SIZE,
-                          VLLM_CPU_OVERHEAD_BYTES, VLLM_GPU_OVERHEAD_BYTES, WEIGHT_BYTES_PER_PARAM, GiB,
-                          ModelFacts, SizingError, fit_memory_cap, kv_pool, load_model_facts, parse_memory_size)
+from serve.sizing import (
+    KV_DTYPE_BYTES,
+    V0_BLOCK_SIZE,
+    V1_CPU_BLOCK_SIZE,
+    V1_GPU_BLOCK_SIZE,
+    VLLM_CPU_OVERHEAD_BYTES,
+    VLLM_GPU_OVERHEAD_BYTES,
+    WEIGHT_BYTES_PER_PARAM,
+    GiB,
+    ModelFacts,
+    SizingError,
+    fit_memory_cap,
+    kv_pool,
+    load_model_facts,
+    parse_memory_size,
+)
 from serve.vllm_command import resolve
 
 FIRST_LENGTH_TOKENS = 512  # the fit table's shortest max_model_len; each next row doubles it
@@ -96,9 +109,10 @@ def fit(args: argparse.Namespace) -> int:
 
 def verify(args: argparse.Namespace) -> int:
     settings = Settings.load()
-    dtype = args.dtype or resolve(settings, detect()).dtype
+    resolved = resolve(settings, detect(), bundled_model_facts())
+    dtype = args.dtype or resolved.dtype
     url = args.url or settings.base_url
-    kv_gib = args.kv_gib if args.kv_gib is not None else settings.kv_cache_space_gib
+    kv_gib = args.kv_gib if args.kv_gib is not None else resolved.kv_cache_space_gib
     log = Path(args.log) if args.log else LOG_DIR / f"vllm-{settings.port}.log"
     facts = facts_for(args.model)
     try:
