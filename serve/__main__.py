@@ -29,8 +29,10 @@ def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None
         table.add_row("healthy after", f"{started.seconds_to_healthy:.0f} s")
         resolved = started.resolved
         table.add_row("dtype", f"{resolved.dtype} ({resolved.dtype_reason})")
-        table.add_row("threads", f"{resolved.omp_threads} ({resolved.omp_threads_reason}), binding "
-                                 f"{resolved.omp_threads_bind} ({resolved.omp_threads_bind_reason})")
+        threads = f"{resolved.omp_threads} ({resolved.omp_threads_reason})"
+        if resolved.omp_threads_bind != "auto":  # else the reason above is the binding's
+            threads += f", binding {resolved.omp_threads_bind} ({resolved.omp_threads_bind_reason})"
+        table.add_row("threads", threads)
         if resolved.max_num_seqs is not None:
             table.add_row("max num seqs", f"{resolved.max_num_seqs} ({resolved.max_num_seqs_reason})")
         if resolved.kv_cache_space_gib is not None:

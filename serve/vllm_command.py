@@ -67,8 +67,8 @@ def resolve_binding(settings: Settings, machine: Machine, container: bool = Fals
                           "would spread over every host core)")
     if machine.cores < 2:
         return "nobind", "auto: nobind, a single core leaves none to reserve"
-    return "auto", (f"auto: vLLM's, {machine.cores - 1} of {machine.cores} cores compute, one is left to its "
-                    "scheduler and API server")
+    return "auto", (f"auto: vLLM's own, {machine.cores - 1} of {machine.cores} cores compute, one is left to "
+                    "its scheduler and API server")
 
 
 def resolve(settings: Settings, machine: Machine, facts: ModelFacts | None, *, memory_cap_bytes: int | None = None,
@@ -78,7 +78,7 @@ def resolve(settings: Settings, machine: Machine, facts: ModelFacts | None, *, m
     dtype, dtype_reason = resolve_dtype(settings, machine)
     bind, bind_reason = resolve_binding(settings, machine, container)
     if bind == "auto":  # vLLM sets OMP_NUM_THREADS itself: one per core it binds
-        threads, threads_reason = machine.cores - 1, "bound by vLLM"
+        threads, threads_reason = machine.cores - 1, f"binding {bind_reason}"
     else:
         threads, threads_reason = resolve_threads(settings, machine)
     cores = machine.usable_cores
