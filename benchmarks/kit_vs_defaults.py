@@ -48,6 +48,12 @@ DEFAULT_RESTARTS = 1
 DEFAULT_ROUNDS = 2
 DEFAULT_OUT = ROOT / "results" / "kit_vs_defaults"
 WARMUP_REQUESTS = 2
+# vLLM's processes busy-poll their shared-memory queues for 1 s after the last message
+# (vllm/distributed/device_communicators/shm_broadcast.py, SpinCondition). Waiting that out before a round
+# keeps the arm that just finished from stealing the measured arm's CPU (with vLLM's auto binding both pin
+# their compute thread to the same core): measured here, the baseline lost up to 20% and its TTFT p50 went
+# from 75 to 400 ms without the pause.
+SETTLE_S = 1.5
 WARMUP_TOKENS = "fixed:8"
 
 
@@ -127,7 +133,8 @@ class ArmRun:
         asyncio.run(run_load(self.target, spec, scrape_interval_s=None))
 
     def measure(self, spec: WorkloadSpec) -> float:
-        """One round at this load point; its output tok/s."""
+        """One round at this load point, after the machine settles; its output tok/s."""
+        time.sleep(SETTLE_S)
         records = asyncio.run(run_load(self.target, spec, scrape_interval_s=None)).records
         self.rounds.setdefault(spec.concurrency or 0, []).append(records)
         summary = summarize(records)
