@@ -53,6 +53,11 @@ def test_many_cores_stop_at_vllms_own_default() -> None:
     assert resolve(settings(), machine(64, free_gib=64), SMOL).max_num_seqs_reason.endswith("capped at vLLM's 256")
 
 
+def test_a_longer_context_gets_a_bigger_kv_budget_not_a_smaller_batch() -> None:
+    resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(), SMOL)  # labs/sizing.md quotes this
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (16, 3)  # 16 x 8,192 x 23,040 B = 2.8 GiB
+
+
 def test_float32_doubles_the_kv_bytes() -> None:
     long = settings(DTYPE="float32", MAX_MODEL_LEN="8192")
     resolved = resolve(long, machine(free_gib=64), SMOL)

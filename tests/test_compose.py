@@ -15,8 +15,17 @@ import jsonschema
 import pytest
 import yaml
 
-from serve.docker import (CONTAINER_HOST, CONTAINER_PORT, CPU, GPU, compose_env, container_command,
-                          container_threads_bind, image_vllm_version, resolve_for_container)
+from serve.docker import (
+    CONTAINER_HOST,
+    CONTAINER_PORT,
+    CPU,
+    GPU,
+    compose_env,
+    container_command,
+    container_threads_bind,
+    image_vllm_version,
+    resolve_for_container,
+)
 from serve.machine import detect
 from serve.settings import KNOBS, Settings, load_env
 from serve.vllm_command import vllm_args, vllm_env

@@ -34,7 +34,7 @@ from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LIMITS = Limits(max_num_seqs=16, max_model_len=1024, kv_cache_space_gib=1)
-BURST_REQUESTS = 64  # far more than the session server's MAX_NUM_SEQS=16, so some must wait
+BURST_REQUESTS = 64  # far more than the session server's MAX_NUM_SEQS (16 on 2 cores), so some must wait
 BURST_MAX_TOKENS = 512  # long enough that the batch stays full while both doctor runs sample (cancelled after)
 SATURATION_TIMEOUT_S = 90.0
 POLL_S = 0.25
@@ -217,9 +217,16 @@ def test_an_unreachable_engine_is_one_line_exit_1() -> None:
 
 # --- The real server under a real burst ------------------------------------------------------------------
 
+def served_max_num_seqs(server: Server) -> int:
+    """MAX_NUM_SEQS as up.sh resolved it for the session's server (auto: 8 per core)."""
+    return resolve(Settings.from_env(server.env), detect(), bundled_model_facts()).max_num_seqs
+
+
 async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, str, list[RequestRecord]]:
     """Fire BURST_REQUESTS long streams; once some wait, run the doctor (one-shot and watch), then cancel."""
     async with httpx.AsyncClient(timeout=httpx.Timeout(300.0)) as http:
+        seqs = served_max_num_seqs(server)
+        assert BURST_REQUESTS > seqs, f"the burst must outnumber MAX_NUM_SEQS={seqs}"
         records = [RequestRecord(i, BURST_MAX_TOKENS, time.perf_counter()) for i in range(BURST_REQUESTS)]
         tasks = [asyncio.create_task(stream_chat(http, server.api_url, chat_payload(
             MODEL, [{"role": "user", "content": f"Story {i}: tell me a long tale about the number {i}."}],
@@ -228,7 +235,7 @@ async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, st
             deadline = time.monotonic() + SATURATION_TIMEOUT_S
             while True:
                 snapshot = await asyncio.to_thread(scrape, server.base_url)
-                if snapshot.waiting > 0 and snapshot.running >= LIMITS.max_num_seqs:
+                if snapshot.waiting > 0 and snapshot.running >= seqs:
                     break
                 assert time.monotonic() < deadline, f"no request waited within {SATURATION_TIMEOUT_S} s"
                 await asyncio.sleep(POLL_S)
@@ -260,11 +267,12 @@ def test_real_burst_moves_the_gauges_and_the_diagnosis_follows(vllm_server: Serv
     assert before.returncode == 0 and "diagnosis: idle" in before.stdout, before.stdout
 
     snapshot, one_shot, watch, _ = asyncio.run(saturate(vllm_server, tmp_path / "timeline.png"))
-    assert snapshot.running == LIMITS.max_num_seqs  # the batch is full ...
+    seqs = served_max_num_seqs(vllm_server)
+    assert snapshot.running == seqs  # the batch is full ...
     assert snapshot.waiting > 0 and snapshot.waiting_by_reason.get("capacity", 0) > 0  # ... so the rest wait
     assert snapshot.kv_usage is not None and 0 < snapshot.kv_usage < 0.5  # with the KV pool nearly empty
-    assert "diagnosis: slot-bound" in one_shot and "raise MAX_NUM_SEQS from 16 to" in one_shot, one_shot
-    assert "running 16" in watch and "-> slots" in watch, watch
+    assert "diagnosis: slot-bound" in one_shot and f"raise MAX_NUM_SEQS from {seqs} to" in one_shot, one_shot
+    assert f"running {seqs}" in watch and "-> slots" in watch, watch
     assert (tmp_path / "timeline.png").read_bytes().startswith(PNG_MAGIC) and "timeline of" in watch
 
     after = wait_idle(vllm_server)
@@ -296,14 +304,16 @@ def test_page_commands_against_the_real_server(vllm_server: Server) -> None:
     wait_idle(vllm_server)
     idle = run_doc(retarget(one_look, {8009: vllm_server.port}), env, timeout_s=60)
     assert idle.returncode == 0 and "diagnosis: idle" in idle.stdout, idle.stdout + idle.stderr
-    dtype = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts()).dtype
-    pool = kv_pool(bundled_model_facts(), dtype, 1 * GiB)  # what labs/sizing predicts for the server's settings
+    resolved = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts())
+    kv_gib = resolved.kv_cache_space_gib
+    pool = kv_pool(bundled_model_facts(), resolved.dtype, kv_gib * GiB)  # labs/sizing's prediction for the server
     assert "vLLM V1 names" in idle.stdout
-    assert f"{pool.num_blocks} blocks of 128 = {pool.num_tokens:,} tokens (1 GiB)" in idle.stdout, idle.stdout
+    assert f"{pool.num_blocks} blocks of 128 = {pool.num_tokens:,} tokens ({kv_gib} GiB)" in idle.stdout, idle.stdout
 
     busy = run_doc(retarget(burst, {8009: vllm_server.port}), env, timeout_s=300)
     assert busy.returncode == 0, busy.stdout + busy.stderr
-    assert "diagnosis: slot-bound" in busy.stdout and "raise MAX_NUM_SEQS from 16 to" in busy.stdout, busy.stdout
+    seqs = resolved.max_num_seqs
+    assert "diagnosis: slot-bound" in busy.stdout and f"raise MAX_NUM_SEQS from {seqs} to" in busy.stdout, busy.stdout
 
     wait_idle(vllm_server)
     watched = run_doc(retarget(watch, {8009: vllm_server.port}), env, timeout_s=60)

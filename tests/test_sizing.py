@@ -18,16 +18,34 @@ from labs.common.metrics import MetricsSnapshot, scrape
 from labs.common.stream import RequestRecord, chat_payload, stream_chat
 from labs.doctor.diagnosis import HIGH_KV_USAGE
 from labs.sizing.verify import compare, served
-from serve.machine import detect
 from serve.local_server import LOG_DIR
-from serve.native import MODEL_DIR
+from serve.machine import detect
 from serve.model import BUNDLED_MODEL_CONFIG, bundled_model_facts
+from serve.native import MODEL_DIR
 from serve.settings import Settings
-from serve.sizing import (GiB, V0_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, SizingError, fit_memory_cap, kv_pool,
-                          kv_space_gib_for_tokens, load_model_facts, model_facts, params_from_config,
-                          parse_memory_size)
+from serve.sizing import (
+    V0_BLOCK_SIZE,
+    VLLM_CPU_OVERHEAD_BYTES,
+    GiB,
+    SizingError,
+    fit_memory_cap,
+    kv_pool,
+    kv_space_gib_for_tokens,
+    load_model_facts,
+    model_facts,
+    params_from_config,
+    parse_memory_size,
+)
 from serve.vllm_command import resolve
-from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, start_server, stop_server
+from tests.conftest import (
+    MODEL,
+    ROOT,
+    Server,
+    free_port,
+    kit_env,
+    start_server,
+    stop_server,
+)
 from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
 
 LLAMA_8B = ROOT / "labs" / "sizing" / "examples" / "llama-3.1-8b-config.json"
