@@ -19,6 +19,7 @@ from serve.machine import detect
 from serve.model import bundled_model_facts
 from serve.native import NativeRuntime
 from serve.settings import Settings, load_env
+from serve.sizing import V1_CPU_BLOCK_SIZE
 from serve.vllm_command import Resolved, resolve, resolve_threads
 
 ENGINES = ("vllm", "llamacpp")
@@ -49,8 +50,10 @@ class Arm:
 BUILTIN_ARMS = {
     "kit": Arm("kit", "vllm", (), "the kit's defaults, resolved for this machine (.env)"),
     "vllm-defaults": Arm("vllm-defaults", "vllm",
-                         (("DTYPE", "float32"), ("VLLM_CPU_OMP_THREADS_BIND", "auto"), ("OMP_THREADS", "auto")),
-                         "vLLM out of the box: float32, its own thread binding (one core computes, one reserved)"),
+                         (("DTYPE", "float32"), ("VLLM_CPU_OMP_THREADS_BIND", "auto"), ("OMP_THREADS", "auto"),
+                          ("BLOCK_SIZE", str(V1_CPU_BLOCK_SIZE))),
+                         "vLLM out of the box: float32, its own thread binding (one core computes, one reserved), "
+                         f"{V1_CPU_BLOCK_SIZE}-token blocks"),
     "llamacpp": Arm("llamacpp", "llamacpp", (("LLAMACPP_INTERRUPT_REQUESTS", "false"),),
                     "the Ollama-class engine: llama.cpp's server, Q4_1 GGUF, requests wait their turn"),
 }

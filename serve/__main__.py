@@ -35,6 +35,8 @@ def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None
         table.add_row("threads", threads)
         if resolved.max_num_seqs is not None:
             table.add_row("max num seqs", f"{resolved.max_num_seqs} ({resolved.max_num_seqs_reason})")
+        if resolved.block_size is not None:
+            table.add_row("block size", f"{resolved.block_size} tokens ({resolved.block_size_reason})")
         if resolved.kv_cache_space_gib is not None:
             table.add_row("KV budget", f"{resolved.kv_cache_space_gib} GiB ({resolved.kv_cache_space_reason})")
     report = kv_cache_report(runtime.log_path.read_text(errors="replace")) if runtime.log_path.exists() else None

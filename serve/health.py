@@ -47,6 +47,18 @@ def wait_healthy(base_url: str, alive: Callable[[], bool], log_path: Path, timeo
     return time.monotonic() - started
 
 
+def wait_for_kv_line(log_path: Path, timeout_s: float) -> bool:
+    """Wait until the log holds vLLM's KV-cache lines (a log follower may lag behind /health); True if it does."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        if kv_cache_report(text) is not None:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
 def _strip_log_prefix(line: str) -> str:
     """'(EngineCore pid=1) INFO 11-29 09:14:48 [core.py:133] text' -> 'text'."""
     return line.split("] ", 1)[-1] if "] " in line else line

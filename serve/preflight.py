@@ -164,7 +164,7 @@ def run(settings: Settings, resolved: Resolved, runtime: str) -> Verdict:
     """Check before starting: print warnings, raise SettingsError (exit 2) on the first refusal."""
     facts = served_model_facts(settings, runtime)
     verdict = check(settings, resolved, facts, runtime, detect().memory_available_bytes,
-                    block_size=block_size_for(settings, runtime))
+                    block_size=resolved.kv_block_size)
     if verdict.refusals:
         raise SettingsError(verdict.refusals[0].message)
     for warning in verdict.warnings:

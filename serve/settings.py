@@ -215,6 +215,9 @@ KNOBS: tuple[Knob, ...] = (
          "longest prompt+answer in tokens; every sequence may grow to it"),
     Knob("MAX_NUM_SEQS", "max_num_seqs", "auto", auto_or_positive_int,
          "most sequences decoded together in one batch; auto = 8 per core, cut to what the KV pool holds"),
+    Knob("BLOCK_SIZE", "block_size", "auto", auto_or_positive_int,
+         "tokens per KV-cache block (--block-size); auto = 32 on vLLM V1's CPU backend (its own default is 128), "
+         "else vLLM's default"),
     Knob("SWAP_SPACE", "swap_space_gib", "4", non_negative_int,
          "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)"),
     Knob("VLLM_CPU_KVCACHE_SPACE", "kv_cache_space_gib", "auto", auto_or_whole_gib,
@@ -272,6 +275,7 @@ class Settings:
     dtype: str
     max_model_len: int
     max_num_seqs: int | None  # None: auto
+    block_size: int | None  # None: auto
     swap_space_gib: int
     kv_cache_space_gib: int | None  # None: auto
     omp_threads: int | None  # None: auto

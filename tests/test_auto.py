@@ -142,3 +142,29 @@ def test_binding_set_by_hand_or_in_a_container_lets_omp_threads_compute() -> Non
     container = resolve_for_container(settings(CPU_LIMIT="2"), host, CPU)
     assert (container.omp_threads_bind, container.omp_threads) == ("nobind", 2)
     assert "CPU_LIMIT caps CPU time" in container.omp_threads_bind_reason
+
+
+def test_block_size_auto_is_32_where_vllm_v1_runs_on_cpu() -> None:
+    resolved = resolve(settings(), machine(), SMOL)
+    assert (resolved.block_size, resolved.kv_block_size) == (32, 32)
+    args = vllm_args(settings(), resolved, "m", (0, 32))
+    assert args[args.index("--block-size") + 1] == "32"
+    # 32-token blocks cut the same GiB into 4x the blocks: the same tokens, the same auto budget
+    assert kv_pool(SMOL, "bfloat16", GiB, 32).num_tokens == kv_pool(SMOL, "bfloat16", GiB, 128).num_tokens
+
+
+@pytest.mark.parametrize(("tag", "flag", "kv_block"), [("0.9.1-oe2403lts", None, 16), ("0.14.0", 32, 32)])
+def test_docker_cpu_track_passes_a_block_size_only_to_a_v1_image(tag: str, flag: int | None, kv_block: int) -> None:
+    config = settings(CPU_IMAGE_TAG=tag)
+    resolved = resolve_for_container(config, machine(), CPU)
+    assert (resolved.block_size, resolved.kv_block_size) == (flag, kv_block)
+    command = container_command(config, resolved, CPU)
+    assert ("--block-size" in command) == (flag is not None)
+    assert compose_env(config, resolved, CPU)["RESOLVED_BLOCK_SIZE_ARGS"] == ("" if flag is None else f"--block-size {flag}")
+
+
+def test_block_size_set_by_hand_goes_to_every_track() -> None:
+    config = settings(BLOCK_SIZE="64")
+    for resolved in (resolve(config, machine(), SMOL), resolve_for_container(config, machine(), GPU)):
+        assert (resolved.block_size, resolved.block_size_reason) == (64, "set in BLOCK_SIZE")
+    assert resolve_for_container(settings(), machine(), GPU).block_size is None  # GPU: vLLM's own 16

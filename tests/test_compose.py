@@ -213,7 +213,7 @@ def unquote(cell: str) -> str:
 def test_readme_flags_table_matches_the_knobs_env_example_and_compose() -> None:
     knobs = {knob.env: knob for knob in KNOBS}
     env_example = (ROOT / ".env.example").read_text().splitlines()
-    every_flag = Settings.from_env({"ENFORCE_EAGER": "true", "QUANTIZATION": "awq"})  # optional flags too
+    every_flag = Settings.from_env({"ENFORCE_EAGER": "true", "QUANTIZATION": "awq", "BLOCK_SIZE": "16"})  # optional flags too
     exported = compose_env(every_flag, resolve_for_container(every_flag, detect(), GPU), GPU)
     rendered = interpolate(yaml.safe_load(COMPOSE.read_text()), exported)["services"]
     commands = {name: service.get("command", "") for name, service in rendered.items()}

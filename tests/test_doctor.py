@@ -306,9 +306,9 @@ def test_page_commands_against_the_real_server(vllm_server: Server) -> None:
     assert idle.returncode == 0 and "diagnosis: idle" in idle.stdout, idle.stdout + idle.stderr
     resolved = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts())
     kv_gib = resolved.kv_cache_space_gib
-    pool = kv_pool(bundled_model_facts(), resolved.dtype, kv_gib * GiB)  # labs/sizing's prediction for the server
+    pool = kv_pool(bundled_model_facts(), resolved.dtype, kv_gib * GiB, resolved.kv_block_size)  # labs/sizing's
     assert "vLLM V1 names" in idle.stdout
-    assert f"{pool.num_blocks} blocks of 128 = {pool.num_tokens:,} tokens ({kv_gib} GiB)" in idle.stdout, idle.stdout
+    assert f"{pool.num_blocks} blocks of {pool.block_size} = {pool.num_tokens:,} tokens ({kv_gib} GiB)" in idle.stdout, idle.stdout
 
     busy = run_doc(retarget(burst, {8009: vllm_server.port}), env, timeout_s=300)
     assert busy.returncode == 0, busy.stdout + busy.stderr

@@ -196,7 +196,7 @@ def test_prediction_equals_the_session_server(vllm_server: Server) -> None:
 @pytest.fixture(scope="module")
 def small_pool_server() -> Iterator[Server]:
     """float32 with 1 GiB: the smallest pool (23,296 tokens); 32 slots, so slots are never the limit."""
-    server = start_server(DTYPE="float32", VLLM_CPU_KVCACHE_SPACE="1", MAX_MODEL_LEN="8192", MAX_NUM_SEQS="32",
+    server = start_server(DTYPE="float32", VLLM_CPU_KVCACHE_SPACE="1", MAX_MODEL_LEN="8192", MAX_NUM_SEQS="32", BLOCK_SIZE="128",
                           ENFORCE_EAGER="true")
     yield server
     stop_server(server)
@@ -214,7 +214,8 @@ def test_prediction_equals_a_float32_8k_server(small_pool_server: Server) -> Non
 @pytest.mark.server
 @pytest.mark.slow
 def test_prediction_equals_a_bfloat16_2gib_server() -> None:
-    server = start_server(DTYPE="bfloat16", VLLM_CPU_KVCACHE_SPACE="2", MAX_MODEL_LEN="2048", ENFORCE_EAGER="true")
+    server = start_server(DTYPE="bfloat16", VLLM_CPU_KVCACHE_SPACE="2", MAX_MODEL_LEN="2048", BLOCK_SIZE="128",
+                          ENFORCE_EAGER="true")
     try:
         engine = served(server.base_url)
         assert engine.max_model_len == 2048 and engine.cache_config["num_gpu_blocks"] == "728"
