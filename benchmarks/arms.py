@@ -113,7 +113,8 @@ def _vllm_facts(settings: Settings) -> tuple[int, Resolved, dict[str, Any]]:
     weight_bytes = bundled_model_facts().weight_bytes(resolved.dtype)
     facts = {"dtype": resolved.dtype, "dtype_reason": resolved.dtype_reason, "omp_threads": resolved.omp_threads,
              "omp_threads_bind": resolved.omp_threads_bind, "max_num_seqs": resolved.max_num_seqs,
-             "max_num_seqs_reason": resolved.max_num_seqs_reason, "kv_cache_space_gib": resolved.kv_cache_space_gib,
+             "max_num_seqs_reason": resolved.max_num_seqs_reason, "block_size": resolved.kv_block_size,
+             "kv_cache_space_gib": resolved.kv_cache_space_gib,
              "kv_cache_space_reason": resolved.kv_cache_space_reason, "max_model_len": settings.max_model_len,
              "enforce_eager": settings.enforce_eager, "extra_args": list(settings.extra_args)}
     return weight_bytes, resolved, facts
