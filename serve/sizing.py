@@ -25,9 +25,9 @@ GiB = 1 << 30
 V0_BLOCK_SIZE = 16  # vLLM V0 (0.9.x, the openEuler image)
 V1_CPU_BLOCK_SIZE = 128  # vLLM V1 on CPU (>= 0.10)
 V1_GPU_BLOCK_SIZE = 16  # vLLM V1 on CUDA
-# BLOCK_SIZE=auto on vLLM V1's CPU backend: 32-token blocks decoded 1.10-1.18x as fast as the default 128 at
-# 8 users, 1.2x at 16, with a lower TTFT, on this machine (labs/throughput.md); the CPU attention kernels
-# want multiples of 32.
+# BLOCK_SIZE=auto on vLLM V1's CPU backend: 32-token blocks decoded 1.02-1.23x as fast as the default 128 at
+# 8-16 users over three runs, with a lower TTFT, on a 2-core machine (labs/throughput.md); the CPU attention
+# kernels want multiples of 32.
 AUTO_CPU_BLOCK_SIZE = 32
 KV_TENSORS_PER_LAYER = 2  # one K and one V cache per attention layer
 SAFETENSORS_HEADER_LEN_BYTES = 8  # little-endian u64 before the JSON header
