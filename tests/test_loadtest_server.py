@@ -40,8 +40,9 @@ def vllm_counters(server: Server) -> dict[str, float]:
 def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_server: Server,
                                                                          tmp_path: Path) -> None:
     before = vllm_counters(vllm_server)
+    # /metrics read every 0.1 s: a 20-token answer takes ~0.3 s here, so the series must catch one running
     result = loadtest(vllm_server.client_env(), "--requests", "6", "--rate", "4", "--lengths", "mix:6@0.5,20@0.5",
-                      "--warmup", "0", "--out", str(tmp_path))
+                      "--warmup", "0", "--scrape-interval-s", "0.1", "--out", str(tmp_path))
     after = vllm_counters(vllm_server)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Load test" in result.stdout and f"wrote {tmp_path / 'report.html'}" in result.stdout
