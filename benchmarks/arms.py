@@ -109,8 +109,9 @@ def compile_cache_state(log_text: str, settings: Settings) -> str:
 
 
 def _vllm_facts(settings: Settings) -> tuple[int, Resolved, dict[str, Any]]:
-    resolved = resolve(settings, detect(), bundled_model_facts())
-    weight_bytes = bundled_model_facts().weight_bytes(resolved.dtype)
+    model = bundled_model_facts()
+    resolved = resolve(settings, detect(), model)
+    weight_bytes = model.weight_bytes(resolved.dtype)
     facts = {"dtype": resolved.dtype, "dtype_reason": resolved.dtype_reason, "omp_threads": resolved.omp_threads,
              "omp_threads_bind": resolved.omp_threads_bind, "max_num_seqs": resolved.max_num_seqs,
              "max_num_seqs_reason": resolved.max_num_seqs_reason, "block_size": resolved.kv_block_size,

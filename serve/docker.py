@@ -27,15 +27,8 @@ from serve.preflight import block_size_for
 from serve.progress import StepFailed, console, run_logged
 from serve.settings import KNOBS, ROOT, Settings, SettingsError, env_file
 from serve.sizing import V1_GPU_BLOCK_SIZE, SizingError, parse_memory_size
-from serve.vllm_command import (
-    SWAP_SPACE_REMOVED_IN,
-    Resolved,
-    parse_version,
-    resolve,
-    resolve_block_size,
-    vllm_args,
-    vllm_env,
-)
+from serve.vllm_command import (SWAP_SPACE_REMOVED_IN, Resolved, parse_version, resolve, resolve_block_size, vllm_args,
+                                vllm_env)
 
 COMPOSE_FILE = ROOT / "compose.yaml"
 CONTAINER_HOST = "0.0.0.0"  # inside the container; the published port stays on VLLM_HOST
@@ -75,10 +68,10 @@ def resolve_for_container(settings: Settings, machine: Machine, track: Track) ->
     if track is GPU:
         reason = "set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype"
         seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else "auto: vLLM's own default on GPU"
+        blocks, blocks_reason = resolve_block_size(settings, V1_GPU_BLOCK_SIZE)
         return Resolved(settings.dtype, reason, 1, "GPU track: CPU threads only serve the API",
                         settings.omp_threads_bind, "GPU track: not used", settings.max_num_seqs, seqs_reason,
-                        *resolve_block_size(settings, V1_GPU_BLOCK_SIZE), settings.block_size or V1_GPU_BLOCK_SIZE,
-                        None,
+                        blocks, blocks_reason, blocks or V1_GPU_BLOCK_SIZE, None,
                         f"GPU track: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} sizes the KV pool")
     try:
         cap = parse_memory_size(settings.memory_limit)

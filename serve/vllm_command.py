@@ -10,15 +10,8 @@ from dataclasses import dataclass
 
 from serve.machine import Machine
 from serve.settings import Settings
-from serve.sizing import (
-    AUTO_CPU_BLOCK_SIZE,
-    V1_CPU_BLOCK_SIZE,
-    VLLM_CPU_OVERHEAD_BYTES,
-    ModelFacts,
-    auto_seqs,
-    auto_seqs_reason,
-    plan_batch,
-)
+from serve.sizing import (AUTO_CPU_BLOCK_SIZE, V1_CPU_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, ModelFacts, auto_seqs,
+                          auto_seqs_reason, plan_batch)
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SWAP_SPACE_REMOVED_IN = (0, 18)  # vLLM 0.18 dropped --swap-space (it never added blocks on CPU)

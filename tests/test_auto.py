@@ -70,7 +70,8 @@ def test_short_memory_caps_the_kv_and_cuts_the_batch_to_what_fits() -> None:
     resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(free_gib=7), SMOL)
     assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (5, 1)
     assert "the memory left for KV is 1.2 GiB" in resolved.kv_cache_space_reason
-    assert resolved.max_num_seqs_reason == "auto: 8 per core x 2 cores, cut to the 5 full-length sequences the KV pool holds"
+    assert resolved.max_num_seqs_reason == ("auto: 8 per core x 2 cores, cut to the 5 full-length sequences the KV "
+                                            "pool holds")
 
 
 def test_values_set_in_env_are_kept_as_set() -> None:
@@ -103,10 +104,8 @@ def test_docker_cpu_track_sizes_for_cpu_limit_and_memory_limit() -> None:
 
 
 def test_a_llama_under_a_tight_container_cap_gets_one_full_length_sequence() -> None:
-    from serve.vllm_command import (
-        resolve as plain_resolve,  # the docker track, with this model's facts
-    )
-    resolved = plain_resolve(settings(MAX_MODEL_LEN="8192"), machine(cores=4), LLAMA_8B, memory_cap_bytes=18 * GiB)
+    # the Docker track's resolution, with this model's facts and an 18 GiB MEMORY_LIMIT
+    resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(cores=4), LLAMA_8B, memory_cap_bytes=18 * GiB)
     assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (1, 1)
 
 
@@ -160,7 +159,8 @@ def test_docker_cpu_track_passes_a_block_size_only_to_a_v1_image(tag: str, flag:
     assert (resolved.block_size, resolved.kv_block_size) == (flag, kv_block)
     command = container_command(config, resolved, CPU)
     assert ("--block-size" in command) == (flag is not None)
-    assert compose_env(config, resolved, CPU)["RESOLVED_BLOCK_SIZE_ARGS"] == ("" if flag is None else f"--block-size {flag}")
+    expected = "" if flag is None else f"--block-size {flag}"
+    assert compose_env(config, resolved, CPU)["RESOLVED_BLOCK_SIZE_ARGS"] == expected
 
 
 def test_block_size_set_by_hand_goes_to_every_track() -> None:

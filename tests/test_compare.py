@@ -14,15 +14,7 @@ from pathlib import Path
 import pytest
 
 from labs.compare.workload import MATCHED_PROMPTS, SEED_PROMPTS, matched_prompts
-from tests.conftest import (
-    LLAMACPP_MODEL,
-    MODEL,
-    ROOT,
-    Server,
-    free_port,
-    start_llamacpp,
-    stop_server,
-)
+from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server, free_port, start_llamacpp, stop_server
 from tests.docs import doc_commands, run_doc
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

@@ -15,17 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from serve.docker import (
-    CONTAINER_HOST,
-    CONTAINER_PORT,
-    CPU,
-    GPU,
-    compose_env,
-    container_command,
-    container_threads_bind,
-    image_vllm_version,
-    resolve_for_container,
-)
+from serve.docker import (CONTAINER_HOST, CONTAINER_PORT, CPU, GPU, compose_env, container_command,
+                          container_threads_bind, image_vllm_version, resolve_for_container)
 from serve.machine import detect
 from serve.settings import KNOBS, Settings, load_env
 from serve.vllm_command import vllm_args, vllm_env
@@ -213,7 +204,8 @@ def unquote(cell: str) -> str:
 def test_readme_flags_table_matches_the_knobs_env_example_and_compose() -> None:
     knobs = {knob.env: knob for knob in KNOBS}
     env_example = (ROOT / ".env.example").read_text().splitlines()
-    every_flag = Settings.from_env({"ENFORCE_EAGER": "true", "QUANTIZATION": "awq", "BLOCK_SIZE": "16"})  # optional flags too
+    every_flag = Settings.from_env({"ENFORCE_EAGER": "true", "QUANTIZATION": "awq",  # optional flags too
+                                    "BLOCK_SIZE": "16"})
     exported = compose_env(every_flag, resolve_for_container(every_flag, detect(), GPU), GPU)
     rendered = interpolate(yaml.safe_load(COMPOSE.read_text()), exported)["services"]
     commands = {name: service.get("command", "") for name, service in rendered.items()}

@@ -308,7 +308,8 @@ def test_page_commands_against_the_real_server(vllm_server: Server) -> None:
     kv_gib = resolved.kv_cache_space_gib
     pool = kv_pool(bundled_model_facts(), resolved.dtype, kv_gib * GiB, resolved.kv_block_size)  # labs/sizing's
     assert "vLLM V1 names" in idle.stdout
-    assert f"{pool.num_blocks} blocks of {pool.block_size} = {pool.num_tokens:,} tokens ({kv_gib} GiB)" in idle.stdout, idle.stdout
+    line = f"{pool.num_blocks} blocks of {pool.block_size} = {pool.num_tokens:,} tokens ({kv_gib} GiB)"
+    assert line in idle.stdout, idle.stdout
 
     busy = run_doc(retarget(burst, {8009: vllm_server.port}), env, timeout_s=300)
     assert busy.returncode == 0, busy.stdout + busy.stderr

@@ -12,15 +12,7 @@ import pytest
 
 from labs.common.stream import RequestRecord, chat_payload, stream_chat
 from serve.settings import Settings, SettingsError
-from tests.conftest import (
-    LLAMACPP_MODEL,
-    ROOT,
-    Server,
-    free_port,
-    kit_env,
-    run_script,
-    start_llamacpp,
-)
+from tests.conftest import LLAMACPP_MODEL, ROOT, Server, free_port, kit_env, run_script, start_llamacpp
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -14,14 +14,7 @@ from serve.machine import Machine
 from serve.model import bundled_model_facts
 from serve.preflight import GPU_RUNTIMES, Verdict, block_size_for, check
 from serve.settings import KNOBS, Settings, SettingsError
-from serve.sizing import (
-    V1_CPU_BLOCK_SIZE,
-    GiB,
-    ModelFacts,
-    SizingError,
-    load_model_facts,
-    parse_memory_size,
-)
+from serve.sizing import V1_CPU_BLOCK_SIZE, GiB, ModelFacts, SizingError, load_model_facts, parse_memory_size
 from serve.vllm_command import resolve
 from tests.conftest import ROOT, free_port, kit_env, run_script
 
@@ -84,8 +77,8 @@ BAD = {
                         says=("VLLM_CPU_KVCACHE_SPACE=auto (1 GiB) is too large", "Free memory")),
     "auto-cap-2g": Bad({"MEMORY_LIMIT": "2g"}, auto=True, runtime="docker", variable="MEMORY_LIMIT",
                        says=("MEMORY_LIMIT=4g",)),
-    "auto-llama-cap-16g": Bad({"MAX_MODEL_LEN": "8192", "MEMORY_LIMIT": "16g"}, auto=True, model="llama8b", runtime="docker",
-                              variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=16g is too small",)),
+    "auto-llama-cap-16g": Bad({"MAX_MODEL_LEN": "8192", "MEMORY_LIMIT": "16g"}, auto=True, model="llama8b",
+                              runtime="docker", variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=16g is too small",)),
     "len-beyond-context": Bad({"MAX_MODEL_LEN": "16384"}, variable="MAX_MODEL_LEN",
                               says=("context of 8192", "MAX_MODEL_LEN=8192 or less")),
     "len-one-past-context": Bad({"MAX_MODEL_LEN": "8193"}, variable="MAX_MODEL_LEN"),

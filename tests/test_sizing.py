@@ -23,29 +23,10 @@ from serve.machine import detect
 from serve.model import BUNDLED_MODEL_CONFIG, bundled_model_facts
 from serve.native import MODEL_DIR
 from serve.settings import Settings
-from serve.sizing import (
-    V0_BLOCK_SIZE,
-    VLLM_CPU_OVERHEAD_BYTES,
-    GiB,
-    SizingError,
-    fit_memory_cap,
-    kv_pool,
-    kv_space_gib_for_tokens,
-    load_model_facts,
-    model_facts,
-    params_from_config,
-    parse_memory_size,
-)
+from serve.sizing import (V0_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, GiB, SizingError, fit_memory_cap, kv_pool,
+                          kv_space_gib_for_tokens, load_model_facts, model_facts, params_from_config, parse_memory_size)
 from serve.vllm_command import resolve
-from tests.conftest import (
-    MODEL,
-    ROOT,
-    Server,
-    free_port,
-    kit_env,
-    start_server,
-    stop_server,
-)
+from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, start_server, stop_server
 from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
 
 LLAMA_8B = ROOT / "labs" / "sizing" / "examples" / "llama-3.1-8b-config.json"
@@ -196,8 +177,8 @@ def test_prediction_equals_the_session_server(vllm_server: Server) -> None:
 @pytest.fixture(scope="module")
 def small_pool_server() -> Iterator[Server]:
     """float32 with 1 GiB: the smallest pool (23,296 tokens); 32 slots, so slots are never the limit."""
-    server = start_server(DTYPE="float32", VLLM_CPU_KVCACHE_SPACE="1", MAX_MODEL_LEN="8192", MAX_NUM_SEQS="32", BLOCK_SIZE="128",
-                          ENFORCE_EAGER="true")
+    server = start_server(DTYPE="float32", VLLM_CPU_KVCACHE_SPACE="1", MAX_MODEL_LEN="8192", MAX_NUM_SEQS="32",
+                          BLOCK_SIZE="128", ENFORCE_EAGER="true")
     yield server
     stop_server(server)
 

@@ -15,30 +15,9 @@ from pathlib import Path
 from rich.console import Console
 
 from labs.compare.aggregate import CONCURRENT, scaling
-from labs.compare.report import (
-    JSON_FILE,
-    TABLE_WIDTH,
-    ResultsWriter,
-    request_line,
-    table,
-)
-from labs.compare.run import (
-    CompareError,
-    check,
-    engine_died,
-    http_client,
-    run_phase,
-    warm_up,
-)
-from labs.compare.workload import (
-    DEFAULT_N,
-    MAX_TOKENS,
-    TEMPERATURE,
-    Phase,
-    Target,
-    phases,
-    targets,
-)
+from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_line, table
+from labs.compare.run import CompareError, check, engine_died, http_client, run_phase, warm_up
+from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, Target, phases, targets
 from serve.llamacpp import LLAMACPP_VERSION
 from serve.progress import console, fail
 from serve.settings import ROOT, Settings, SettingsError, engine_list

@@ -21,23 +21,11 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from transformers import AutoTokenizer
 
 from labs.engine import workload
-from labs.engine.config import (
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_MAX_MODEL_LEN,
-    DEFAULT_NUM_BLOCKS,
-    DTYPES,
-    EngineConfig,
-)
+from labs.engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_MODEL_LEN, DEFAULT_NUM_BLOCKS, DTYPES, EngineConfig
 from labs.engine.engine import Engine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES

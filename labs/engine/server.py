@@ -29,13 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from transformers import AutoTokenizer
 
 from labs.engine import workload
-from labs.engine.config import (
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_NUM_BLOCKS,
-    DTYPES,
-    POLICIES,
-    EngineConfig,
-)
+from labs.engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_NUM_BLOCKS, DTYPES, POLICIES, EngineConfig
 from labs.engine.engine import Engine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES

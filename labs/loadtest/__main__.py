@@ -20,16 +20,8 @@ from labs.loadtest.files import write_data
 from labs.loadtest.html_report import write_html
 from labs.loadtest.plots import write_plots
 from labs.loadtest.runner import SCRAPE_INTERVAL_S, Target, run_load
-from labs.loadtest.workload import (
-    ARRIVALS,
-    DEFAULT_LENGTHS,
-    DEFAULT_NUM_REQUESTS,
-    DEFAULT_PROMPTS,
-    DEFAULT_RATE_RPS,
-    WorkloadSpec,
-    parse_lengths,
-    read_prompts,
-)
+from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPTS,
+                                    DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
 from serve.settings import load_env
 
 DEFAULT_API_URL = "http://127.0.0.1:8009/v1"

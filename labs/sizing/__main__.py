@@ -16,22 +16,9 @@ from serve.machine import detect
 from serve.model import bundled_model_facts
 from serve.progress import console, fail
 from serve.settings import Settings, SettingsError
-from serve.sizing import (
-    KV_DTYPE_BYTES,
-    V0_BLOCK_SIZE,
-    V1_CPU_BLOCK_SIZE,
-    V1_GPU_BLOCK_SIZE,
-    VLLM_CPU_OVERHEAD_BYTES,
-    VLLM_GPU_OVERHEAD_BYTES,
-    WEIGHT_BYTES_PER_PARAM,
-    GiB,
-    ModelFacts,
-    SizingError,
-    fit_memory_cap,
-    kv_pool,
-    load_model_facts,
-    parse_memory_size,
-)
+from serve.sizing import (KV_DTYPE_BYTES, V0_BLOCK_SIZE, V1_CPU_BLOCK_SIZE, V1_GPU_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES,
+                          VLLM_GPU_OVERHEAD_BYTES, WEIGHT_BYTES_PER_PARAM, GiB, ModelFacts, SizingError, fit_memory_cap,
+                          kv_pool, load_model_facts, parse_memory_size)
 from serve.vllm_command import resolve
 
 FIRST_LENGTH_TOKENS = 512  # the fit table's shortest max_model_len; each next row doubles it

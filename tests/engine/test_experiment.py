@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from labs.engine import experiment as experiment_module
 from tests.engine.conftest import ROOT, TEST_THREADS
+
+from labs.engine import experiment as experiment_module
 
 SMALL = ["--requests", "6", "--rate", "25", "--short-tokens", "6", "--long-tokens", "20", "--threads", str(TEST_THREADS)]
 
