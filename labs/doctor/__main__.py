@@ -21,7 +21,6 @@ from rich.text import Text
 
 from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
-from labs.doctor.plot import write_timeline
 from serve.machine import detect
 from serve.model import bundled_model_facts
 from serve.progress import console, fail
@@ -140,6 +139,8 @@ def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None,
     except KeyboardInterrupt:
         pass
     if plot_path is not None and timeline:
+        from labs.doctor.plot import write_timeline  # matplotlib only when asked: it is half the start-up time
+
         write_timeline(timeline, plot_path, f"{url}/metrics")
         console.print(f"timeline of {len(timeline)} samples written to {plot_path}")
     return 0
