@@ -67,15 +67,14 @@ def kv_setting(settings: Settings, resolved: Resolved) -> str:
 
 
 def check(settings: Settings, resolved: Resolved, facts: ModelFacts | None, runtime: str,
-          memory_available_bytes: int, overhead_bytes: int = VLLM_CPU_OVERHEAD_BYTES,
-          block_size: int = V1_CPU_BLOCK_SIZE) -> Verdict:
+          memory_available_bytes: int, overhead_bytes: int = VLLM_CPU_OVERHEAD_BYTES) -> Verdict:
     """Every refusal and warning for these settings as resolved; pure (the caller measures the machine)."""
     verdict = Verdict()
     if facts is None:
         return verdict
     dtype, kv_gib = resolved.dtype, resolved.kv_cache_space_gib
     sized = runtime not in GPU_RUNTIMES and kv_gib is not None  # the GPU's KV pool is GPU_MEMORY_UTILIZATION's
-    pool = kv_pool(facts, dtype, kv_gib * GiB, block_size) if sized else None
+    pool = kv_pool(facts, dtype, kv_gib * GiB, resolved.kv_block_size) if sized else None
     context = facts.max_position_embeddings
     if context is not None and settings.max_model_len > context:
         longest = min(context, pool.num_tokens) if pool else context
@@ -94,14 +93,14 @@ def check(settings: Settings, resolved: Resolved, facts: ModelFacts | None, runt
                        f"{pool.block_size}; set VLLM_CPU_KVCACHE_SPACE={needed} or MAX_MODEL_LEN="
                        f"{pool.num_tokens if pool.num_tokens else 'smaller'}")
         return verdict
-    _check_memory(verdict, settings, resolved, facts, runtime, memory_available_bytes, overhead_bytes, block_size)
+    _check_memory(verdict, settings, resolved, facts, runtime, memory_available_bytes, overhead_bytes)
     if not verdict.refusals:
         _check_admission(verdict, settings, resolved, facts, pool)
     return verdict
 
 
 def _check_memory(verdict: Verdict, settings: Settings, resolved: Resolved, facts: ModelFacts, runtime: str,
-                  memory_available_bytes: int, overhead_bytes: int, block_size: int) -> None:
+                  memory_available_bytes: int, overhead_bytes: int) -> None:
     dtype, budget = resolved.dtype, (resolved.kv_cache_space_gib or 0) * GiB
     weights = facts.weight_bytes(dtype)
     needed = weights + budget + overhead_bytes
@@ -124,7 +123,7 @@ def _check_memory(verdict: Verdict, settings: Settings, resolved: Resolved, fact
              f"(VLLM_CPU_KVCACHE_SPACE) + runtime ~{_gib(overhead_bytes)} = {_gib(needed)}")
     fixes = []
     room_gib = (cap - weights - overhead_bytes) // GiB
-    if room_gib >= 1 and kv_pool(facts, dtype, room_gib * GiB, block_size).fits_one_sequence(settings.max_model_len):
+    if room_gib >= 1 and kv_pool(facts, dtype, room_gib * GiB, resolved.kv_block_size).fits_one_sequence(settings.max_model_len):
         fixes.append(f"set VLLM_CPU_KVCACHE_SPACE={room_gib}")
     if runtime in CONTAINER_RUNTIMES:
         fixes.append(f"set MEMORY_LIMIT={math.ceil(needed / GiB)}g")
@@ -153,8 +152,7 @@ def _check_admission(verdict: Verdict, settings: Settings, resolved: Resolved, f
 def run(settings: Settings, resolved: Resolved, runtime: str) -> Verdict:
     """Check before starting: print warnings, raise SettingsError (exit 2) on the first refusal."""
     facts = served_model_facts(settings, runtime)
-    verdict = check(settings, resolved, facts, runtime, detect().memory_available_bytes,
-                    block_size=resolved.kv_block_size)
+    verdict = check(settings, resolved, facts, runtime, detect().memory_available_bytes)
     if verdict.refusals:
         raise SettingsError(verdict.refusals[0].message)
     for warning in verdict.warnings:

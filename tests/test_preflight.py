@@ -43,7 +43,7 @@ def judge(config: Settings, facts: ModelFacts | None, runtime: str, available_by
         except SizingError:
             cap = None  # the check itself refuses the MEMORY_LIMIT
         resolved = resolve(config, machine, facts, memory_cap_bytes=cap, block_size=block_size)
-    return check(config, resolved, facts, runtime, available_bytes, block_size=block_size)
+    return check(config, resolved, facts, runtime, available_bytes)
 
 
 def suggestions(message: str) -> list[tuple[str, str]]:
