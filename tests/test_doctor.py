@@ -9,6 +9,7 @@ exposition text written by this project in vLLM 0.9.1's format, served by a real
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
 import threading
@@ -34,8 +35,8 @@ from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LIMITS = Limits(max_num_seqs=16, max_model_len=1024, kv_cache_space_gib=1)
-BURST_REQUESTS = 64  # far more than the session server's MAX_NUM_SEQS (16 on 2 cores), so some must wait
-BURST_MAX_TOKENS = 512  # long enough that the batch stays full while both doctor runs sample (cancelled after)
+BURST_USERS = 32  # twice the session server's MAX_NUM_SEQS (16 on 2 cores), so half of them wait
+BURST_MAX_TOKENS = 512
 SATURATION_TIMEOUT_S = 90.0
 POLL_S = 0.25
 UNDER_LOAD_TIMEOUT_S = 240  # the doctor while the burst saturates the machine
@@ -224,15 +225,29 @@ def served_max_num_seqs(server: Server) -> int:
     return resolve(Settings.from_env(server.env), detect(), bundled_model_facts()).max_num_seqs
 
 
-async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, str, list[RequestRecord]]:
-    """Fire BURST_REQUESTS long streams; once some wait, run the doctor (one-shot and watch), then cancel."""
+async def user(http: httpx.AsyncClient, server: Server, number: int, failures: list[RequestRecord]) -> None:
+    """One user of the burst: a long stream, then the next, until cancelled (an HTTP failure ends the user)."""
+    for turn in itertools.count():
+        record = RequestRecord(turn, BURST_MAX_TOKENS, time.perf_counter())
+        await stream_chat(http, server.api_url, chat_payload(
+            MODEL, [{"role": "user", "content": f"Story {number}.{turn}: tell me a long tale about {number}."}],
+            BURST_MAX_TOKENS, ignore_eos=True), record)
+        if record.error is not None:
+            failures.append(record)
+            return
+
+
+async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, str]:
+    """Keep BURST_USERS long streams going; once some wait, run the doctor (one-shot and watch), then cancel.
+
+    Each user sends its next request as soon as one ends, so the batch stays full however long the doctor
+    takes to start: a CI run under load once saw both doctor runs start after a one-off burst had drained.
+    """
+    seqs = served_max_num_seqs(server)
+    assert BURST_USERS > seqs, f"the burst must outnumber MAX_NUM_SEQS={seqs}"
+    failures: list[RequestRecord] = []
     async with httpx.AsyncClient(timeout=httpx.Timeout(300.0)) as http:
-        seqs = served_max_num_seqs(server)
-        assert BURST_REQUESTS > seqs, f"the burst must outnumber MAX_NUM_SEQS={seqs}"
-        records = [RequestRecord(i, BURST_MAX_TOKENS, time.perf_counter()) for i in range(BURST_REQUESTS)]
-        tasks = [asyncio.create_task(stream_chat(http, server.api_url, chat_payload(
-            MODEL, [{"role": "user", "content": f"Story {i}: tell me a long tale about the number {i}."}],
-            BURST_MAX_TOKENS, ignore_eos=True), record)) for i, record in enumerate(records)]
+        users = [asyncio.create_task(user(http, server, number, failures)) for number in range(BURST_USERS)]
         try:
             deadline = time.monotonic() + SATURATION_TIMEOUT_S
             while True:
@@ -241,17 +256,17 @@ async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, st
                     break
                 assert time.monotonic() < deadline, f"no request waited within {SATURATION_TIMEOUT_S} s"
                 await asyncio.sleep(POLL_S)
-            # the burst keeps both cores busy, and a CI run once saw a one-shot that takes ~2 s take over 60 s
             one_shot = await asyncio.to_thread(doctor, "--url", server.base_url, "--samples", "2",
                                                "--interval-s", "0.5", timeout_s=UNDER_LOAD_TIMEOUT_S)
             watch = await asyncio.to_thread(doctor, "--url", server.base_url, "--watch", "--duration-s", "1",
                                             "--interval-s", "0.5", "--plot", str(plot),
                                             timeout_s=UNDER_LOAD_TIMEOUT_S)
         finally:
-            for task in tasks:
+            for task in users:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-    return snapshot, one_shot.stdout, watch.stdout, records
+            await asyncio.gather(*users, return_exceptions=True)
+    assert not failures, f"{len(failures)} burst requests failed, e.g. {failures[0].error}"
+    return snapshot, one_shot.stdout, watch.stdout
 
 
 def wait_idle(server: Server, timeout_s: float = 60) -> MetricsSnapshot:
@@ -270,7 +285,7 @@ def test_real_burst_moves_the_gauges_and_the_diagnosis_follows(vllm_server: Serv
     before = doctor("--url", vllm_server.base_url, "--samples", "1")
     assert before.returncode == 0 and "diagnosis: idle" in before.stdout, before.stdout
 
-    snapshot, one_shot, watch, _ = asyncio.run(saturate(vllm_server, tmp_path / "timeline.png"))
+    snapshot, one_shot, watch = asyncio.run(saturate(vllm_server, tmp_path / "timeline.png"))
     seqs = served_max_num_seqs(vllm_server)
     assert snapshot.running == seqs  # the batch is full ...
     assert snapshot.waiting > 0 and snapshot.waiting_by_reason.get("capacity", 0) > 0  # ... so the rest wait
