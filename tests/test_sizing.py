@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import subprocess
@@ -206,28 +207,38 @@ def test_prediction_equals_a_bfloat16_2gib_server() -> None:
         stop_server(server)
 
 
-FILL_REQUESTS = 14
+FILL_USERS = 14
 FILL_WORDS = 1800  # ~2,000 prompt tokens each: 14 of them (28k) overflow the 23,296-token pool
-FILL_MAX_TOKENS = 256  # answers keep their blocks while the last prompts queue
+FILL_MAX_TOKENS = 4096  # answers grow until the pool is full and stay there: nothing ends while the test samples
 FILL_TIMEOUT_S = 240.0
+DOCTOR_TIMEOUT_S = 240  # only catches a hang: the doctor starts slowly while the fill saturates both cores
+
+
+async def fill_user(http: httpx.AsyncClient, server: Server, number: int, failures: list[RequestRecord]) -> None:
+    """One user: a ~2,000-token prompt, then another, until cancelled (an HTTP failure ends the user)."""
+    words = "alpha beta gamma delta river mountain cloud stone tree bird fish wind rain sun moon star".split()
+    for turn in itertools.count():
+        rng = random.Random(f"{number}.{turn}")  # distinct prompts: prefix caching must not share their blocks
+        prompt = f"{number}.{turn}: " + " ".join(rng.choice(words) for _ in range(FILL_WORDS))
+        record = RequestRecord(turn, FILL_MAX_TOKENS, time.perf_counter())
+        payload = chat_payload(MODEL, [{"role": "user", "content": prompt}], FILL_MAX_TOKENS, ignore_eos=True)
+        await stream_chat(http, server.api_url, payload, record)
+        if record.error is not None:
+            failures.append(record)
+            return
 
 
 async def fill_pool(server: Server) -> tuple[list[MetricsSnapshot], str]:
-    """Send prompts whose KV exceeds the predicted pool; sample until it is full and requests wait or are
-    preempted, ask the doctor, then cancel everything."""
-    words = "alpha beta gamma delta river mountain cloud stone tree bird fish wind rain sun moon star".split()
+    """Keep prompts whose KV exceeds the predicted pool coming; sample until it is full and requests wait or
+    are preempted, ask the doctor, then cancel everything. Each user sends its next prompt as soon as one
+    ends, so the pool stays oversubscribed however long the doctor takes to start."""
+    failures: list[RequestRecord] = []
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as http:
-        tasks = []
-        for i in range(FILL_REQUESTS):
-            rng = random.Random(i)  # distinct prompts: prefix caching must not share their blocks
-            prompt = f"{i}: " + " ".join(rng.choice(words) for _ in range(FILL_WORDS))
-            payload = chat_payload(MODEL, [{"role": "user", "content": prompt}], FILL_MAX_TOKENS, ignore_eos=True)
-            tasks.append(asyncio.create_task(stream_chat(http, server.api_url, payload,
-                                                         RequestRecord(i, FILL_MAX_TOKENS, time.perf_counter()))))
+        users = [asyncio.create_task(fill_user(http, server, number, failures)) for number in range(FILL_USERS)]
         history: list[MetricsSnapshot] = []
         try:
             deadline = time.monotonic() + FILL_TIMEOUT_S
-            while time.monotonic() < deadline and not all(task.done() for task in tasks):
+            while time.monotonic() < deadline and not failures:
                 history.append(await asyncio.to_thread(scrape, server.base_url))
                 last = history[-1]
                 if (last.waiting > 0 and (last.kv_usage or 0) >= HIGH_KV_USAGE) or last.preemptions_total > 0:
@@ -235,11 +246,13 @@ async def fill_pool(server: Server) -> tuple[list[MetricsSnapshot], str]:
                 await asyncio.sleep(1.0)
             doctor = await asyncio.to_thread(
                 subprocess.run, [sys.executable, "-m", "labs.doctor", "--url", server.base_url, "--samples", "2",
-                                 "--interval-s", "0.5"], capture_output=True, text=True, cwd=ROOT, env=server.env)
+                                 "--interval-s", "0.5"], capture_output=True, text=True, cwd=ROOT, env=server.env,
+                timeout=DOCTOR_TIMEOUT_S)
         finally:
-            for task in tasks:
+            for task in users:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*users, return_exceptions=True)
+    assert not failures, f"{len(failures)} fill requests failed, e.g. {failures[0].error}"
     return history, doctor.stdout
 
 
