@@ -9,7 +9,6 @@ exposition text written by this project in vLLM 0.9.1's format, served by a real
 from __future__ import annotations
 
 import asyncio
-import itertools
 import subprocess
 import sys
 import threading
@@ -19,24 +18,24 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 
 from labs.common.metrics import MetricsSnapshot, NoMetrics, parse, scrape
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
 from labs.doctor.diagnosis import Limits, diagnose
 from serve.machine import detect
 from serve.model import bundled_model_facts
 from serve.settings import Settings
 from serve.sizing import GiB, kv_pool
 from serve.vllm_command import resolve
-from tests.conftest import MODEL, ROOT, Server, kit_env
+from tests.conftest import ROOT, Server, kit_env
 from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
+from tests.load import closed_loop
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LIMITS = Limits(max_num_seqs=16, max_model_len=1024, kv_cache_space_gib=1)
 BURST_USERS = 32  # twice the session server's MAX_NUM_SEQS (16 on 2 cores), so half of them wait
 BURST_MAX_TOKENS = 512
+BURST_ROUNDS = 100  # requests per user: more than the test ever waits for (it cancels the rest)
 SATURATION_TIMEOUT_S = 90.0
 POLL_S = 0.25
 UNDER_LOAD_TIMEOUT_S = 240  # the doctor while the burst saturates the machine
@@ -225,18 +224,6 @@ def served_max_num_seqs(server: Server) -> int:
     return resolve(Settings.from_env(server.env), detect(), bundled_model_facts()).max_num_seqs
 
 
-async def user(http: httpx.AsyncClient, server: Server, number: int, failures: list[RequestRecord]) -> None:
-    """One user of the burst: a long stream, then the next, until cancelled (an HTTP failure ends the user)."""
-    for turn in itertools.count():
-        record = RequestRecord(turn, BURST_MAX_TOKENS, time.perf_counter())
-        await stream_chat(http, server.api_url, chat_payload(
-            MODEL, [{"role": "user", "content": f"Story {number}.{turn}: tell me a long tale about {number}."}],
-            BURST_MAX_TOKENS, ignore_eos=True), record)
-        if record.error is not None:
-            failures.append(record)
-            return
-
-
 async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, str]:
     """Keep BURST_USERS long streams going; once some wait, run the doctor (one-shot and watch), then cancel.
 
@@ -245,26 +232,19 @@ async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, st
     """
     seqs = served_max_num_seqs(server)
     assert BURST_USERS > seqs, f"the burst must outnumber MAX_NUM_SEQS={seqs}"
-    failures: list[RequestRecord] = []
-    async with httpx.AsyncClient(timeout=httpx.Timeout(300.0)) as http:
-        users = [asyncio.create_task(user(http, server, number, failures)) for number in range(BURST_USERS)]
-        try:
-            deadline = time.monotonic() + SATURATION_TIMEOUT_S
-            while True:
-                snapshot = await asyncio.to_thread(scrape, server.base_url)
-                if snapshot.waiting > 0 and snapshot.running >= seqs:
-                    break
-                assert time.monotonic() < deadline, f"no request waited within {SATURATION_TIMEOUT_S} s"
-                await asyncio.sleep(POLL_S)
-            one_shot = await asyncio.to_thread(doctor, "--url", server.base_url, "--samples", "2",
-                                               "--interval-s", "0.5", timeout_s=UNDER_LOAD_TIMEOUT_S)
-            watch = await asyncio.to_thread(doctor, "--url", server.base_url, "--watch", "--duration-s", "1",
-                                            "--interval-s", "0.5", "--plot", str(plot),
-                                            timeout_s=UNDER_LOAD_TIMEOUT_S)
-        finally:
-            for task in users:
-                task.cancel()
-            await asyncio.gather(*users, return_exceptions=True)
+    prompts = [f"Story {i}: tell me a long tale about the number {i}." for i in range(BURST_USERS)]
+    async with closed_loop(server, BURST_USERS, prompts, BURST_MAX_TOKENS, BURST_ROUNDS) as failures:
+        deadline = time.monotonic() + SATURATION_TIMEOUT_S
+        while True:
+            snapshot = await asyncio.to_thread(scrape, server.base_url)
+            if snapshot.waiting > 0 and snapshot.running >= seqs:
+                break
+            assert time.monotonic() < deadline, f"no request waited within {SATURATION_TIMEOUT_S} s"
+            await asyncio.sleep(POLL_S)
+        one_shot = await asyncio.to_thread(doctor, "--url", server.base_url, "--samples", "2",
+                                           "--interval-s", "0.5", timeout_s=UNDER_LOAD_TIMEOUT_S)
+        watch = await asyncio.to_thread(doctor, "--url", server.base_url, "--watch", "--duration-s", "1",
+                                        "--interval-s", "0.5", "--plot", str(plot), timeout_s=UNDER_LOAD_TIMEOUT_S)
     assert not failures, f"{len(failures)} burst requests failed, e.g. {failures[0].error}"
     return snapshot, one_shot.stdout, watch.stdout
 

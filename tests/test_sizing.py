@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import random
 import subprocess
@@ -12,11 +11,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from labs.common.metrics import MetricsSnapshot, scrape
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
 from labs.doctor.diagnosis import HIGH_KV_USAGE
 from labs.sizing.verify import compare, served
 from serve.local_server import LOG_DIR
@@ -27,8 +24,9 @@ from serve.settings import Settings
 from serve.sizing import (V0_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, GiB, SizingError, fit_memory_cap, kv_pool,
                           kv_space_gib_for_tokens, load_model_facts, model_facts, params_from_config, parse_memory_size)
 from serve.vllm_command import resolve
-from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, start_server, stop_server
+from tests.conftest import ROOT, Server, free_port, kit_env, start_server, stop_server
 from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
+from tests.load import closed_loop
 
 LLAMA_8B = ROOT / "labs" / "sizing" / "examples" / "llama-3.1-8b-config.json"
 LLAMA_8B_PARAMS = 8_030_261_248  # Meta's model card: 8.03B
@@ -210,48 +208,36 @@ def test_prediction_equals_a_bfloat16_2gib_server() -> None:
 FILL_USERS = 14
 FILL_WORDS = 1800  # ~2,000 prompt tokens each: 14 of them (28k) overflow the 23,296-token pool
 FILL_MAX_TOKENS = 4096  # answers grow until the pool is full and stay there: nothing ends while the test samples
+FILL_ROUNDS = 4  # prompts per user: with answers this long the first ones outlast the test
 FILL_TIMEOUT_S = 240.0
 DOCTOR_TIMEOUT_S = 240  # only catches a hang: the doctor starts slowly while the fill saturates both cores
 
 
-async def fill_user(http: httpx.AsyncClient, server: Server, number: int, failures: list[RequestRecord]) -> None:
-    """One user: a ~2,000-token prompt, then another, until cancelled (an HTTP failure ends the user)."""
+def fill_prompts(count: int) -> list[str]:
+    """Distinct ~2,000-token prompts: prefix caching must not share their blocks."""
     words = "alpha beta gamma delta river mountain cloud stone tree bird fish wind rain sun moon star".split()
-    for turn in itertools.count():
-        rng = random.Random(f"{number}.{turn}")  # distinct prompts: prefix caching must not share their blocks
-        prompt = f"{number}.{turn}: " + " ".join(rng.choice(words) for _ in range(FILL_WORDS))
-        record = RequestRecord(turn, FILL_MAX_TOKENS, time.perf_counter())
-        payload = chat_payload(MODEL, [{"role": "user", "content": prompt}], FILL_MAX_TOKENS, ignore_eos=True)
-        await stream_chat(http, server.api_url, payload, record)
-        if record.error is not None:
-            failures.append(record)
-            return
+    rng = random.Random(0)
+    return [f"{i}: " + " ".join(rng.choice(words) for _ in range(FILL_WORDS)) for i in range(count)]
 
 
 async def fill_pool(server: Server) -> tuple[list[MetricsSnapshot], str]:
     """Keep prompts whose KV exceeds the predicted pool coming; sample until it is full and requests wait or
     are preempted, ask the doctor, then cancel everything. Each user sends its next prompt as soon as one
     ends, so the pool stays oversubscribed however long the doctor takes to start."""
-    failures: list[RequestRecord] = []
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as http:
-        users = [asyncio.create_task(fill_user(http, server, number, failures)) for number in range(FILL_USERS)]
-        history: list[MetricsSnapshot] = []
-        try:
-            deadline = time.monotonic() + FILL_TIMEOUT_S
-            while time.monotonic() < deadline and not failures:
-                history.append(await asyncio.to_thread(scrape, server.base_url))
-                last = history[-1]
-                if (last.waiting > 0 and (last.kv_usage or 0) >= HIGH_KV_USAGE) or last.preemptions_total > 0:
-                    break
-                await asyncio.sleep(1.0)
-            doctor = await asyncio.to_thread(
-                subprocess.run, [sys.executable, "-m", "labs.doctor", "--url", server.base_url, "--samples", "2",
-                                 "--interval-s", "0.5"], capture_output=True, text=True, cwd=ROOT, env=server.env,
-                timeout=DOCTOR_TIMEOUT_S)
-        finally:
-            for task in users:
-                task.cancel()
-            await asyncio.gather(*users, return_exceptions=True)
+    history: list[MetricsSnapshot] = []
+    async with closed_loop(server, FILL_USERS, fill_prompts(FILL_USERS * FILL_ROUNDS), FILL_MAX_TOKENS,
+                           FILL_ROUNDS) as failures:
+        deadline = time.monotonic() + FILL_TIMEOUT_S
+        while time.monotonic() < deadline and not failures:
+            history.append(await asyncio.to_thread(scrape, server.base_url))
+            last = history[-1]
+            if (last.waiting > 0 and (last.kv_usage or 0) >= HIGH_KV_USAGE) or last.preemptions_total > 0:
+                break
+            await asyncio.sleep(1.0)
+        doctor = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "labs.doctor", "--url", server.base_url, "--samples", "2",
+                             "--interval-s", "0.5"], capture_output=True, text=True, cwd=ROOT, env=server.env,
+            timeout=DOCTOR_TIMEOUT_S)
     assert not failures, f"{len(failures)} fill requests failed, e.g. {failures[0].error}"
     return history, doctor.stdout
 
