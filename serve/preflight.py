@@ -123,7 +123,8 @@ def _check_memory(verdict: Verdict, settings: Settings, resolved: Resolved, fact
              f"(VLLM_CPU_KVCACHE_SPACE) + runtime ~{_gib(overhead_bytes)} = {_gib(needed)}")
     fixes = []
     room_gib = (cap - weights - overhead_bytes) // GiB
-    if room_gib >= 1 and kv_pool(facts, dtype, room_gib * GiB, resolved.kv_block_size).fits_one_sequence(settings.max_model_len):
+    if room_gib >= 1 and kv_pool(facts, dtype, room_gib * GiB,
+                                 resolved.kv_block_size).fits_one_sequence(settings.max_model_len):
         fixes.append(f"set VLLM_CPU_KVCACHE_SPACE={room_gib}")
     if runtime in CONTAINER_RUNTIMES:
         fixes.append(f"set MEMORY_LIMIT={math.ceil(needed / GiB)}g")
