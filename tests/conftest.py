@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from serve.process import stop_group
 from serve.settings import KNOBS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,9 +39,39 @@ def kit_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+def busiest_processes(lines: int = 24) -> str:
+    """top's second frame: CPU use over the last second (steal time included) and the busiest processes."""
+    frames = subprocess.run(["top", "-b", "-n", "2", "-d", "1", "-o", "%CPU", "-c", "-w", "160"],
+                            capture_output=True, text=True).stdout
+    return "\n".join(("top -" + frames.split("\ntop -")[-1]).splitlines()[:lines])
+
+
+def run_bounded(argv: Sequence[str], env: dict[str, str] | None, timeout_s: float,
+                cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """subprocess.run for a command that starts children of its own (a shell's background clients, a benchmark's
+    engines). It runs in its own process group; past `timeout_s` the whole group is stopped (SIGTERM, then
+    SIGKILL) and the test fails with the output so far. subprocess.run would kill only the shell, and what the
+    shell started would go on loading the machine for the tests after it."""
+    process = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        machine = busiest_processes()  # what it competed with, if anything, while it still runs
+        stop_group(process.pid, grace_s=10)
+        try:
+            stdout, stderr = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a child that left the group holds the pipes: give up on its output
+            process.kill()
+            stdout, stderr = "", "(output lost: a process outside the group kept the pipes open)"
+        pytest.fail(f"still running after {timeout_s:g} s, so its process group ({process.pid}) was stopped: "
+                    f"{shlex.join(argv)}\n--- stdout so far ---\n{stdout}\n--- stderr so far ---\n{stderr}\n"
+                    f"--- the machine at the timeout ---\n{machine}")
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
 def run_script(script: str, env: dict[str, str], timeout_s: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(ROOT / script)], env=env, capture_output=True, text=True,
-                          timeout=timeout_s, cwd=ROOT)
+    return run_bounded(["bash", str(ROOT / script)], env, timeout_s)
 
 
 @dataclass(frozen=True)
@@ -60,14 +92,22 @@ class Server:
         return {**self.env, "OPENAI_BASE_URL": self.api_url, "MODEL": MODEL, **overrides}
 
 
+def bring_up(port: int, env: dict[str, str], what: str) -> Server:
+    """`bash up.sh` with env; on any failure (a timeout included) `bash down.sh` stops what it started."""
+    try:
+        result = run_script("up.sh", env)
+    except BaseException:
+        run_script("down.sh", env, timeout_s=120)
+        raise
+    if result.returncode != 0:
+        run_script("down.sh", env, timeout_s=120)
+        pytest.fail(f"{what} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return Server(port, env, result.stdout + result.stderr)
+
+
 def start_server(**overrides: str) -> Server:
     port = free_port()
-    env = kit_env(VLLM_PORT=str(port), RUNTIME="native", **overrides)
-    result = run_script("up.sh", env)
-    if result.returncode != 0:
-        run_script("down.sh", env)
-        pytest.fail(f"up.sh failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return Server(port, env, result.stdout + result.stderr)
+    return bring_up(port, kit_env(VLLM_PORT=str(port), RUNTIME="native", **overrides), "up.sh")
 
 
 def stop_server(server: Server) -> None:
@@ -90,11 +130,7 @@ def start_llamacpp(**overrides: str) -> Server:
     """A real llama.cpp server (the Ollama-class engine) through `ENGINES=llamacpp bash up.sh`; seconds."""
     port = free_port()
     env = kit_env(ENGINES="llamacpp", LLAMACPP_PORT=str(port), VLLM_PORT=str(free_port()), **overrides)
-    result = run_script("up.sh", env, timeout_s=1200)
-    if result.returncode != 0:
-        run_script("down.sh", env)
-        pytest.fail(f"ENGINES=llamacpp up.sh failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return Server(port, env, result.stdout + result.stderr)
+    return bring_up(port, env, "ENGINES=llamacpp up.sh")
 
 
 @pytest.fixture(scope="session")

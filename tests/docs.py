@@ -10,7 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_bounded
 
 BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 
@@ -39,8 +39,8 @@ def is_docker_command(command: str) -> bool:
 
 
 def run_doc(command: str, env: dict[str, str], timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout_s)
+    """A documented command in bash; a hang fails the test and stops all it started (background clients too)."""
+    return run_bounded(["bash", "-c", command], env, timeout_s)
 
 
 def all_doc_files() -> list[Path]:

@@ -9,12 +9,11 @@ import sys
 
 import pytest
 
-from tests.conftest import MODEL, ROOT, Server
+from tests.conftest import MODEL, ROOT, Server, run_bounded
 
 
 def script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return run_bounded([sys.executable, str(ROOT / "benchmarks" / name), *args], env, timeout_s=600)
 
 
 def test_overhead_script_prints_rate_and_timing_error() -> None:
