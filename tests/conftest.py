@@ -41,8 +41,11 @@ def kit_env(**overrides: str) -> dict[str, str]:
 
 def busiest_processes(lines: int = 24) -> str:
     """top's second frame: CPU use over the last second (steal time included) and the busiest processes."""
-    frames = subprocess.run(["top", "-b", "-n", "2", "-d", "1", "-o", "%CPU", "-c", "-w", "160"],
-                            capture_output=True, text=True).stdout
+    try:
+        frames = subprocess.run(["top", "-b", "-n", "2", "-d", "1", "-o", "%CPU", "-c", "-w", "160"],
+                                capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:  # the timeout's own report matters more than this view
+        return f"(no view of the machine: {exc})"
     return "\n".join(("top -" + frames.split("\ntop -")[-1]).splitlines()[:lines])
 
 
