@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,24 +19,13 @@ import pytest
 
 from serve.native import TORCH_VERSION
 from serve.settings import KNOBS
-from tests.conftest import ROOT, free_port, run_bounded
+from tests.clone import fresh_clone, free_port
+from tests.conftest import run_bounded
 from tests.torch_index import serve_index, torch_wheel, write_index
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 INSTALL_TIMEOUT_S = 1800  # light tools + vLLM from PyPI + model + the first start, on a busy 2-core machine
 MACHINE_PIP_PATHS = ("/opt/wheels", "/opt/pypi")  # this workplace's local wheel folders; a user has neither
-
-
-def fresh_clone(destination: Path) -> Path:
-    """The repository's files as a clone has them (tracked and new, not ignored): no .venv, no .kit."""
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split("\0")
-    for name in filter(None, names):
-        source = ROOT / name
-        if source.is_file():
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, destination / name)
-    return destination
 
 
 def stock_pip_env(clone: Path, torch_index_url: str, port: int) -> dict[str, str]:

@@ -4,8 +4,6 @@ Docker track runs where Linux's own APIs are absent (macOS, Windows)."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,6 +12,7 @@ import psutil
 import pytest
 
 from serve import machine, process, system
+from tests.clone import fresh_clone
 from tests.conftest import ROOT, free_port, kit_env, run_bounded
 
 TOOL_NAMES = {"patch": ("patch",), "g++": ("g++",), "cmake": ("cmake",), "gcc": ("gcc",)}
@@ -80,13 +79,7 @@ def test_enforce_eager_needs_no_compiler(tmp_path: Path) -> None:
 
 def test_up_refuses_a_llamacpp_build_without_cmake(tmp_path: Path) -> None:
     """A clone that must build llama.cpp (no built wheel in its cache) on a machine without CMake."""
-    clone = tmp_path / "clone"
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split("\0")
-    for name in filter(None, names):
-        if (ROOT / name).is_file():
-            (clone / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, clone / name)
+    clone = fresh_clone(tmp_path / "clone")
     (clone / ".venv").symlink_to(ROOT / ".venv")  # the light tools are not what this test is about
     env = kit_env(ENGINES="llamacpp", LLAMACPP_PORT=str(free_port()), XDG_CACHE_HOME=str(tmp_path / "cache"),
                   KIT_ENV_FILE=str(clone / ".env.example"), PATH=path_without(("cmake",), tmp_path / "bin"))

@@ -18,8 +18,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from serve.native import TORCH_VERSION
-from serve.settings import DEFAULT_TORCH_INDEX_URL
-from tests.conftest import ROOT
+from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT
 
 WHEEL_DIR = ROOT / ".kit" / "cache" / "torch-index"
 
