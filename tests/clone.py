@@ -13,15 +13,14 @@ from pathlib import Path
 from serve.settings import ROOT
 
 
-def fresh_clone(destination: Path) -> Path:
-    """Copy the repository's files (tracked and new, not ignored) to `destination`; return it."""
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+def fresh_clone(destination: Path, source: Path = ROOT) -> Path:
+    """Copy a work tree's files (tracked and new, not ignored) to `destination`; return it."""
+    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source, check=True,
                            capture_output=True, text=True).stdout.split("\0")
     for name in filter(None, names):
-        source = ROOT / name
-        if source.is_file():
+        if (source / name).is_file():
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, destination / name)
+            shutil.copy2(source / name, destination / name)
     return destination
 
 
