@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from serve import process
+from serve.compose import Compose, project_name
 from serve.health import is_healthy, wait_for_kv_line, wait_healthy
 from serve.local_server import LOG_DIR
 from serve.machine import Machine, detect
@@ -130,7 +131,9 @@ def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[st
     version = image_vllm_version(settings.cpu_image_tag)
     seqs = [] if resolved.max_num_seqs is None else ["--max-num-seqs", str(resolved.max_num_seqs)]
     blocks = [] if resolved.block_size is None else ["--block-size", str(resolved.block_size)]
+    swap = ["--swap-space", str(settings.swap_space_gib)] if version < SWAP_SPACE_REMOVED_IN else []
     env.update(RESOLVED_MAX_NUM_SEQS=str(resolved.max_num_seqs or ""), RESOLVED_MAX_NUM_SEQS_ARGS=shlex.join(seqs),
+               RESOLVED_SWAP_SPACE_ARGS=shlex.join(swap),
                RESOLVED_BLOCK_SIZE_ARGS=shlex.join(blocks),
                RESOLVED_KVCACHE_SPACE=engine.get("VLLM_CPU_KVCACHE_SPACE", ""))
     env.update(RESOLVED_DTYPE=resolved.dtype, RESOLVED_OMP_THREADS=engine["OMP_NUM_THREADS"],
@@ -141,25 +144,63 @@ def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[st
 
 
 class DockerRuntime:
-    """One compose service of compose.yaml; the containers belong to the kit's compose project."""
+    """One compose service of compose.yaml; its containers belong to this clone's compose project."""
 
-    def __init__(self, settings: Settings, track: Track, docker: str = "docker") -> None:
-        self.settings = settings
+    def __init__(self, settings: Settings, track: Track, compose: Compose, docker: str = "docker") -> None:
+        self.requested = settings
         self.track = track
+        self.compose_cli = compose
         self.docker = docker
+        self.project = project_name()
         self.name = track.runtime
         self.port = settings.port if track is CPU else settings.gpu_port
         self.base_url = settings.url_for(self.port)
         self.log_path = LOG_DIR / f"docker-{track.service}-{self.port}.log"
         self.compose_log = LOG_DIR / "docker-compose.log"
+        self._engine_cpus: int | None = None
+
+    @property
+    def engine_cpus(self) -> int:
+        """The CPUs the Docker engine has: compose's `cpus` cannot exceed them (the engine refuses the container)."""
+        if self._engine_cpus is None:
+            answer = self._query([self.docker, "info", "--format", "{{.NCPU}}"], with_env=False)
+            if not answer.isdigit() or int(answer) < 1:
+                raise StepFailed(f"`docker info` reported {answer!r} CPUs; is the Docker engine healthy?")
+            self._engine_cpus = int(answer)
+        return self._engine_cpus
+
+    @property
+    def settings(self) -> Settings:
+        """The settings the container gets: CPU_LIMIT capped at the engine's CPUs (the recap says so)."""
+        if self.track is not CPU or self.requested.cpu_limit <= self.engine_cpus:
+            return self.requested
+        return dataclasses.replace(self.requested, cpu_limit=float(self.engine_cpus))
+
+    def image(self) -> str:
+        return (f"{self.requested.cpu_base_image}:{self.requested.cpu_image_tag}" if self.track is CPU
+                else self.requested.gpu_image)
+
+    def recap_rows(self) -> list[tuple[str, str]]:
+        """What the recap adds for a container: its caps (and why CPU_LIMIT was capped), image and project."""
+        if self.track is CPU:
+            cpus = f"{self.settings.cpu_limit:g} CPUs"
+            if self.settings.cpu_limit < self.requested.cpu_limit:
+                cpus += (f" (CPU_LIMIT={self.requested.cpu_limit:g} capped at the Docker engine's "
+                         f"{self.engine_cpus} CPUs)")
+            limits = f"{cpus}, memory {self.requested.memory_limit} (MEMORY_LIMIT), built on {self.image()}"
+        else:
+            limits = f"every GPU, image {self.image()}"
+        return [("container", limits),
+                ("compose", f"{self.compose_cli.label}, project {self.project} (bash down.sh stops it)")]
 
     def compose(self, *args: str) -> list[str]:
         profiles = [flag for profile in self.track.profiles for flag in ("--profile", profile)]
-        return [self.docker, "compose", "--env-file", str(env_file()), "-f", str(COMPOSE_FILE), *profiles, *args]
+        return [*self.compose_cli.argv, "-p", self.project, "--env-file", str(env_file()), "-f", str(COMPOSE_FILE),
+                *profiles, *args]
 
-    def _query(self, argv: list[str]) -> str:
+    def _query(self, argv: list[str], with_env: bool = True) -> str:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, cwd=ROOT,
-                                env=self._env(None))
+                                env=self._env(None) if with_env else None)
         if result.returncode != 0:
             raise StepFailed(f"`{shlex.join(argv[1:])}` failed (exit {result.returncode}): "
                              f"{(result.stderr or result.stdout).strip()}")
@@ -172,6 +213,12 @@ class DockerRuntime:
     def container_id(self) -> str | None:
         lines = self._query(self.compose("ps", "-q", self.track.service)).splitlines()
         return lines[0] if lines else None
+
+    def project_services(self) -> set[str]:
+        """The services of this clone's project that have a container (running or not), any profile."""
+        names = self._query([self.docker, "ps", "-a", "--filter", f"label=com.docker.compose.project={self.project}",
+                             "--format", '{{.Label "com.docker.compose.service"}}'], with_env=False)
+        return set(names.split())
 
     def running_pid(self) -> int | None:
         """The host pid of the service's container while it runs, else None (also while a crash loop
@@ -187,11 +234,6 @@ class DockerRuntime:
         return is_healthy(self.base_url)
 
     def check(self) -> None:
-        version = image_vllm_version(self.settings.cpu_image_tag)
-        if self.track is CPU and version >= SWAP_SPACE_REMOVED_IN:
-            raise SettingsError(f"CPU_IMAGE_TAG={self.settings.cpu_image_tag!r} is invalid: compose.yaml passes "
-                                f"--swap-space, which vLLM {'.'.join(map(str, SWAP_SPACE_REMOVED_IN))} removed; "
-                                "use a tag below it, such as 0.9.1-oe2403lts")
         if not process.port_is_free(self.settings.host, self.port):
             variable = "VLLM_PORT" if self.track is CPU else "GPU_PORT"
             free = process.next_free_port(self.settings.host, self.port)
@@ -208,11 +250,11 @@ class DockerRuntime:
         env = self._env(resolved)
         service = self.track.service
         if self.track.builds_image:
-            run_logged(f"Building the patched CPU image (Dockerfile.cpu on openeuler/vllm-cpu:"
-                       f"{self.settings.cpu_image_tag}; the first build downloads several GB: slow, not hung)",
-                       self.compose("build", service), self.compose_log, env=env)
+            run_logged(f"Building the patched CPU image (Dockerfile.cpu on {self.image()}; the first build "
+                       "downloads several GB: slow, not hung)", self.compose("build", service), self.compose_log,
+                       env=env)
         else:
-            run_logged(f"Pulling {self.settings.gpu_image} (the first pull downloads several GB: slow, not hung)",
+            run_logged(f"Pulling {self.image()} (the first pull downloads several GB: slow, not hung)",
                        self.compose("pull", service), self.compose_log, env=env)
         run_logged(f"Starting the {service} container", self.compose("up", "-d", "--no-build", service),
                    self.compose_log, env=env)
@@ -234,15 +276,27 @@ class DockerRuntime:
         return Started(self.running_pid() or 0, waited, resolved)
 
     def stop(self, quiet: bool = False, remove_volumes: bool = False) -> bool:
-        """`compose down` (and its volumes when asked). False if no container of the service existed."""
-        if self.container_id() is None and not remove_volumes:
+        """Remove this track's container; False if it had none (and no volume was asked to go).
+
+        `compose down` only when no other service of the project has a container: down takes every service of
+        the active profiles with it (the GPU profile's down would remove the CPU container too)."""
+        services = self.project_services()
+        others = sorted(services - {self.track.service})
+        if self.track.service not in services and not remove_volumes:
             return False
+        if others and remove_volumes:
+            raise SettingsError(f"--volumes would remove the model cache that {', '.join(others)} (project "
+                                f"{self.project}) still uses; stop it first, then run bash down.sh --volumes again")
         started = time.monotonic()
-        down = self.compose("down", "--volumes") if remove_volumes else self.compose("down")
-        run_logged("Removing the containers (compose down" + (" --volumes" if remove_volumes else "") + ")",
-                   down, self.compose_log, env=self._env(None))
+        if others:
+            remove, what = self.compose("rm", "--stop", "--force", self.track.service), "compose rm --stop"
+        else:
+            remove = self.compose("down", "--volumes") if remove_volumes else self.compose("down")
+            what = "compose down" + (" --volumes" if remove_volumes else "")
+        run_logged(f"Removing the {self.track.service} container ({what})", remove, self.compose_log,
+                   env=self._env(None))
         if not process.wait_port_free(self.settings.host, self.port):
-            raise StepFailed(f"compose down finished, but port {self.port} is still in use by another process")
+            raise StepFailed(f"{what} finished, but port {self.port} is still in use by another process")
         if not quiet:
             kept = ("the model cache volume is removed" if remove_volumes
                     else "the model cache volume is kept (bash down.sh --volumes removes it)")
