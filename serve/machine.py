@@ -47,6 +47,37 @@ def _memory_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
     return 0
 
 
+CGROUP = Path("/sys/fs/cgroup")
+# (limit, usage, the memory.stat key of reclaimable page cache) for cgroup v2, then v1
+CGROUP_MEMORY_FILES = (("memory.max", "memory.current", "inactive_file"),
+                       ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "total_inactive_file"))
+
+
+def _cgroup_memory_free_bytes(root: Path = CGROUP) -> int | None:
+    """What this process's memory cgroup still allows (a container's cap), None when uncapped or unreadable.
+
+    Free = limit - (usage - inactive page cache), as `docker stats` counts it. Inside a container the
+    cgroup's files are mounted at /sys/fs/cgroup; /proc/meminfo there still shows the host's memory."""
+    for limit_file, usage_file, inactive_key in CGROUP_MEMORY_FILES:
+        try:
+            limit_text = (root / limit_file).read_text().strip()
+            usage = int((root / usage_file).read_text())
+        except (OSError, ValueError):
+            continue
+        if not limit_text.isdigit() or int(limit_text) >= 2**62:  # "max" (v2) or v1's 9223372036854771712
+            return None
+        inactive = 0
+        try:
+            for line in ((root / usage_file).parent / "memory.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == inactive_key and value.strip().isdigit():
+                    inactive = int(value)
+        except OSError:
+            pass
+        return max(0, int(limit_text) - max(0, usage - inactive))
+    return None
+
+
 def _physical_cores(cpus: set[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> int | None:
     """Distinct (package, core) pairs among `cpus`, as vLLM's auto binding counts them; None if unreadable."""
     try:
@@ -61,6 +92,6 @@ def detect() -> Machine:
     return Machine(
         usable_cores=len(cpus),
         cpu_flags=_cpu_flags(),
-        memory_available_bytes=_memory_available_bytes(),
+        memory_available_bytes=min(_memory_available_bytes(), _cgroup_memory_free_bytes() or 2**63),
         physical_cores=_physical_cores(cpus),
     )
