@@ -220,15 +220,26 @@ class DockerRuntime:
                              "--format", '{{.Label "com.docker.compose.service"}}'], with_env=False)
         return set(names.split())
 
-    def running_pid(self) -> int | None:
-        """The host pid of the service's container while it runs, else None (also while a crash loop
-        has it "restarting": the health wait then reports the crash instead of waiting it out)."""
+    def _running(self) -> tuple[int, int] | None:
+        """(host pid, restarts) of the service's container while it runs, else None."""
         container = self.container_id()
         if container is None:
             return None
-        status, _, pid = self._query([self.docker, "inspect", "--format", "{{.State.Status}} {{.State.Pid}}",
-                                      container]).partition(" ")
-        return int(pid) if status == "running" and pid.isdigit() and int(pid) > 0 else None
+        status, pid, restarts = self._query([self.docker, "inspect", "--format",
+                                             "{{.State.Status}} {{.State.Pid}} {{.RestartCount}}", container]).split()
+        return (int(pid), int(restarts)) if status == "running" and int(pid) > 0 else None
+
+    def running_pid(self) -> int | None:
+        """The host pid of the service's container while it runs, else None (also while a crash loop
+        has it "restarting")."""
+        running = self._running()
+        return running[0] if running else None
+
+    def alive_since_start(self) -> bool:
+        """Running, and never restarted: a restart during the health wait is a crash (restart: unless-stopped
+        would otherwise hide it for minutes), so the wait reports it at once."""
+        running = self._running()
+        return running is not None and running[1] == 0
 
     def healthy(self) -> bool:
         return is_healthy(self.base_url)
@@ -262,7 +273,7 @@ class DockerRuntime:
         follower = process.spawn(self.compose("logs", "--follow", "--no-color", "--no-log-prefix", service),
                                  self.log_path, env, cwd=ROOT)
         try:
-            waited = wait_healthy(self.base_url, lambda: self.running_pid() is not None, self.log_path,
+            waited = wait_healthy(self.base_url, self.alive_since_start, self.log_path,
                                   self.settings.start_timeout_s,
                                   f"Starting vLLM in {service} (log {self.log_path.relative_to(ROOT)}; "
                                   "the first start also downloads the model)")

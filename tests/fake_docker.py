@@ -134,7 +134,7 @@ def main(argv: list[str]) -> None:
         compose(argv[1:])
     elif argv[:1] == ["inspect"]:
         pid = _engine_pid()
-        print(f"running {pid}" if pid is not None else "exited 0")
+        print(f"running {pid} 0" if pid is not None else "exited 0 0")  # status, pid, restarts
     else:
         sys.exit(f"stand-in docker: unexpected call {argv}")
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Debian packages the test suite uses (offline validators and a headless browser), installed when missing.
+# Debian packages the test suite uses (offline validators, a headless browser, a Docker engine with Compose v1,
+# and debootstrap for the Docker tests' local base image), installed when missing.
 # Called by tests/run.sh; needs root (as CI has) or the packages already present.
 set -euo pipefail
 
-packages=(shellcheck docker-compose chromium)
+packages=(shellcheck docker-compose chromium docker.io debootstrap)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -17,7 +17,7 @@ import pytest
 from serve import process
 from serve.compose import project_name
 from serve.sizing import parse_memory_size
-from tests.conftest import MODEL, ROOT, Server, bring_up, free_port, kit_env, run_bounded, run_script
+from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, run_bounded, run_script
 from tests.docker.engine import Engine, docker_engine  # noqa: F401  (fixture)
 from tests.docker.standin import standin_image  # noqa: F401  (fixture)
 from tests.docs import doc_commands, retarget, run_doc
@@ -50,15 +50,29 @@ def down(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return run_bounded(["bash", str(ROOT / "down.sh"), *args], env, 300)
 
 
+README_UP, README_DOWN, README_DOWN_VOLUMES = (f"RUNTIME=docker bash {script}"
+                                              for script in ("up.sh", "down.sh", "down.sh --volumes"))
+UP_TIMEOUT_S = 1200  # the first start compiles the model (~4 min on 2 busy cores); warm starts take ~1.5 min
+
+
 @pytest.fixture(scope="module")
 def container(docker_engine: Engine, standin_image: str) -> Iterator[Server]:  # noqa: F811
+    """The README's own `RUNTIME=docker bash up.sh`, on the stand-in; torn down with --volumes whatever happens."""
+    assert {README_UP, README_DOWN, README_DOWN_VOLUMES} <= set(doc_commands("README.md"))
     port = free_port()
-    env = kit_env(RUNTIME="docker", VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image)
+    env = kit_env(VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image)
     assert not project_containers(), f"containers of {PROJECT} left from before: docker ps -a"
     COMPOSE_LOG.unlink(missing_ok=True)
-    server = bring_up(port, env, "RUNTIME=docker up.sh")
-    yield server
-    down(env, "--volumes")  # whatever a failed test left
+    # Drop the image a previous run built (its cached layers go with it), so that this build runs
+    # patches/apply.sh for real; the build itself takes seconds on the stand-in.
+    subprocess.run(["docker", "image", "rm", "-f", f"vllm-lab-kit/vllm-cpu:{standin_image.rsplit(':', 1)[1]}"],
+                   capture_output=True, timeout=120)
+    try:
+        up = run_doc(README_UP, env, timeout_s=UP_TIMEOUT_S)
+        assert up.returncode == 0, f"{README_UP} failed ({up.returncode}):\n{up.stdout}\n{up.stderr}"
+        yield Server(port, {**env, "RUNTIME": "docker"}, up.stdout + up.stderr)
+    finally:
+        run_doc(README_DOWN_VOLUMES, env, timeout_s=300)  # whatever a failed test left
 
 
 def test_up_builds_on_the_standin_patches_and_recaps(container: Server, standin_image: str) -> None:  # noqa: F811
@@ -79,13 +93,22 @@ def test_up_builds_on_the_standin_patches_and_recaps(container: Server, standin_
 
 def test_the_readme_client_talks_to_the_container(container: Server) -> None:
     commands = [command for command in doc_commands("README.md")
-                if ("client" in command or command.startswith("curl")) and "11434" not in command]
+                if ("client" in command or command.startswith("curl"))
+                and "11434" not in command and "VLLM_PORT=" not in command]  # "Talk to it": the default engine
     assert len(commands) >= 3, commands
     for command in commands:
         result = run_doc(retarget(command, {8009: container.port}), container.env, timeout_s=120)
         assert result.returncode == 0 and result.stdout.strip(), f"{command}\n{result.stdout}\n{result.stderr}"
     models = run_doc(f"curl -s {container.api_url}/models", container.env, timeout_s=30).stdout
     assert MODEL in models
+
+
+def test_a_lab_reads_the_containers_metrics_unchanged(container: Server) -> None:
+    command = ".venv/bin/python -m labs.doctor --url http://127.0.0.1:8009"
+    assert command in doc_commands("labs/metrics.md")
+    result = run_doc(retarget(command, {8009: container.port}), container.env, timeout_s=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "23,296" in result.stdout or "KV" in result.stdout, result.stdout
 
 
 def test_docker_inspect_shows_the_safe_and_capped_container(container: Server) -> None:
@@ -138,13 +161,15 @@ def test_auto_down_stops_the_runtime_up_started(container: Server, tmp_path) -> 
     assert "vllm-cpu stopped" in result.stdout and "volume is kept" in result.stdout
     assert project_containers() == []
     assert process.port_is_free("127.0.0.1", container.port)
-    assert project_volumes() == [f"{PROJECT}_model-cache"]
-    twice = down(auto)
-    assert twice.returncode == 0 and "Nothing to stop" in twice.stdout
+    assert f"{PROJECT}_model-cache" in project_volumes()
 
 
-def test_down_volumes_leaves_no_volume(container: Server) -> None:
-    result = down(container.env, "--volumes")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "model cache volume is removed" in result.stdout
+def test_the_readme_down_commands_leave_no_container_then_no_volume(container: Server) -> None:
+    env = {key: value for key, value in container.env.items() if key != "RUNTIME"}
+    twice = run_doc(README_DOWN, env, timeout_s=300)  # safe to run twice: the container is already gone
+    assert twice.returncode == 0 and "Nothing to stop" in twice.stdout, twice.stdout + twice.stderr
+    assert project_containers() == []
+    volumes = run_doc(README_DOWN_VOLUMES, env, timeout_s=300)
+    assert volumes.returncode == 0, volumes.stdout + volumes.stderr
+    assert "model cache volume is removed" in volumes.stdout
     assert project_containers() == [] and project_volumes() == []
