@@ -52,15 +52,18 @@ def down(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 README_UP, README_DOWN, README_DOWN_VOLUMES = (f"RUNTIME=docker bash {script}"
                                               for script in ("up.sh", "down.sh", "down.sh --volumes"))
-UP_TIMEOUT_S = 1200  # the first start compiles the model (~4 min on 2 busy cores); warm starts take ~1.5 min
+UP_TIMEOUT_S = 900  # eager: ~1 min to healthy; compiled it is ~4 min the first time on 2 busy cores
 
 
 @pytest.fixture(scope="module")
 def container(docker_engine: Engine, standin_image: str) -> Iterator[Server]:  # noqa: F811
-    """The README's own `RUNTIME=docker bash up.sh`, on the stand-in; torn down with --volumes whatever happens."""
+    """The README's own `RUNTIME=docker bash up.sh`, on the stand-in; torn down with --volumes whatever happens.
+
+    ENFORCE_EAGER=true keeps CI within its budget: what is under test is the container's plumbing, and the
+    compiled start (inductor with the image's g++, its cache in the volume) takes ~3 more minutes here."""
     assert {README_UP, README_DOWN, README_DOWN_VOLUMES} <= set(doc_commands("README.md"))
     port = free_port()
-    env = kit_env(VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image)
+    env = kit_env(VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image, ENFORCE_EAGER="true")
     assert not project_containers(), f"containers of {PROJECT} left from before: docker ps -a"
     COMPOSE_LOG.unlink(missing_ok=True)
     # Drop the image a previous run built (its cached layers go with it), so that this build runs
@@ -108,7 +111,7 @@ def test_a_lab_reads_the_containers_metrics_unchanged(container: Server) -> None
     assert command in doc_commands("labs/metrics.md")
     result = run_doc(retarget(command, {8009: container.port}), container.env, timeout_s=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "23,296" in result.stdout or "KV" in result.stdout, result.stdout
+    assert "blocks of 32" in result.stdout, result.stdout  # the container's cache config: BLOCK_SIZE=auto's 32
 
 
 def test_docker_inspect_shows_the_safe_and_capped_container(container: Server) -> None:
