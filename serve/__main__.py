@@ -7,11 +7,12 @@ import sys
 
 from rich.table import Table
 
-from serve import preflight, runtimes
+from serve import preflight, runtimes, system
 from serve.health import kv_cache_report
 from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime
 from serve.llamacpp import install as install_llamacpp
-from serve.native import MODEL_DIR, Started, install, prepare_model
+from serve.llamacpp import will_build as llamacpp_will_build
+from serve.native import MODEL_DIR, NativeRuntime, Started, install, prepare_model
 from serve.progress import StepFailed, console, fail
 from serve.settings import Settings, SettingsError, env_file
 
@@ -50,10 +51,25 @@ def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None
     console.print(table)
 
 
+def check_system(settings: Settings, native_vllm: bool) -> None:
+    """Refuse, before anything long starts, a path this machine cannot take: the platform, missing programs."""
+    needs: list[system.Tool] = []
+    if native_vllm:
+        problem = system.native_platform_problem()
+        if problem is not None:
+            raise system.MissingTools(problem)
+        needs += system.native_needs(settings.enforce_eager)
+    if "llamacpp" in settings.engines and llamacpp_will_build():
+        needs += [tool for tool in system.llamacpp_build_needs() if tool not in needs]
+    system.check(needs)
+
+
 def up(settings: Settings) -> int:
     """Start every engine in ENGINES (vllm, llamacpp)."""
-    if "vllm" in settings.engines:
-        up_vllm(settings)
+    runtime = runtimes.select(settings) if "vllm" in settings.engines else None
+    check_system(settings, isinstance(runtime, NativeRuntime))
+    if runtime is not None:
+        up_vllm(settings, runtime)
     if "llamacpp" in settings.engines:
         up_llamacpp(settings)
     return 0
@@ -74,8 +90,7 @@ def up_llamacpp(settings: Settings) -> None:
                   f"[bold]OPENAI_BASE_URL={runtime.base_url}/v1 MODEL={MODEL_ALIAS} python -m client \"Say OK.\"[/bold]")
 
 
-def up_vllm(settings: Settings) -> int:
-    runtime = runtimes.select(settings)
+def up_vllm(settings: Settings, runtime: runtimes.Runtime) -> int:
     console.print(f"Bringing up [bold]{settings.model_name}[/bold] on {runtime.base_url}/v1 "
                   f"(runtime {runtime.name})")
     if runtime.running_pid() is not None and runtime.healthy():
@@ -145,8 +160,9 @@ def status_vllm(settings: Settings) -> int:
 
 def prepare(settings: Settings) -> int:
     """Install every engine in ENGINES (tests/run.sh asks for both)."""
+    check_system(settings, native_vllm="vllm" in settings.engines)
     if "vllm" in settings.engines:
-        install()
+        install(settings.torch_index_url)
         prepare_model()
         console.print(f"[green]✓[/green] vLLM venv and model ready ({MODEL_DIR})")
     if "llamacpp" in settings.engines:
@@ -170,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             return down(Settings.load(), remove_volumes=args.volumes)
         return COMMANDS[args.command](Settings.load())
     except SettingsError as exc:
+        fail(str(exc), code=2)
+    except system.MissingTools as exc:
         fail(str(exc), code=2)
     except StepFailed as exc:
         fail(str(exc), code=1)

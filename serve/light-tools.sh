@@ -19,6 +19,16 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 2
 fi
 
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo "
+  if command -v apt-get >/dev/null 2>&1; then fix="${sudo}apt-get install -y python3-venv"
+  elif command -v dnf >/dev/null 2>&1; then fix="${sudo}dnf install -y python3"
+  else fix="${sudo}apt-get install -y python3-venv (Debian, Ubuntu) or ${sudo}dnf install -y python3 (Fedora, openEuler)"
+  fi
+  echo "error: python3 cannot create virtual environments (its venv/ensurepip module is missing); install it with: $fix" >&2
+  exit 2
+fi
+
 # Up to date when pyproject.toml is unchanged and the extras installed cover the ones asked for.
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] \
   && { grep -qxF -- "$hash test" "$stamp" || grep -qxF -- "$hash $extra" "$stamp"; }; then
@@ -31,5 +41,6 @@ fi
 spec="."
 [ "$extra" = "test" ] && spec=".[test]"
 echo "Installing the light tools into $venv (openai, httpx, rich, matplotlib ...) ..." >&2
-"$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q -e "$spec" >&2
+# uv (pip installs it first) with your pip configuration handed over, or pip where uv cannot honour it all
+python3 serve/pip_config.py "$venv/bin/python" -e "$spec" >&2
 echo "$hash $extra" >"$stamp"

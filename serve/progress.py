@@ -78,6 +78,29 @@ def run_logged(title: str, argv: Sequence[str], log_path: Path, env: dict[str, s
             raise StepFailed(f"{title} failed (exit {code}). Last lines of {log_path}:\n{tail(log_path)}")
 
 
+@contextmanager
+def in_background(title: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+    """Run a command while the block runs (the block shows its own progress); then wait for it, and raise
+    StepFailed if it failed. An exception in the block stops it."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log_path.open("a") as log:
+        log.write(f"$ {' '.join(argv)}\n")
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+    console.print(f"{title} (in the background) ...")
+    try:
+        yield
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    code = proc.wait()  # usually done: the block's step is the longer one
+    if code != 0:
+        raise StepFailed(f"{title} failed (exit {code}). Last lines of {log_path}:\n{tail(log_path)}")
+    console.print(f"[green]✓[/green] {title} ({time.monotonic() - started:.0f} s)")
+
+
 def fail(message: str, code: int = 1) -> None:
     """Print one clear error and leave; used by the command-line entry points."""
     console.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)

@@ -31,6 +31,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 ENGINES = ("vllm", "llamacpp")  # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py)
 QUANTIZATIONS = ("", "awq", "gptq", "fp8")
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
+DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
+INDEX_URL = re.compile(r"^(https?|file)://\S+$")
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 
 
@@ -127,6 +129,14 @@ def boolean(name: str, raw: str) -> bool:
     if lowered in ("0", "false", "no", "off", ""):
         return False
     raise _bad(name, raw, "use true or false")
+
+
+def index_url(name: str, raw: str) -> str:
+    """A pip index URL (PEP 503 "simple" layout), or empty for none."""
+    if raw and not INDEX_URL.match(raw):
+        raise _bad(name, raw, "use an index URL such as https://download.pytorch.org/whl/cpu (http, https or "
+                              "file), or leave it empty to use only your pip configuration")
+    return raw.rstrip("/")
 
 
 def text(name: str, raw: str) -> str:
@@ -245,6 +255,8 @@ KNOBS: tuple[Knob, ...] = (
          "true skips torch.compile: starts faster, decodes slower"),
     Knob("VLLM_ENABLE_V1_MULTIPROCESSING", "v1_multiprocessing", "true", boolean,
          "false runs the model in the engine-core process: one Python start fewer, slower batches"),
+    Knob("TORCH_INDEX_URL", "torch_index_url", DEFAULT_TORCH_INDEX_URL, index_url,
+         "native: where torch's CPU build comes from (PyPI has none); empty = your pip configuration only"),
     Knob("VLLM_EXTRA_ARGS", "extra_args", "", arg_list,
          "more api_server flags, appended as they are"),
     Knob("START_TIMEOUT", "start_timeout_s", "900", positive_int,
@@ -294,6 +306,7 @@ class Settings:
     api_key: str
     enforce_eager: bool
     v1_multiprocessing: bool
+    torch_index_url: str
     extra_args: tuple[str, ...]
     start_timeout_s: int
     cpu_limit: float

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -14,16 +13,11 @@ import pytest
 
 from serve.process import stop_group
 from serve.settings import KNOBS
+from tests.clone import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 collect_ignore = ["engine"]  # the teaching engine's tests need torch: tests/run.sh runs them in .kit/vllm
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def kit_env(**overrides: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ from serve.settings import KNOBS, Settings, load_env
 from serve.vllm_command import vllm_args, vllm_env
 from tests.conftest import ROOT
 
-SCHEMA = Path("/work/shared/schemas/compose-spec.json")
+SCHEMA = Path(__file__).parent / "data" / "compose-spec" / "compose-spec.json"
 COMPOSE = ROOT / "compose.yaml"
 REFERENCE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 PROFILES = {"default": (), "gpu": ("gpu",), "ollama": ("ollama",)}

@@ -1,0 +1,159 @@
+"""From a fresh clone to the first token, phase by phase, with every cache empty.
+
+    .venv/bin/python -m benchmarks.first_token            # this machine's pip configuration
+    .venv/bin/python -m benchmarks.first_token --stock-pip  # as a user's machine: PyPI + a torch index only
+
+It copies the repository's files (or --source's) into a new folder (what `git clone` gives: no .venv, no .kit), points every
+cache at empty folders there (pip's and uv's, the kit's wheel cache, vLLM's compile cache, inductor's, Hugging
+Face's), runs `bash up.sh` on a free port, then runs the README's client and notes when its first token
+arrives. It prints each phase's seconds (the kit's own step lines, "✓ title (N s)") and the total, writes
+results.json, and stops the server. `--stock-pip` switches this machine's pip configuration off
+(PIP_CONFIG_FILE=/dev/null) and serves torch from a stand-in for PyTorch's CPU index on 127.0.0.1
+(tests/torch_index.py), so every other package is downloaded from PyPI, as on a user's machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from rich.table import Table
+
+from serve.process import stop_group
+from serve.progress import console
+from serve.settings import KNOBS, ROOT
+from tests.clone import free_port, fresh_clone
+from tests.torch_index import serve_index, torch_wheel, write_index
+
+STEP_LINE = re.compile(r"✓ (?P<title>.+) \((?P<seconds>\d+) s\)$")
+GOAL_S = 180.0
+UP_TIMEOUT_S = 3600
+CLIENT_TIMEOUT_S = 300
+DEFAULT_OUT = ROOT / "results" / "first_token"
+
+
+def empty_caches_env(scratch: Path, port: int) -> dict[str, str]:
+    """The environment of a machine that never ran the kit: every cache the install and start use is new."""
+    kit_names = {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY", "KIT_ENV_FILE"}
+    env = {key: value for key, value in os.environ.items() if key not in kit_names}
+    caches = scratch / "caches"
+    return {**env, "RUNTIME": "native", "VLLM_PORT": str(port),
+            "XDG_CACHE_HOME": str(caches / "xdg"),  # vLLM's compile cache, the kit's wheels, HF, uv
+            "PIP_CACHE_DIR": str(caches / "pip"),
+            "UV_CACHE_DIR": str(caches / "uv"),
+            "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+            "HF_HOME": str(caches / "hf")}
+
+
+def timed_lines(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float) -> tuple[int, list[tuple[float, str]]]:
+    """Run argv, echo its output, and return its exit code with each line's seconds since the start."""
+    started = time.monotonic()
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               bufsize=1, start_new_session=True)
+    lines: list[tuple[float, str]] = []
+    assert process.stdout is not None  # noqa: S101 - guaranteed by stdout=PIPE
+    try:
+        for line in process.stdout:
+            lines.append((time.monotonic() - started, line.rstrip("\n")))
+            console.print(f"[dim]{lines[-1][0]:6.1f} s[/dim]  {lines[-1][1]}", markup=False, highlight=False)
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"{' '.join(argv)} ran past {timeout_s:g} s")
+        return process.wait(), lines
+    finally:
+        if process.poll() is None:
+            stop_group(process.pid, grace_s=10)
+
+
+def phases(lines: list[tuple[float, str]]) -> list[tuple[str, float]]:
+    """The kit's steps as it timed them (the server's start among them), and the light tools before them."""
+    found: list[tuple[str, float]] = []
+    first_kit_line = next((at for at, line in lines if line.startswith(("Bringing up", "✓", "Installing torch",
+                                                                          "Creating the vLLM"))), None)
+    if first_kit_line is not None:
+        found.append(("light tools (.venv: client, labs, controller)", first_kit_line))
+    for _, line in lines:
+        step = STEP_LINE.search(line)
+        if step:
+            found.append((step["title"], float(step["seconds"])))
+    return found
+
+
+def first_token_s(clone: Path, env: dict[str, str]) -> float:
+    """Seconds from launching the README's client to the first character of its streamed answer."""
+    started = time.monotonic()
+    process = subprocess.Popen([".venv/bin/python", "-m", "client", "Say OK."], cwd=clone, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None  # noqa: S101 - guaranteed by stdout=PIPE
+    first = process.stdout.read(1)
+    at = time.monotonic() - started
+    _, stderr = process.communicate(timeout=CLIENT_TIMEOUT_S)
+    if process.returncode != 0 or not first:
+        raise RuntimeError(f"the client failed ({process.returncode}): {stderr.decode(errors='replace')}")
+    return at
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.first_token", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stock-pip", action="store_true",
+                        help="switch this machine's pip configuration off; torch from a local stand-in index")
+    parser.add_argument("--keep", action="store_true", help="keep the clone and its caches (they are GBs)")
+    parser.add_argument("--source", type=Path, default=ROOT,
+                        help="the work tree to clone (e.g. a `git worktree` of an older commit, for a before/after)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json")
+    args = parser.parse_args(argv)
+
+    scratch = Path(tempfile.mkdtemp(prefix="kit-first-token-"))
+    clone = fresh_clone(scratch / "clone", args.source)
+    env = empty_caches_env(scratch, free_port())
+    with ExitStack() as stack:
+        if args.stock_pip:
+            index = scratch / "torch-index"
+            write_index(index, [torch_wheel()])
+            url, _ = stack.enter_context(serve_index(index))
+            env = {key: value for key, value in env.items() if not key.startswith("PIP_") or key == "PIP_CACHE_DIR"}
+            env.update(PIP_CONFIG_FILE=os.devnull, TORCH_INDEX_URL=url)
+        pip = "stock pip (PyPI and a torch index)" if args.stock_pip else "this machine's pip configuration"
+        console.print(f"Fresh clone in {clone}, empty caches, {pip}: bash up.sh ...")
+        try:
+            code, lines = timed_lines(["bash", "up.sh"], env, clone, UP_TIMEOUT_S)
+            up_s = lines[-1][0] if lines else 0.0
+            if code != 0:
+                console.print(f"[bold red]error:[/bold red] up.sh failed ({code})")
+                return 1
+            token_s = first_token_s(clone, env)
+        finally:
+            subprocess.run(["bash", "down.sh"], cwd=clone, env=env, capture_output=True, timeout=300)
+    steps = phases(lines)
+    total_s = up_s + token_s
+    table = Table(title="Fresh clone to first token (empty caches)")
+    table.add_column("phase")
+    table.add_column("seconds", justify="right")
+    for title, seconds in steps:
+        table.add_row(title, f"{seconds:.0f}")
+    table.add_row("bash up.sh, in all", f"{up_s:.0f}", style="bold")
+    table.add_row("client: launch to first token", f"{token_s:.1f}")
+    table.add_row("fresh clone to first token", f"{total_s:.0f}", style="bold")
+    console.print(table)
+    verdict = "meets" if total_s <= GOAL_S else "misses"
+    console.print(f"{verdict} the goal of {GOAL_S:.0f} s ({total_s / GOAL_S:.2f}x of it)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps({
+        "stock_pip": args.stock_pip, "clone": str(clone) if args.keep else None, "phases_s": dict(steps), "up_s": up_s, "client_first_token_s": token_s,
+        "total_s": total_s, "goal_s": GOAL_S, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        indent=2) + "\n")
+    if not args.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
