@@ -16,9 +16,10 @@ from serve.compose import ComposeUnavailable, find, project_name
 from serve.docker import CPU, compose_env, resolve_for_container
 from serve.machine import detect
 from serve.settings import Settings
-from tests.conftest import ROOT, free_port, kit_env, run_script
+from tests.conftest import ROOT, free_port, kit_env, run_bounded, run_script
 from tests.docker.engine import Engine, docker_engine  # noqa: F401  (fixture)
 from tests.docker.standin import standin_image  # noqa: F401  (fixture)
+from tests.docs import doc_commands
 
 ABSENT_REPOSITORY = "vllm-lab-kit/no-such-image"  # on no registry and not built here: pulling it always fails
 
@@ -140,3 +141,28 @@ def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: En
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     assert 0 < seen <= cap_bytes, f"the container sees {seen} bytes available under a {cap_bytes}-byte cap"
+
+
+def test_the_readme_ollama_commands_select_the_profile_here(docker_engine: Engine) -> None:  # noqa: F811
+    """The README's Ollama commands with the Compose found here (v1 reads the same arguments as `docker compose`),
+    in a project of their own, on an image no registry has: the profile's service is selected, published on
+    127.0.0.1:11434, fails with compose's own words naming the image, and `down` leaves nothing."""
+    compose = find("docker")
+    commands = [command for command in doc_commands("README.md")
+                if command.startswith("docker compose --profile ollama")]
+    assert [command.split()[4] for command in commands] == ["up", "exec", "down"], commands
+    project = f"{project_name()}-readme-ollama"
+    env = {**kit_env(OLLAMA_IMAGE=f"{ABSENT_REPOSITORY}:0.12.3"), "COMPOSE_PROJECT_NAME": project}
+    as_here = [[*compose.argv, *command.split()[2:]] for command in commands]
+    config = subprocess.run([*as_here[0][:-3], "config"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                            env=env)
+    assert config.returncode == 0 and "127.0.0.1:11434:11434" in config.stdout.replace('"', ""), config.stderr
+    try:
+        up = run_bounded(as_here[0], env, 300)
+        assert up.returncode != 0 and ABSENT_REPOSITORY in up.stdout + up.stderr, up.stdout + up.stderr
+    finally:
+        down = run_bounded(as_here[2], env, 300)
+    assert down.returncode == 0, down.stdout + down.stderr
+    leftovers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+                               capture_output=True, text=True, timeout=60, check=True).stdout
+    assert leftovers.split() == []
