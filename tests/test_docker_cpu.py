@@ -70,6 +70,8 @@ def container(docker_engine: Engine, standin_image: str) -> Iterator[Server]:  #
     # patches/apply.sh for real; the build itself takes seconds on the stand-in.
     subprocess.run(["docker", "image", "rm", "-f", f"vllm-lab-kit/vllm-cpu:{standin_image.rsplit(':', 1)[1]}"],
                    capture_output=True, timeout=120)
+    subprocess.run(["docker", "image", "prune", "-f", "--filter", "label=vllm-lab-kit.standin"],  # stand-ins
+                   capture_output=True, timeout=120)  # it stood on, now untagged (~4 GB each)
     try:
         up = run_doc(README_UP, env, timeout_s=UP_TIMEOUT_S)
         assert up.returncode == 0, f"{README_UP} failed ({up.returncode}):\n{up.stdout}\n{up.stderr}"

@@ -163,6 +163,7 @@ def test_the_readme_ollama_commands_select_the_profile_here(docker_engine: Engin
         assert up.returncode != 0 and ABSENT_REPOSITORY in up.stdout + up.stderr, up.stdout + up.stderr
     finally:
         down = run_bounded(as_here[2], env, 300)
+        run_bounded([*as_here[2], "--volumes"], env, 300)  # the project's volumes, which `up` created
     assert down.returncode == 0, down.stdout + down.stderr
     leftovers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
                                capture_output=True, text=True, timeout=60, check=True).stdout

@@ -91,5 +91,7 @@ fi
 if [ -n "$previous" ]; then  # the image this one replaces, unless a built image still stands on it
   docker image rm "$previous" >/dev/null 2>&1 || true
 fi
+# earlier stand-ins left untagged (~4 GB each): only this script's own images carry the label
+docker image prune -f --filter label=vllm-lab-kit.standin >/dev/null
 say "imported in $((SECONDS - started)) s"
 echo "$image"
