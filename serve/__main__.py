@@ -25,6 +25,8 @@ def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None
     table.add_row("model", settings.model_name)
     table.add_row("runtime", runtime.name)
     table.add_row("settings", str(env_file()))
+    for label, value in runtime.recap_rows():
+        table.add_row(label, value)
     if started is not None:
         table.add_row("pid", str(started.pid))
         table.add_row("healthy after", f"{started.seconds_to_healthy:.0f} s")
@@ -93,6 +95,7 @@ def up_vllm(settings: Settings, runtime: runtimes.Runtime) -> int:
                   f"(runtime {runtime.name})")
     if runtime.running_pid() is not None and runtime.healthy():
         console.print(f"[green]✓[/green] already up (pid {runtime.running_pid()}); nothing to do")
+        runtimes.record(settings, runtime)
         recap(settings, runtime, None)
         return 0
     if runtime.running_pid() is not None:
@@ -100,6 +103,7 @@ def up_vllm(settings: Settings, runtime: runtimes.Runtime) -> int:
     resolved = runtime.resolve()
     preflight.run(settings, resolved, runtime.name)  # refuses (exit 2) a configuration vLLM could not start with
     started = runtime.start(resolved)
+    runtimes.record(settings, runtime)  # down.sh with RUNTIME=auto stops this runtime, whatever answers then
     console.print(f"[green]✓[/green] vLLM is up. Try: [bold]python -m client \"Say OK.\"[/bold] "
                   f"(from .venv) or curl {runtime.base_url}/v1/models")
     recap(settings, runtime, started)
@@ -117,6 +121,8 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
                               f"stop it with ENGINES={engine} bash down.sh")
             continue
         stopped = runtimes.stop(runtime, remove_volumes) if engine == "vllm" else runtime.stop()
+        if engine == "vllm":
+            runtimes.forget(settings, vllm)  # nothing of it runs now
         if not stopped:
             console.print(f"Nothing to stop: no {label} started by this kit on port {port}")
     return 0

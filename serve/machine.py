@@ -50,6 +50,37 @@ def _usable_cpus() -> set[int]:
         return set(range(psutil.cpu_count() or 1))
 
 
+CGROUP = Path("/sys/fs/cgroup")
+# (limit, usage, the memory.stat key of reclaimable page cache) for cgroup v2, then v1
+CGROUP_MEMORY_FILES = (("memory.max", "memory.current", "inactive_file"),
+                       ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "total_inactive_file"))
+
+
+def _cgroup_memory_free_bytes(root: Path = CGROUP) -> int | None:
+    """What this process's memory cgroup still allows (a container's cap), None when uncapped or unreadable.
+
+    Free = limit - (usage - inactive page cache), as `docker stats` counts it. Inside a container the
+    cgroup's files are mounted at /sys/fs/cgroup; /proc/meminfo there still shows the host's memory."""
+    for limit_file, usage_file, inactive_key in CGROUP_MEMORY_FILES:
+        try:
+            limit_text = (root / limit_file).read_text().strip()
+            usage = int((root / usage_file).read_text())
+        except (OSError, ValueError):
+            continue
+        if not limit_text.isdigit() or int(limit_text) >= 2**62:  # "max" (v2) or v1's 9223372036854771712
+            return None
+        inactive = 0
+        try:
+            for line in ((root / usage_file).parent / "memory.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == inactive_key and value.strip().isdigit():
+                    inactive = int(value)
+        except OSError:
+            pass
+        return max(0, int(limit_text) - max(0, usage - inactive))
+    return None
+
+
 def _physical_cores(cpus: set[int], sysfs: Path | None = None) -> int | None:
     """Distinct (package, core) pairs among `cpus`, as vLLM's auto binding counts them; None if unreadable."""
     sysfs = sysfs or SYSFS_CPU
@@ -60,12 +91,19 @@ def _physical_cores(cpus: set[int], sysfs: Path | None = None) -> int | None:
         return None
 
 
+def _memory_available_bytes() -> int:
+    """The memory free for a new process: the OS's view, capped by a memory cgroup's (inside a container)."""
+    available = psutil.virtual_memory().available
+    capped = _cgroup_memory_free_bytes()
+    return available if capped is None else min(available, capped)
+
+
 def detect() -> Machine:
     """This machine through psutil (Linux, macOS, Windows alike), plus Linux's CPU flags and topology."""
     cpus = _usable_cpus()
     return Machine(
         usable_cores=len(cpus),
         cpu_flags=_cpu_flags(),
-        memory_available_bytes=psutil.virtual_memory().available,
+        memory_available_bytes=_memory_available_bytes(),
         physical_cores=_physical_cores(cpus),
     )

@@ -167,6 +167,15 @@ def image_version_tag(name: str, raw: str) -> str:
     return raw
 
 
+def base_image(name: str, raw: str) -> str:
+    """An image repository, optionally with a tag that starts with its vLLM version (repo:0.32.0-standin)."""
+    repository, _, tag = raw.rpartition(":") if ":" in raw.rsplit("/", 1)[-1] else (raw, "", "")
+    if not repository.strip() or any(ch.isspace() for ch in raw) or (tag and not IMAGE_VERSION_TAG.match(tag)):
+        raise _bad(name, raw, "use an image repository such as openeuler/vllm-cpu (its tag is CPU_IMAGE_TAG), or "
+                              "repository:tag with a tag that starts with its vLLM version")
+    return raw
+
+
 def pinned_image(name: str, raw: str) -> str:
     tag = raw.rsplit(":", 1)[1] if ":" in raw.rsplit("/", 1)[-1] else ""
     if not tag or tag == "latest" or any(ch.isspace() for ch in raw):
@@ -258,6 +267,8 @@ KNOBS: tuple[Knob, ...] = (
          "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)"),
     Knob("CPU_IMAGE_TAG", "cpu_image_tag", "0.9.1-oe2403lts", image_version_tag,
          "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM)"),
+    Knob("CPU_BASE_IMAGE", "cpu_base_image", "openeuler/vllm-cpu", base_image,
+         "the image Dockerfile.cpu builds on (with CPU_IMAGE_TAG); a tag given here wins (the tests' stand-in)"),
     Knob("GPU_IMAGE", "gpu_image", "vllm/vllm-openai:v0.11.0", pinned_image,
          "the GPU track's image, pinned so a rebuild serves the same vLLM"),
     Knob("GPU_PORT", "gpu_port", "8000", port, "port of the GPU track's /v1 API"),
@@ -301,6 +312,7 @@ class Settings:
     cpu_limit: float
     memory_limit: str
     cpu_image_tag: str
+    cpu_base_image: str  # the repository only: a tag given with it moved to cpu_image_tag
     gpu_image: str
     gpu_port: int
     gpu_memory_utilization: float
@@ -315,6 +327,8 @@ class Settings:
         """Parse every knob; the first bad value raises SettingsError naming it."""
         values = {knob.field: knob.parse(knob.env, env.get(knob.env, knob.default).strip())
                   for knob in KNOBS}
+        if ":" in values["cpu_base_image"].rsplit("/", 1)[-1]:  # repository:tag pins the tag too
+            values["cpu_base_image"], values["cpu_image_tag"] = values["cpu_base_image"].rsplit(":", 1)
         return cls(**values)
 
     @classmethod

@@ -1,8 +1,11 @@
-"""A stand-in `docker` for the Docker-track tests: no engine can run on the test machine, so this is the
-one place a fake is right. It records every call (argv and the variables compose would interpolate) and
-plays the engine's part just enough for the kit's control flow:
+"""A stand-in `docker` (with the Compose v2 plugin) for what a real engine cannot do on the test machines:
+the GPU track's happy path (no GPU, no vllm/vllm-openai image) and the Ollama profile's (no ollama image),
+and the v2 plugin's argv (Debian packages only Compose v1). Everything else runs on the real engine
+(tests/test_docker_cpu.py, tests/test_docker_engine.py). It records every call (argv and the variables
+compose would interpolate) and plays the engine's part just enough for the kit's control flow:
 
-    info, compose version          answer like a working engine
+    info, compose version          answer like a working engine (info --format {{.NCPU}}: this machine's CPUs)
+    ps -a --filter label=...       lists the stand-in container's service
     compose ... build|pull|up -d   succeed, or fail with the message in STATE/fail-<verb>
     compose ... up -d              starts a stand-in container: a tiny HTTP server on the published port
                                    that answers /health and writes vLLM-like log lines (or, with
@@ -10,7 +13,7 @@ plays the engine's part just enough for the kit's control flow:
     compose ... ps -q, inspect     report that container
     compose ... logs --follow      follows its log
     compose ... exec SERVICE ...   reports the command it would run
-    compose ... down [--volumes]   stops it
+    compose ... down [--volumes]   stops it (so does compose ... rm --stop --force SERVICE)
 
 STATE is the folder in FAKE_DOCKER_STATE. `install(bin_dir)` writes the executable.
 """
@@ -95,7 +98,7 @@ def _down() -> None:
 
 
 def compose(args: list[str]) -> None:
-    verbs = [arg for arg in args if arg in ("version", "build", "pull", "up", "ps", "logs", "down", "exec")]
+    verbs = [arg for arg in args if arg in ("version", "build", "pull", "up", "ps", "logs", "down", "rm", "exec")]
     verb = verbs[0] if verbs else ""
     service = args[-1]
     if verb == "version":
@@ -111,7 +114,7 @@ def compose(args: list[str]) -> None:
             print(CONTAINER_ID)
     elif verb == "logs":
         os.execvp("tail", ["tail", "-n", "+1", "-f", str(_state() / "container.log")])
-    elif verb == "down":
+    elif verb in ("down", "rm"):
         _down()
     elif verb == "exec":
         print(f"ran {' '.join(args[args.index('exec') + 2:])} in {args[args.index('exec') + 1]}: success (stand-in)")
@@ -122,12 +125,16 @@ def compose(args: list[str]) -> None:
 def main(argv: list[str]) -> None:
     _record(argv)
     if argv[:1] == ["info"]:
-        print("Server Version: 28.2.2 (stand-in)")
+        print(os.cpu_count() if "--format" in argv else "Server Version: 28.2.2 (stand-in)")
+    elif argv[:2] == ["ps", "-a"]:
+        container = _state() / "container"
+        if container.exists():
+            print(container.read_text())
     elif argv[:1] == ["compose"]:
         compose(argv[1:])
     elif argv[:1] == ["inspect"]:
         pid = _engine_pid()
-        print(f"running {pid}" if pid is not None else "exited 0")
+        print(f"running {pid} 0" if pid is not None else "exited 0 0")  # status, pid, restarts
     else:
         sys.exit(f"stand-in docker: unexpected call {argv}")
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Debian packages the test suite uses (offline validators, a headless browser, and what the kit's native paths
-# need from the system: patch for patches/apply.sh, a C/C++ toolchain and CMake), installed when missing.
+# Debian packages the test suite uses (offline validators, a headless browser, what the kit's native paths
+# need from the system: patch for patches/apply.sh, a C/C++ toolchain and CMake; a Docker engine with Compose v1,
+# and debootstrap for the Docker tests' local base image), installed when missing.
 # Called by tests/run.sh; needs root (as CI has) or the packages already present.
 set -euo pipefail
 
-packages=(shellcheck docker-compose chromium patch gcc g++ cmake)
+packages=(shellcheck docker-compose chromium patch gcc g++ cmake docker.io debootstrap)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

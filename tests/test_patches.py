@@ -146,7 +146,8 @@ def test_a_bug_that_moved_out_of_the_patched_files_fails(root_091: Path) -> None
 def test_dockerfile_builds_on_the_knob_tag_and_runs_the_apply_script() -> None:
     dockerfile = (ROOT / "Dockerfile.cpu").read_text().splitlines()
     tag = next(knob.default for knob in KNOBS if knob.env == "CPU_IMAGE_TAG")
-    assert f"ARG VLLM_CPU_TAG={tag}" in dockerfile
-    assert "FROM openeuler/vllm-cpu:${VLLM_CPU_TAG}" in dockerfile
+    base = next(knob.default for knob in KNOBS if knob.env == "CPU_BASE_IMAGE")
+    assert f"ARG VLLM_CPU_TAG={tag}" in dockerfile and f"ARG CPU_BASE_IMAGE={base}" in dockerfile
+    assert "FROM ${CPU_BASE_IMAGE}:${VLLM_CPU_TAG}" in dockerfile
     assert "RUN bash /opt/vllm-lab-kit/patches/apply.sh" in dockerfile
     assert (ROOT / ".dockerignore").read_text().splitlines()[-2:] == ["*", "!patches/"]

@@ -150,8 +150,9 @@ def test_up_sh_refuses_a_port_in_use_and_names_a_free_one() -> None:
     assert suggested != port
 
 
-def test_runtime_docker_without_an_engine_says_so() -> None:
-    result = run_script("up.sh", kit_env(RUNTIME="docker"), timeout_s=120)
+def test_runtime_docker_without_an_engine_says_so(tmp_path: Path) -> None:
+    no_engine = f"unix://{tmp_path}/no-engine.sock"  # whether or not a Docker engine runs on this machine
+    result = run_script("up.sh", kit_env(RUNTIME="docker", DOCKER_HOST=no_engine), timeout_s=120)
     assert result.returncode == 2
     assert "RUNTIME='docker'" not in result.stdout  # a valid value: the problem is the machine
     assert "needs a Docker engine" in result.stdout and "RUNTIME=native" in result.stdout
