@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.table import Table
 
 from serve.process import stop_group
-from serve.progress import console
+from serve.progress import console, err_console
 from serve.settings import KNOBS, ROOT
 from tests.clone import free_port, fresh_clone
 from tests.torch_index import serve_index, torch_wheel, write_index
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             code, lines = timed_lines(["bash", "up.sh"], env, clone, UP_TIMEOUT_S)
             up_s = lines[-1][0] if lines else 0.0
             if code != 0:
-                console.print(f"[bold red]error:[/bold red] up.sh failed ({code})")
+                err_console.print(f"[bold red]error:[/bold red] up.sh failed ({code})")
                 return 1
             token_s = first_token_s(clone, env)
         finally:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import stat
 import sys
+from pathlib import Path
 
 from rich.table import Table
 
@@ -13,7 +15,7 @@ from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime
 from serve.llamacpp import install as install_llamacpp
 from serve.llamacpp import will_build as llamacpp_will_build
 from serve.native import MODEL_DIR, NativeRuntime, Started, install, prepare_model
-from serve.progress import StepFailed, console, fail
+from serve.progress import StepFailed, console, fail, warn
 from serve.settings import Settings, SettingsError, env_file
 
 
@@ -21,7 +23,8 @@ def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("API", f"{runtime.base_url}/v1")
+    listening = f" (listening on {settings.host}, port {settings.port})" if settings.exposed else ""
+    table.add_row("API", f"{runtime.base_url}/v1{listening}")
     table.add_row("model", settings.model_name)
     table.add_row("runtime", runtime.name)
     table.add_row("settings", str(env_file()))
@@ -47,6 +50,9 @@ def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None
     table.add_row("log", str(runtime.log_path))
     table.add_row("auth", "API key required (VLLM_API_KEY)" if settings.api_key else "no API key")
     console.print(table)
+    if settings.exposed and not settings.api_key:
+        warn(f"vLLM listens on {settings.host} (VLLM_HOST), beyond this machine, with no API key: anyone who "
+             f"reaches this machine on port {settings.port} can use it. Set VLLM_API_KEY, or VLLM_HOST=127.0.0.1")
 
 
 def check_system(settings: Settings, native_vllm: bool) -> None:
@@ -62,8 +68,21 @@ def check_system(settings: Settings, native_vllm: bool) -> None:
     system.check(needs)
 
 
+def warn_if_key_file_readable(path: Path) -> None:
+    """A key in a settings file every local user can read is a key every local user has."""
+    try:
+        readable_by_all = path.stat().st_mode & stat.S_IROTH
+        holds_key = readable_by_all and any(line.strip().startswith("VLLM_API_KEY=") and line.split("=", 1)[1].strip()
+                                            for line in path.read_text().splitlines())
+    except OSError:
+        return
+    if holds_key:
+        warn(f"{path} holds VLLM_API_KEY and every local user can read it: chmod 600 {path}")
+
+
 def up(settings: Settings) -> int:
     """Start every engine in ENGINES (vllm, llamacpp)."""
+    warn_if_key_file_readable(env_file())
     runtime = runtimes.select(settings) if "vllm" in settings.engines else None
     check_system(settings, isinstance(runtime, NativeRuntime))
     if runtime is not None:

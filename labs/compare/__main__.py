@@ -19,7 +19,7 @@ from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_l
 from labs.compare.run import CompareError, check, engine_died, http_client, run_phase, warm_up
 from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, Target, phases, targets
 from serve.llamacpp import LLAMACPP_VERSION
-from serve.progress import console, fail
+from serve.progress import console, err_console, fail
 from serve.settings import ROOT, Settings, SettingsError, engine_list
 
 RESULTS_DIR = ROOT / "results"
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         if not writer.runs:
             fail(str(exc), code=2)
         writer.notes.append(str(exc))
-        console.print(f"[bold red]error:[/bold red] {exc}")
+        err_console.print(f"[bold red]error:[/bold red] {exc}")
         code = 1
     except KeyboardInterrupt:
         writer.notes.append("interrupted by the user")

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                       + (", prefix caching" if args.prefix_caching else ""))
         results = run(args, console)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
         return 2
     print_report(console, results, args.block_size, args.max_model_len)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from labs.loadtest.plots import write_plots
 from labs.loadtest.runner import SCRAPE_INTERVAL_S, Target, run_load
 from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPTS,
                                     DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
-from serve.settings import load_env
+from serve.settings import api_key_for, load_env, refused_key_hint
 
 DEFAULT_API_URL = "http://127.0.0.1:8009/v1"
 DEFAULT_OUT = Path("results/loadtest")
@@ -88,7 +88,7 @@ def build_specs(args: argparse.Namespace) -> list[WorkloadSpec]:
     return [WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)]
 
 
-def served_models(api_url: str, api_key: str | None) -> list[str]:
+def served_models(api_url: str, api_key: str | None, key_source: str = "") -> list[str]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         response = httpx.get(f"{api_url}/models", headers=headers, timeout=MODELS_TIMEOUT_S)
@@ -96,7 +96,7 @@ def served_models(api_url: str, api_key: str | None) -> list[str]:
         raise UsageError(f"cannot reach an engine at {api_url} ({exc.__class__.__name__}). Is it up? "
                          "Start vLLM with `bash up.sh`, or point --base-url/OPENAI_BASE_URL at a running engine")
     if response.status_code in (401, 403):
-        raise UsageError(f"{api_url} refused the API key: set VLLM_API_KEY (or OPENAI_API_KEY) to its key")
+        raise UsageError(refused_key_hint(api_url, key_source))
     if response.status_code != 200:
         return []
     return [model["id"] for model in response.json().get("data", [])]
@@ -104,7 +104,6 @@ def served_models(api_url: str, api_key: str | None) -> list[str]:
 
 def build_targets(args: argparse.Namespace) -> list[Target]:
     env = load_env()
-    api_key = env.get("OPENAI_API_KEY") or env.get("VLLM_API_KEY") or None
     wanted: list[tuple[str, str, str | None]] = []
     for item in args.endpoint:
         name, sep, rest = item.partition("=")
@@ -118,7 +117,8 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
         wanted.append(("engine", url, args.model or env.get("MODEL") or env.get("MODEL_NAME")))
     targets = []
     for name, url, model in wanted:
-        served = served_models(url, api_key)
+        api_key, key_source = api_key_for(url, env)
+        served = served_models(url, api_key, key_source)
         if model is None:
             if not served:
                 raise UsageError(f"{url} lists no model: add @MODEL to --endpoint {name}=...")
