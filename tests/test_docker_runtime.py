@@ -122,7 +122,7 @@ def test_a_failing_compose_build_surfaces_its_error_and_starts_nothing(docker: F
     up = docker.run("up.sh")
     assert up.returncode == 1
     assert BUILD_ERROR in up.stdout and "Building the patched CPU image" in up.stdout
-    assert [line for line in up.stdout.splitlines() if line.startswith("error:")]
+    assert [line for line in up.stderr.splitlines() if line.startswith("error:")]
     assert docker.compose_calls("up") == []
 
 
@@ -130,8 +130,8 @@ def test_a_container_that_dies_during_start_shows_its_log_and_is_taken_down(dock
     (docker.state / "crash").write_text("")
     up = docker.run("up.sh")
     assert up.returncode == 1
-    assert "the server exited during start" in up.stdout
-    assert "ZeroDivisionError" in up.stdout  # the container's own last words, via compose logs
+    assert "the server exited during start" in up.stderr
+    assert "ZeroDivisionError" in up.stderr  # the container's own last words, via compose logs
     assert docker.compose_calls("down"), "a crashed container (restart: unless-stopped) must be taken down"
 
 
@@ -145,7 +145,7 @@ def test_runtime_auto_picks_docker_when_an_engine_with_compose_answers(docker: F
 def test_a_cpu_image_without_swap_space_is_refused_before_anything_runs(docker: FakeDocker) -> None:
     up = docker.run("up.sh", CPU_IMAGE_TAG="0.18.0-oe2403lts")
     assert up.returncode == 2
-    errors = [line for line in up.stdout.splitlines() if line.startswith("error:")]
+    errors = [line for line in up.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "CPU_IMAGE_TAG='0.18.0-oe2403lts' is invalid" in errors[0]
     assert docker.compose_calls("build") == []
 
@@ -179,6 +179,6 @@ def compose_services(*profiles: str) -> set[str]:
 def test_volumes_on_the_native_runtime_is_one_clear_error(docker: FakeDocker) -> None:
     down = docker.run("down.sh", "--volumes", RUNTIME="native")
     assert down.returncode == 2
-    errors = [line for line in down.stdout.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "--volumes is for RUNTIME=docker|docker-gpu" in errors[0], down.stdout
+    errors = [line for line in down.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--volumes is for RUNTIME=docker|docker-gpu" in errors[0], down.stdout + down.stderr
     assert docker.calls() == []  # the native runtime never asks docker anything

@@ -54,8 +54,8 @@ def test_a_server_that_dies_during_start_shows_its_log_and_fails() -> None:
     env = kit_env(VLLM_PORT=str(port), RUNTIME="native", VLLM_EXTRA_ARGS="--no-such-flag")
     result = run_script("up.sh", env, timeout_s=300)
     assert result.returncode == 1
-    assert "the server exited during start" in result.stdout
-    assert "--no-such-flag" in result.stdout  # the log's tail: vLLM's own complaint
+    assert "the server exited during start" in result.stderr
+    assert "--no-such-flag" in result.stderr  # the log's tail: vLLM's own complaint
     assert not (RUN_DIR / f"vllm-{port}.pid").exists()
     assert process.port_is_free("127.0.0.1", port)
 
