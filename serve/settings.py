@@ -302,7 +302,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("ENGINES", "engines", "vllm", engine_list,
          "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both"),
     Knob("LLAMACPP_PORT", "llamacpp_port", "11434", port,
-         "port of the llama.cpp server's /v1 (Ollama's port, so Ollama clients need no change)"),
+         "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no "
+         "change; Ollama's own /api routes are not served)"),
     Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "true", boolean,
          "llama.cpp's default: a new request cuts the running stream short; false makes it wait its turn"),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 
 import httpx
@@ -72,3 +73,19 @@ def test_a_stale_pidfile_is_cleaned() -> None:
     assert "Removing the stale pidfile" in result.stdout and "Nothing to stop" in result.stdout
     assert not pidfile.exists()
 
+
+
+def test_an_engine_that_fails_to_start_is_reported_in_seconds_not_at_the_timeout() -> None:
+    """A compilation config vLLM 0.32 cannot build on CPU: the engine core dies, its API server lingers without
+    /health. up.sh reads the log's verdict, stops the group and shows the root cause, long before START_TIMEOUT."""
+    port = free_port()
+    env = kit_env(VLLM_PORT=str(port), RUNTIME="native", START_TIMEOUT="1800",
+                  VLLM_EXTRA_ARGS="""--compilation-config '{"inductor_compile_config":{"cpp_wrapper":true}}'""")
+    started = time.monotonic()
+    result = run_script("up.sh", env, timeout_s=900)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the engine failed to start" in result.stderr and "Root cause, as logged" in result.stderr
+    assert "NotImplementedError" in result.stderr, result.stderr  # inductor's own complaint, not only the last line
+    assert time.monotonic() - started < 900
+    assert not (RUN_DIR / f"vllm-{port}.pid").exists()
+    assert process.port_is_free("127.0.0.1", port)
