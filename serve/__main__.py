@@ -9,8 +9,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from serve import preflight, runtimes, system
+from serve import preflight, process, runtimes, system
 from serve.health import kv_cache_report
+from serve.local_server import RUN_DIR
 from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime
 from serve.llamacpp import install as install_llamacpp
 from serve.llamacpp import will_build as llamacpp_will_build
@@ -195,9 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.volumes and args.command != "down":
         parser.error("--volumes goes with down only (bash down.sh --volumes)")
     try:
-        if args.command == "down":
-            return down(Settings.load(), remove_volumes=args.volumes)
-        return COMMANDS[args.command](Settings.load())
+        settings = Settings.load()
+        if args.command not in ("up", "down"):
+            return COMMANDS[args.command](settings)
+        ports = [settings.port] if "vllm" in settings.engines else []
+        ports += [settings.llamacpp_port] if "llamacpp" in settings.engines else []
+        with process.port_lock(RUN_DIR, ports, console.print):
+            if args.command == "down":
+                return down(settings, remove_volumes=args.volumes)
+            return up(settings)
     except SettingsError as exc:
         fail(str(exc), code=2)
     except system.MissingTools as exc:

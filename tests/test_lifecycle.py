@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 import sys
 
 import httpx
@@ -89,3 +90,69 @@ def test_an_engine_that_fails_to_start_is_reported_in_seconds_not_at_the_timeout
     assert time.monotonic() - started < 900
     assert not (RUN_DIR / f"vllm-{port}.pid").exists()
     assert process.port_is_free("127.0.0.1", port)
+
+
+def test_a_live_unrelated_process_at_the_recorded_pid_is_left_alone(tmp_path: Path) -> None:
+    """After a reboot or pid reuse the recorded pid may belong to another process, even one whose command line
+    holds the server's module name; its start time differs from the recorded one, so down.sh leaves it be."""
+    port = free_port()
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", API_SERVER_MODULE],
+                                start_new_session=True)
+    pidfile = RUN_DIR / f"vllm-{port}.pid"
+    try:
+        pidfile.parent.mkdir(parents=True, exist_ok=True)
+        pidfile.write_text(f"{stranger.pid} {process.start_time(stranger.pid) - 3600}\n")  # started an hour "earlier"
+        down = run_script("down.sh", kit_env(VLLM_PORT=str(port), RUNTIME="native"), timeout_s=120)
+        assert down.returncode == 0 and "Nothing to stop" in down.stdout, down.stdout + down.stderr
+        assert stranger.poll() is None, "down.sh signalled a process that is not the kit's server"
+        assert not pidfile.exists()  # the stale record is gone
+    finally:
+        stranger.kill()
+        stranger.wait()
+        pidfile.unlink(missing_ok=True)
+
+
+def background(script: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(["bash", str(ROOT / script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def test_two_up_sh_at_once_start_exactly_one_server() -> None:
+    port = free_port()
+    env = kit_env(VLLM_PORT=str(port), RUNTIME="native")
+    ups = [background("up.sh", env) for _ in range(2)]
+    try:
+        outputs = [up.communicate(timeout=900) for up in ups]
+        pid = process.PidFile(RUN_DIR / f"vllm-{port}.pid", API_SERVER_MODULE).live_pid()
+    finally:
+        for up in ups:
+            if up.poll() is None:
+                process.stop_group(up.pid, grace_s=10)
+        down = run_script("down.sh", env, timeout_s=120)
+    texts = [out + err for out, err in outputs]
+    assert [up.returncode for up in ups] == [0, 0], texts
+    assert sorted("vLLM is up" in text for text in texts) == [False, True], texts  # one started it ...
+    assert any("already up" in text and "waiting for it to finish" in text for text in texts), texts  # ... one waited
+    assert pid is not None and down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
+    assert process.group_members(pid) == [] and process.port_is_free("127.0.0.1", port)
+
+
+def test_down_during_up_waits_for_the_start_then_stops_it() -> None:
+    port = free_port()
+    env = kit_env(VLLM_PORT=str(port), RUNTIME="native")
+    pidfile = RUN_DIR / f"vllm-{port}.pid"
+    up = background("up.sh", env)
+    try:
+        deadline = time.monotonic() + 300
+        while not pidfile.exists() and up.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # the server is launching: up.sh is in its health wait
+        assert pidfile.exists(), "up.sh never launched the server"
+        down = run_script("down.sh", env, timeout_s=900)
+        up_out, up_err = up.communicate(timeout=60)
+    finally:
+        if up.poll() is None:
+            process.stop_group(up.pid, grace_s=10)
+        run_script("down.sh", env, timeout_s=120)
+    assert up.returncode == 0 and "vLLM is up" in up_out, up_out + up_err  # the start was not cut short
+    assert "waiting for it to finish" in down.stdout and "stopped" in down.stdout, down.stdout + down.stderr
+    assert process.port_is_free("127.0.0.1", port) and not pidfile.exists()
