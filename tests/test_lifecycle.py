@@ -13,7 +13,7 @@ import pytest
 from serve import process
 from serve.local_server import RUN_DIR
 from serve.vllm_command import API_SERVER_MODULE
-from tests.conftest import ROOT, free_port, kit_env, run_script, start_server
+from tests.conftest import MODEL, ROOT, free_port, kit_env, run_script, start_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 KEY = "lab-kit-test-key"
@@ -27,6 +27,18 @@ def test_api_key_is_honoured_and_down_leaves_nothing_behind() -> None:
         assert httpx.get(f"{server.api_url}/models", timeout=10).status_code == 401
         authorized = httpx.get(f"{server.api_url}/models", timeout=10, headers={"Authorization": f"Bearer {KEY}"})
         assert authorized.status_code == 200
+        # vLLM itself guards only /v1: every route that runs the model needs the key too
+        completion = {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 4}
+        for path, body in (("/invocations", completion), ("/tokenize", {"model": MODEL, "prompt": "Paris"})):
+            assert httpx.post(f"{server.base_url}{path}", json=body, timeout=60).status_code == 401, path
+            wrong_key = httpx.post(f"{server.base_url}{path}", json=body, timeout=60,
+                                   headers={"Authorization": "Bearer not-the-key"})
+            assert wrong_key.status_code == 401, path
+            keyed = httpx.post(f"{server.base_url}{path}", json=body, timeout=60,
+                               headers={"Authorization": f"Bearer {KEY}"})
+            assert keyed.status_code == 200, (path, keyed.text)
+        for open_path in ("/health", "/metrics"):  # probes and Prometheus, by design (README)
+            assert httpx.get(f"{server.base_url}{open_path}", timeout=10).status_code == 200, open_path
         client = subprocess.run([sys.executable, "-m", "client", "--max-tokens", "8", "Say OK."], cwd=ROOT,
                                 capture_output=True, text=True, timeout=120,
                                 env=server.client_env(VLLM_API_KEY=KEY))

@@ -120,3 +120,34 @@ def test_up_writes_env_readable_by_its_owner_alone(tmp_path: Path) -> None:
     assert result.returncode == 2 and "VLLM_PORT='0' is invalid" in result.stderr, result.stdout + result.stderr
     assert stat.S_IMODE((clone / ".env").stat().st_mode) == 0o600
     assert os.access(clone / ".env", os.R_OK)
+
+
+def test_the_engine_middleware_requires_the_key_on_every_route_but_probes_and_metrics(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import sys
+    monkeypatch.syspath_prepend(str(ROOT / "serve" / "engine_plugins"))
+    monkeypatch.setenv("VLLM_API_KEY", "k")
+    sys.modules.pop("kit_auth", None)
+    import kit_auth
+
+    async def status(path: str, authorization: str | None = None) -> int:
+        sent: list[dict] = []
+
+        async def app(scope: dict, receive: object, send: object) -> None:
+            sent.append({"type": "http.response.start", "status": 200})
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        headers = [(b"authorization", authorization.encode())] if authorization else []
+        await kit_auth.RequireKeyEverywhere(app)({"type": "http", "method": "POST", "path": path,
+                                                  "headers": headers}, None, send)
+        return sent[0]["status"]
+
+    for path in ("/invocations", "/tokenize", "/v1/completions", "/detokenize", "/pooling"):
+        assert asyncio.run(status(path)) == 401, path
+        assert asyncio.run(status(path, "Bearer wrong")) == 401, path
+        assert asyncio.run(status(path, "Bearer k")) == 200, path
+    for path in ("/health", "/ping", "/metrics", "/version"):
+        assert asyncio.run(status(path)) == 200, path
