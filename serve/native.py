@@ -19,7 +19,7 @@ from pathlib import Path
 
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
-from serve.model import MODEL_DIR, bundled_model_facts
+from serve.model import MODEL_DIR, native_model_dir, served_model_facts
 from serve.pip_config import installer as choose_installer
 from serve.progress import StepFailed, console, in_background, run_logged, tail
 from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings
@@ -193,11 +193,12 @@ class NativeRuntime(LocalRuntime):
 
     def prepare(self) -> None:
         install(self.settings.torch_index_url)
-        prepare_model()
+        if self.settings.model_path is None:
+            prepare_model()
 
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", API_SERVER_MODULE,
-                *vllm_args(self.settings, resolved, str(MODEL_DIR), installed_vllm_version())]
+                *vllm_args(self.settings, resolved, str(native_model_dir(self.settings)), installed_vllm_version())]
         env = {**engine_base_env(bytecode_env()), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
                "PYTHONUNBUFFERED": "1"}
         if self.settings.api_key:  # vLLM guards /v1 only: the kit's middleware guards every completion route
@@ -206,7 +207,8 @@ class NativeRuntime(LocalRuntime):
         return argv, env
 
     def resolve(self) -> Resolved:
-        return resolve(self.settings, detect(), bundled_model_facts())
+        native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
+        return resolve(self.settings, detect(), served_model_facts(self.settings, self.name))
 
     def start(self, resolved: Resolved | None = None) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown."""

@@ -148,6 +148,17 @@ def index_url(name: str, raw: str) -> str:
     return raw.rstrip("/")
 
 
+def model_folder(name: str, raw: str) -> Path | None:
+    """A local Hugging Face model folder (config.json, weights, tokenizer), or None for the bundled model."""
+    if not raw:
+        return None
+    folder = Path(raw).expanduser()
+    if not (folder / "config.json").is_file():
+        raise _bad(name, raw, "no config.json there: point it at a Hugging Face model folder (config.json, "
+                              "*.safetensors, tokenizer files), or leave it empty for the bundled SmolLM2")
+    return folder.resolve()
+
+
 def text(name: str, raw: str) -> str:
     if not raw.strip():
         raise _bad(name, raw, "it must not be empty")
@@ -246,6 +257,8 @@ KNOBS: tuple[Knob, ...] = (
          "auto = Docker when an engine with compose is usable, else the native venv"),
     Knob("MODEL_NAME", "model_name", "HuggingFaceTB/SmolLM2-135M-Instruct", text,
          "the name clients ask for (--served-model-name); Docker tracks load it from the hub"),
+    Knob("MODEL_PATH", "model_path", "", model_folder,
+         "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)"),
     Knob("VLLM_HOST", "host", "127.0.0.1", host,
          "bind address; 127.0.0.1 keeps the engine private to this machine"),
     Knob("VLLM_PORT", "port", "8009", port, "the port of the OpenAI-compatible /v1 API"),
@@ -313,6 +326,7 @@ KNOBS: tuple[Knob, ...] = (
 class Settings:
     runtime: str
     model_name: str
+    model_path: Path | None  # None: the bundled model
     host: str
     port: int
     dtype: str

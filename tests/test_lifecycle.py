@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from serve import process
 from serve.local_server import RUN_DIR
 from serve.vllm_command import API_SERVER_MODULE
-from tests.conftest import MODEL, ROOT, free_port, kit_env, run_script, start_server
+from tests.conftest import MODEL, ROOT, free_port, kit_env, run_script, start_server, stop_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 KEY = "lab-kit-test-key"
@@ -168,3 +169,31 @@ def test_down_during_up_waits_for_the_start_then_stops_it() -> None:
     assert up.returncode == 0 and "vLLM is up" in up_out, up_out + up_err  # the start was not cut short
     assert "waiting for it to finish" in down.stdout and "stopped" in down.stdout, down.stdout + down.stderr
     assert process.port_is_free("127.0.0.1", port) and not pidfile.exists()
+
+
+def test_a_model_name_the_native_runtime_cannot_serve_is_refused_in_one_line() -> None:
+    """It used to answer as Qwen with SmolLM2's weights."""
+    result = run_script("up.sh", kit_env(VLLM_PORT=str(free_port()), RUNTIME="native",
+                                         MODEL_NAME="Qwen/Qwen2.5-0.5B-Instruct"), timeout_s=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: MODEL_NAME='Qwen/Qwen2.5-0.5B-Instruct' is invalid")
+    assert "MODEL_PATH" in errors[0] and "RUNTIME=docker" in errors[0]
+    assert "Starting vLLM" not in result.stdout
+
+
+def test_a_local_model_folder_is_served_under_its_model_name(tmp_path: Path) -> None:
+    """MODEL_PATH: a model folder of the user's own (here a copy of the prepared SmolLM2), served as MODEL_NAME."""
+    folder = tmp_path / "my-model"
+    shutil.copytree(ROOT / ".kit" / "models" / "SmolLM2-135M-Instruct", folder)
+    name = "kit-test/my-model"
+    server = start_server(MODEL_PATH=str(folder), MODEL_NAME=name, ENFORCE_EAGER="true")
+    try:
+        served = httpx.get(f"{server.api_url}/models", timeout=10).json()["data"]
+        answer = httpx.post(f"{server.api_url}/completions", timeout=120,
+                            json={"model": name, "prompt": "The capital of France is", "max_tokens": 4})
+    finally:
+        stop_server(server)
+    assert [model["id"] for model in served] == [name]
+    assert served[0]["root"] == str(folder)  # vLLM loaded this folder, not the bundled one
+    assert answer.status_code == 200 and answer.json()["choices"][0]["text"], answer.text

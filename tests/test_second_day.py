@@ -151,3 +151,10 @@ def test_the_engine_middleware_requires_the_key_on_every_route_but_probes_and_me
         assert asyncio.run(status(path, "Bearer k")) == 200, path
     for path in ("/health", "/ping", "/metrics", "/version"):
         assert asyncio.run(status(path)) == 200, path
+
+
+def test_model_path_must_be_a_model_folder(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="no config.json there"):
+        settings(MODEL_PATH=str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    assert settings(MODEL_PATH=str(tmp_path)).model_path == tmp_path.resolve()
