@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from serve.cli import KitArgumentParser
 from serve.process import stop_group
 from serve.progress import console, err_console
 from serve.settings import KNOBS, ROOT
@@ -101,7 +102,7 @@ def first_token_s(clone: Path, env: dict[str, str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.first_token", description=__doc__,
+    parser = KitArgumentParser(prog="python -m benchmarks.first_token", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stock-pip", action="store_true",
                         help="switch this machine's pip configuration off; torch from a local stand-in index")

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.table import Table
 
 from serve import preflight, process, runtimes, system
+from serve.cli import KitArgumentParser
 from serve.health import kv_cache_report
 from serve.local_server import RUN_DIR
 from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime
@@ -189,7 +190,7 @@ COMMANDS = {"up": up, "down": down, "status": status, "install": prepare}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serve", description=__doc__)
+    parser = KitArgumentParser(prog="python -m serve", description=__doc__)
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--volumes", action="store_true", help="down: also remove the Docker model cache")
     args = parser.parse_args(argv)

@@ -79,7 +79,7 @@ def test_builtin_arms_are_the_kit_vllm_out_of_the_box_and_llamacpp() -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--arms", "kit,fast"], "names unknown arms ['fast']"),
     (["--attach", "vllm:8009"], "write ENGINE=URL"),
-    (["--restarts", "-1"], "--restarts -1 is invalid"),
+    (["--restarts", "-1"], "argument --restarts: '-1' is not a whole number, 0 or more"),
 ])
 def test_bad_input_is_one_line_naming_the_fix(args: list[str], message: str) -> None:
     result = subprocess.run([sys.executable, "-m", "benchmarks.kit_vs_defaults", *args], cwd=ROOT,

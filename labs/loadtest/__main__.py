@@ -22,6 +22,7 @@ from labs.loadtest.plots import write_plots
 from labs.loadtest.runner import SCRAPE_INTERVAL_S, Target, run_load
 from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPTS,
                                     DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
+from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
 from serve.settings import api_key_for, load_env, refused_key_hint
 
 DEFAULT_API_URL = "http://127.0.0.1:8009/v1"
@@ -35,7 +36,7 @@ class UsageError(ValueError):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m labs.loadtest", description=__doc__,
+    parser = KitArgumentParser(prog="python -m labs.loadtest", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     target = parser.add_argument_group("what to load")
     target.add_argument("--base-url", help="OpenAI /v1 URL (default: OPENAI_BASE_URL from the environment/.env)")
@@ -44,24 +45,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="an engine to compare side by side (repeat it); the model defaults to the "
                              "first one the engine lists")
     load = parser.add_argument_group("workload")
-    load.add_argument("--requests", type=int, default=DEFAULT_NUM_REQUESTS, help="requests per load point")
-    load.add_argument("--rate", type=float,
+    load.add_argument("--requests", type=positive_int, default=DEFAULT_NUM_REQUESTS, help="requests per load point")
+    load.add_argument("--rate", type=positive_float,
                       help=f"arrivals per second, open loop (default {DEFAULT_RATE_RPS:g} unless --concurrency)")
     load.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="gaps between arrivals")
-    load.add_argument("--burstiness", type=float, help="gamma shape for --arrival bursty (default 0.25)")
-    load.add_argument("--concurrency", type=int, help="closed loop with N users (alone), or a cap with --rate")
+    load.add_argument("--burstiness", type=positive_float, help="gamma shape for --arrival bursty (default 0.25)")
+    load.add_argument("--concurrency", type=positive_int, help="closed loop with N users (alone), or a cap with --rate")
     load.add_argument("--lengths", default=DEFAULT_LENGTHS, help="fixed:N, uniform:A-B or mix:N@w,M@w")
     load.add_argument("--prompts", type=Path, help="a text file, one prompt per line (default: the lab's set)")
-    load.add_argument("--seed", type=int, default=0)
-    load.add_argument("--temperature", type=float, default=0.0)
+    load.add_argument("--seed", type=non_negative_int, default=0)
+    load.add_argument("--temperature", type=non_negative_float, default=0.0)
     load.add_argument("--no-ignore-eos", action="store_true", help="let answers stop at EOS")
     sweep = parser.add_mutually_exclusive_group()
     sweep.add_argument("--sweep-rate", help="comma-separated rates: one load point each, e.g. 5,10,25")
     sweep.add_argument("--sweep-concurrency", help="comma-separated user counts (closed loop), e.g. 1,4,16")
-    parser.add_argument("--warmup", type=int, default=1,
+    parser.add_argument("--warmup", type=non_negative_int, default=1,
                         help="untimed requests per endpoint before its first load point (default 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
-    parser.add_argument("--scrape-interval-s", type=float, default=SCRAPE_INTERVAL_S,
+    parser.add_argument("--scrape-interval-s", type=non_negative_float, default=SCRAPE_INTERVAL_S,
                         help="seconds between /metrics reads; 0 turns scraping off")
     return parser.parse_args(argv)
 
@@ -133,8 +134,6 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        if args.warmup < 0 or args.scrape_interval_s < 0:
-            raise UsageError("--warmup and --scrape-interval-s must be 0 or more (0 turns them off)")
         specs = build_specs(args)
         targets = build_targets(args)
     except ValueError as exc:
