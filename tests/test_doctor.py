@@ -19,8 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import pytest
 import psutil
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from labs.common.metrics import MetricsSnapshot, NoMetrics, parse, scrape
