@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 if [ ! -f .env ]; then
-  cp .env.example .env
+  install -m 600 .env.example .env  # it may come to hold VLLM_API_KEY: readable by you alone
   echo "Created .env from .env.example (edit it to change the engine's settings)"
 fi
 bash serve/light-tools.sh

@@ -21,6 +21,7 @@ from labs.engine.engine import Engine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES
 from labs.engine.sequence import SamplingParams
+from serve.cli import KitArgumentParser, positive_int
 from serve.native import MODEL_DIR
 
 GOAL_RATIO = 0.70
@@ -49,12 +50,12 @@ def hf_tok_s(hf_model: torch.nn.Module, prompt_ids: list[int], batch: int, new_t
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = KitArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16")
     parser.add_argument("--batches", default="16,32", help="comma-separated batch sizes")
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--new-tokens", type=positive_int, default=64)
+    parser.add_argument("--repeats", type=positive_int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from rich.table import Table
 
+from serve.cli import KitArgumentParser
 from serve.process import stop_group
-from serve.progress import console
+from serve.progress import console, err_console
 from serve.settings import KNOBS, ROOT
 from tests.clone import free_port, fresh_clone
 from tests.torch_index import serve_index, torch_wheel, write_index
@@ -101,7 +102,7 @@ def first_token_s(clone: Path, env: dict[str, str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.first_token", description=__doc__,
+    parser = KitArgumentParser(prog="python -m benchmarks.first_token", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stock-pip", action="store_true",
                         help="switch this machine's pip configuration off; torch from a local stand-in index")
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             code, lines = timed_lines(["bash", "up.sh"], env, clone, UP_TIMEOUT_S)
             up_s = lines[-1][0] if lines else 0.0
             if code != 0:
-                console.print(f"[bold red]error:[/bold red] up.sh failed ({code})")
+                err_console.print(f"[bold red]error:[/bold red] up.sh failed ({code})")
                 return 1
             token_s = first_token_s(clone, env)
         finally:

@@ -35,6 +35,7 @@ from labs.common.stream import RequestRecord
 from labs.loadtest.aggregate import summarize
 from labs.loadtest.runner import Target, run_load
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
+from serve.cli import KitArgumentParser, non_negative_int, positive_int
 from serve.machine import detect
 from serve.progress import StepFailed, console, fail
 from serve.settings import ROOT, SettingsError
@@ -68,7 +69,7 @@ def positive_ints(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.kit_vs_defaults", description=__doc__,
+    parser = KitArgumentParser(prog="python -m benchmarks.kit_vs_defaults", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", default=DEFAULT_ARMS, help=f"built-in arms to run, in order "
                         f"({', '.join(BUILTIN_ARMS)}); the first is the baseline of the ratios")
@@ -79,14 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=positive_ints, default=positive_ints(DEFAULT_CONCURRENCY))
     parser.add_argument("--lengths", default=DEFAULT_LENGTHS, help="output lengths: fixed:64, uniform:48-80, "
                         "mix:24@0.8,150@0.2")
-    parser.add_argument("--requests-per-user", type=int, default=DEFAULT_REQUESTS_PER_USER)
-    parser.add_argument("--min-requests", type=int, default=DEFAULT_MIN_REQUESTS,
+    parser.add_argument("--requests-per-user", type=positive_int, default=DEFAULT_REQUESTS_PER_USER)
+    parser.add_argument("--min-requests", type=positive_int, default=DEFAULT_MIN_REQUESTS,
                         help="at least this many requests per point")
-    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+    parser.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS,
                         help="rounds per load point; the baseline and each arm alternate round by round")
-    parser.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS,
+    parser.add_argument("--restarts", type=non_negative_int, default=DEFAULT_RESTARTS,
                         help="warm restarts of each started vLLM arm before it is measured")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and results.png")
     return parser
 
@@ -184,11 +185,6 @@ def side_by_side(base: ArmRun, other: ArmRun | None, args: argparse.Namespace) -
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     arms = chosen_arms(args)
-    for number in (args.requests_per_user, args.min_requests, args.rounds):
-        if number <= 0:
-            raise ValueError(f"--requests-per-user/--min-requests/--rounds {number} is invalid: give at least 1")
-    if args.restarts < 0:
-        raise ValueError(f"--restarts {args.restarts} is invalid: give 0 or more")
     threads = detect().usable_cores
     with console.status(f"Measuring memory bandwidth (numpy copy, {threads} threads)"):
         bandwidth = measure_bandwidth(threads)

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from labs.loadtest.aggregate import summarize  # noqa: E402
 from labs.loadtest.runner import Target, run_load  # noqa: E402
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths  # noqa: E402
+from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
 from serve.native import MODEL_DIR, PYTHON  # noqa: E402
 from serve.settings import load_env  # noqa: E402
 
@@ -44,14 +45,14 @@ main(parser.parse_args(sys.argv[1:]))
 
 def parse_args() -> argparse.Namespace:
     env = load_env()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", default=env.get("OPENAI_BASE_URL", "http://127.0.0.1:8009/v1"))
     parser.add_argument("--model", default=env.get("MODEL") or env.get("MODEL_NAME"))
-    parser.add_argument("--requests", type=int, default=32)
-    parser.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals per second")
-    parser.add_argument("--output-len", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--requests", type=positive_int, default=32)
+    parser.add_argument("--rate", type=positive_float, default=2.0, help="Poisson arrivals per second")
+    parser.add_argument("--output-len", type=positive_int, default=32)
+    parser.add_argument("--rounds", type=positive_int, default=2)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     return parser.parse_args()
 
 

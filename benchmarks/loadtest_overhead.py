@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from labs.loadtest.aggregate import summarize  # noqa: E402
 from labs.loadtest.runner import Target, run_load  # noqa: E402
 from labs.loadtest.workload import WorkloadSpec, parse_lengths  # noqa: E402
+from serve.cli import KitArgumentParser, positive_float, positive_int
 
 GOAL_REQUESTS_PER_S = 500.0
 SUSTAINED_FRACTION = 0.95  # achieved >= 95% of offered counts as sustained
@@ -67,10 +68,10 @@ def measure(target: Target, spec: WorkloadSpec) -> tuple[float, object, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rates", default="250,500,1000", help="offered rates, req/s")
-    parser.add_argument("--seconds", type=float, default=4.0, help="length of each load point")
-    parser.add_argument("--tokens", type=int, default=8, help="chunks per answer")
+    parser.add_argument("--seconds", type=positive_float, default=4.0, help="length of each load point")
+    parser.add_argument("--tokens", type=positive_int, default=8, help="chunks per answer")
     args = parser.parse_args()
     os.sched_setaffinity(0, {LOAD_CORE})
     port = free_port()

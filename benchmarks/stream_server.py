@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, tcp_port
 
 CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}\n\n'
 HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -75,11 +76,11 @@ async def serve(host: str, port: int, token_delay_s: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--cpu", type=int, default=None, help="pin this server to one CPU core")
-    parser.add_argument("--token-delay-ms", type=float, default=0.0)
+    parser.add_argument("--port", type=tcp_port, required=True)
+    parser.add_argument("--cpu", type=non_negative_int, default=None, help="pin this server to one CPU core")
+    parser.add_argument("--token-delay-ms", type=non_negative_float, default=0.0)
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})

@@ -8,21 +8,17 @@ import sys
 import openai
 
 from client.engine import Engine, explain
+from serve.cli import KitArgumentParser, non_negative_float, positive_int
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m client", description=__doc__)
+    parser = KitArgumentParser(prog="python -m client", description=__doc__)
     parser.add_argument("prompt", help="what to ask")
     parser.add_argument("--no-stream", action="store_true", help="wait for the whole answer")
-    parser.add_argument("--max-tokens", type=int, default=256, help="longest answer in tokens (default 256)")
+    parser.add_argument("--max-tokens", type=positive_int, default=256, help="longest answer in tokens (default 256)")
     parser.add_argument("--system", default=None, help="a system prompt")
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
-    args = parser.parse_args(argv)
-    if args.max_tokens <= 0:
-        parser.error(f"--max-tokens must be greater than 0, got {args.max_tokens}")
-    if args.temperature < 0:
-        parser.error(f"--temperature must be 0 or more, got {args.temperature}")
-    return args
+    parser.add_argument("--temperature", type=non_negative_float, default=0.7, help="sampling temperature (default 0.7)")
+    return parser.parse_args(argv)
 
 
 def ask(engine: Engine, args: argparse.Namespace) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import openai
 
-from serve.settings import load_env
+from serve.settings import api_key_for, load_env, refused_key_hint
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8009/v1"
 NO_KEY = "EMPTY"  # the SDK insists on a key; engines without one ignore it
@@ -21,13 +21,14 @@ class Engine:
     base_url: str
     model: str
     api_key: str
+    key_source: str = ""  # the variable the key came from ("" when none was set)
 
     @classmethod
     def from_env(cls) -> Engine:
         env = load_env()
-        key = env.get("OPENAI_API_KEY") or env.get("VLLM_API_KEY") or NO_KEY
-        return cls(env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-                   env.get("MODEL") or env.get("MODEL_NAME", ""), key)
+        base_url = env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        key, source = api_key_for(base_url, env)
+        return cls(base_url, env.get("MODEL") or env.get("MODEL_NAME", ""), key or NO_KEY, source)
 
     def client(self, timeout_s: float = 120.0) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, timeout=timeout_s, max_retries=0)
@@ -39,8 +40,7 @@ def explain(engine: Engine, exc: openai.OpenAIError) -> EngineError:
         return EngineError(f"cannot reach an engine at {engine.base_url} ({exc.__class__.__name__}). "
                            "Is it up? Start vLLM with `bash up.sh`, or point OPENAI_BASE_URL at a running engine")
     if isinstance(exc, openai.AuthenticationError):
-        return EngineError(f"{engine.base_url} refused the API key; set VLLM_API_KEY (or OPENAI_API_KEY) "
-                           "to the key the engine was started with")
+        return EngineError(refused_key_hint(engine.base_url, engine.key_source))
     if isinstance(exc, openai.NotFoundError):
         served = served_models(engine)
         listing = ", ".join(served) if served else "(none listed)"

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import stat
 import sys
+from pathlib import Path
 
 from rich.table import Table
 
-from serve import preflight, runtimes, system
+from serve import preflight, process, runtimes, system
+from serve.cli import KitArgumentParser
 from serve.health import kv_cache_report
+from serve.local_server import RUN_DIR
 from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime
 from serve.llamacpp import install as install_llamacpp
 from serve.llamacpp import will_build as llamacpp_will_build
 from serve.native import MODEL_DIR, NativeRuntime, Started, install, prepare_model
-from serve.progress import StepFailed, console, fail
+from serve.progress import StepFailed, console, fail, warn
 from serve.settings import Settings, SettingsError, env_file
 
 
@@ -21,7 +25,8 @@ def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("API", f"{runtime.base_url}/v1")
+    listening = f" (listening on {settings.host}, port {settings.port})" if settings.exposed else ""
+    table.add_row("API", f"{runtime.base_url}/v1{listening}")
     table.add_row("model", settings.model_name)
     table.add_row("runtime", runtime.name)
     table.add_row("settings", str(env_file()))
@@ -49,6 +54,9 @@ def recap(settings: Settings, runtime: runtimes.Runtime, started: Started | None
     table.add_row("log", str(runtime.log_path))
     table.add_row("auth", "API key required (VLLM_API_KEY)" if settings.api_key else "no API key")
     console.print(table)
+    if settings.exposed and not settings.api_key:
+        warn(f"vLLM listens on {settings.host} (VLLM_HOST), beyond this machine, with no API key: anyone who "
+             f"reaches this machine on port {settings.port} can use it. Set VLLM_API_KEY, or VLLM_HOST=127.0.0.1")
 
 
 def check_system(settings: Settings, native_vllm: bool) -> None:
@@ -64,8 +72,21 @@ def check_system(settings: Settings, native_vllm: bool) -> None:
     system.check(needs)
 
 
+def warn_if_key_file_readable(path: Path) -> None:
+    """A key in a settings file every local user can read is a key every local user has."""
+    try:
+        readable_by_all = path.stat().st_mode & stat.S_IROTH
+        holds_key = readable_by_all and any(line.strip().startswith("VLLM_API_KEY=") and line.split("=", 1)[1].strip()
+                                            for line in path.read_text().splitlines())
+    except OSError:
+        return
+    if holds_key:
+        warn(f"{path} holds VLLM_API_KEY and every local user can read it: chmod 600 {path}")
+
+
 def up(settings: Settings) -> int:
     """Start every engine in ENGINES (vllm, llamacpp)."""
+    warn_if_key_file_readable(env_file())
     runtime = runtimes.select(settings) if "vllm" in settings.engines else None
     check_system(settings, isinstance(runtime, NativeRuntime))
     if runtime is not None:
@@ -175,16 +196,22 @@ COMMANDS = {"up": up, "down": down, "status": status, "install": prepare}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serve", description=__doc__)
+    parser = KitArgumentParser(prog="python -m serve", description=__doc__)
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--volumes", action="store_true", help="down: also remove the Docker model cache")
     args = parser.parse_args(argv)
     if args.volumes and args.command != "down":
         parser.error("--volumes goes with down only (bash down.sh --volumes)")
     try:
-        if args.command == "down":
-            return down(Settings.load(), remove_volumes=args.volumes)
-        return COMMANDS[args.command](Settings.load())
+        settings = Settings.load()
+        if args.command not in ("up", "down"):
+            return COMMANDS[args.command](settings)
+        ports = [settings.port] if "vllm" in settings.engines else []
+        ports += [settings.llamacpp_port] if "llamacpp" in settings.engines else []
+        with process.port_lock(RUN_DIR, ports, console.print):
+            if args.command == "down":
+                return down(settings, remove_volumes=args.volumes)
+            return up(settings)
     except SettingsError as exc:
         fail(str(exc), code=2)
     except system.MissingTools as exc:

@@ -16,6 +16,11 @@ POLL_S = 1.0
 KV_TOKENS = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
 KV_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 SLOW_NOT_HUNG = "the first start compiles the model for a few minutes: slow, not hung"
+# vLLM's API server outlives a dead engine and never answers /health: its log says so, the process does not.
+ENGINE_FAILED = re.compile(r"EngineCore failed to start|Engine core initialization failed")
+ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b: \S")
+FAILURE_SCAN_LINES = 400
+ROOT_CAUSE_LINES = 6
 
 
 def is_healthy(base_url: str, timeout_s: float = 2.0, path: str = "/health") -> bool:
@@ -39,12 +44,27 @@ def wait_healthy(base_url: str, alive: Callable[[], bool], log_path: Path, timeo
             if not alive():
                 raise StepFailed(f"the server exited during start. Last lines of {log_path}:\n"
                                  f"{tail(log_path, 40)}")
+            failure = engine_failure(tail(log_path, FAILURE_SCAN_LINES))
+            if failure is not None:
+                raise StepFailed(f"the engine failed to start (its API server would wait forever). {failure}\n"
+                                 f"Full log: {log_path}")
             if time.monotonic() - started > timeout_s:
                 raise StepFailed(f"no healthy answer from {base_url}{path} after {timeout_s:.0f} s "
                                  f"(START_TIMEOUT). Last lines of {log_path}:\n{tail(log_path, 40)}")
             update(_strip_log_prefix(last_log_line(log_path)))
             time.sleep(POLL_S)
     return time.monotonic() - started
+
+
+def engine_failure(log_text: str) -> str | None:
+    """None while the log shows no engine failure; else the failure line and the errors that led to it."""
+    lines = log_text.splitlines()
+    failed = next((line for line in reversed(lines) if ENGINE_FAILED.search(line)), None)
+    if failed is None:
+        return None
+    causes = list(dict.fromkeys(_strip_log_prefix(line).strip() for line in lines if ERROR_LINE.search(line)))
+    shown = "\n  ".join(causes[-ROOT_CAUSE_LINES:]) or "(no error line in the log)"
+    return f"vLLM: {_strip_log_prefix(failed).strip().rstrip('.')}. Root cause, as logged:\n  {shown}"
 
 
 def wait_for_kv_line(log_path: Path, timeout_s: float) -> bool:

@@ -52,7 +52,13 @@ class LocalServer:
         return is_healthy(self.base_url, path=self.health_path)
 
     def ensure_port_free(self, hint: str = "") -> None:
-        if not process.port_is_free(self.host, self.port):
+        try:
+            free_now = process.port_is_free(self.host, self.port)
+        except OSError as exc:  # not an address of this machine, or a name that does not resolve
+            raise SettingsError(f"VLLM_HOST={self.host} is invalid: this machine cannot listen there "
+                                f"({exc.strerror or exc}); use 127.0.0.1, 0.0.0.0 or one of this machine's own "
+                                "addresses") from None
+        if not free_now:
             free = process.next_free_port(self.host, self.port)
             raise SettingsError(f"{self.port_setting}={self.port} is invalid: port {self.port} on {self.host} is "
                                 f"already in use{hint}; stop what listens there or set "

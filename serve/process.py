@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,8 @@ POLL_S = 0.2
 def port_is_free(host: str, port: int) -> bool:
     """True when a server could bind host:port now (what the engine is about to do)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if host == "localhost":
+        host = "127.0.0.1"
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -65,16 +69,27 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+START_TIME_TOLERANCE_S = 0.05  # psutil's create_time is exact to the clock tick
+
+
+def start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class PidFile:
-    """Where a background server's pid is kept; `marker` (part of its command line) guards pid reuse."""
+    """Where a background server's pid is kept, with its start time: after a reboot or pid reuse another
+    process may hold the pid (even one whose command line holds `marker`); the start time tells them apart."""
 
     path: Path
     marker: str
 
     def write(self, pid: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(f"{pid}\n")
+        self.path.write_text(f"{pid} {start_time(pid) or ''}\n")
 
     def pid(self) -> int | None:
         try:
@@ -82,15 +97,52 @@ class PidFile:
         except (OSError, ValueError, IndexError):
             return None
 
+    def recorded_start_time(self) -> float | None:
+        try:
+            return float(self.path.read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def live_pid(self) -> int | None:
-        """The recorded pid if that process still runs our server, else None."""
+        """The recorded pid if that process still runs our server (same start time, marker in its command
+        line), else None."""
         pid = self.pid()
-        if pid is not None and group_members(pid) and self.marker in cmdline(pid):
-            return pid
-        return None
+        if pid is None or not group_members(pid) or self.marker not in cmdline(pid):
+            return None
+        recorded, actual = self.recorded_start_time(), start_time(pid)
+        if recorded is not None and (actual is None or abs(actual - recorded) > START_TIME_TOLERANCE_S):
+            return None  # the pid was reused
+        return pid
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+@contextmanager
+def port_lock(run_dir: Path, ports: Sequence[int], wait_message: Callable[[str], None]) -> Iterator[None]:
+    """One `up`/`down` at a time per port: `run_dir/port-PORT.lock`, taken in port order (no deadlock).
+    A second caller waits for the first to finish, after saying who holds it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handles = []
+    try:
+        for number in sorted(set(ports)):
+            handle = (run_dir / f"port-{number}.lock").open("a+")
+            handles.append(handle)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                wait_message(f"port {number} is being brought up or down by {holder}; waiting for it to finish")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} ({cmdline(os.getpid()) or 'python -m serve'})")
+            handle.flush()
+        yield
+    finally:
+        for handle in handles:
+            handle.close()  # closing releases the lock
 
 
 def spawn(argv: Sequence[str], log_path: Path, env: dict[str, str], cwd: Path) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # errors and warnings: stderr, as everywhere
 PLAIN_PROGRESS_EVERY_S = 15.0
 
 
@@ -101,7 +102,12 @@ def in_background(title: str, argv: Sequence[str], log_path: Path, env: dict[str
     console.print(f"[green]✓[/green] {title} ({time.monotonic() - started:.0f} s)")
 
 
+def warn(message: str) -> None:
+    """A loud warning on stderr: the command goes on."""
+    err_console.print(f"[bold red]warning:[/bold red] {message}", soft_wrap=True)
+
+
 def fail(message: str, code: int = 1) -> None:
-    """Print one clear error and leave; used by the command-line entry points."""
-    console.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)
+    """Print one clear error on stderr and leave; used by the command-line entry points."""
+    err_console.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)
     sys.exit(code)

@@ -7,6 +7,7 @@ everything. `${VAR:-default}` references inside `.env` are resolved with the env
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dotenv.main import DotEnv
 
@@ -33,6 +35,13 @@ QUANTIZATIONS = ("", "awq", "gptq", "fp8")
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
 INDEX_URL = re.compile(r"^(https?|file)://\S+$")
+HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+# api_server flags the kit passes from its settings: set in VLLM_EXTRA_ARGS they would override them unseen.
+KIT_OWNED_FLAGS = {
+    "--host": ("VLLM_HOST", "the kit binds and reaches the server there"),
+    "--port": ("VLLM_PORT", "the kit waits for /health and points the client there"),
+    "--api-key": ("VLLM_API_KEY", "the kit passes it in the environment; on the command line `ps` shows it"),
+}
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 
 
@@ -139,6 +148,17 @@ def index_url(name: str, raw: str) -> str:
     return raw.rstrip("/")
 
 
+def model_folder(name: str, raw: str) -> Path | None:
+    """A local Hugging Face model folder (config.json, weights, tokenizer), or None for the bundled model."""
+    if not raw:
+        return None
+    folder = Path(raw).expanduser()
+    if not (folder / "config.json").is_file():
+        raise _bad(name, raw, "no config.json there: point it at a Hugging Face model folder (config.json, "
+                              "*.safetensors, tokenizer files), or leave it empty for the bundled SmolLM2")
+    return folder.resolve()
+
+
 def text(name: str, raw: str) -> str:
     if not raw.strip():
         raise _bad(name, raw, "it must not be empty")
@@ -146,8 +166,20 @@ def text(name: str, raw: str) -> str:
 
 
 def host(name: str, raw: str) -> str:
+    """An address or host name to bind: 127.0.0.1, ::1, 0.0.0.0, localhost; never address:port."""
     if not raw.strip() or any(ch.isspace() for ch in raw):
         raise _bad(name, raw, "use an address to bind, such as 127.0.0.1 (or 0.0.0.0 to expose it)")
+    bare = raw.removeprefix("[").removesuffix("]")
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        pass
+    address, colon, port_text = raw.rpartition(":")
+    if colon:
+        raise _bad(name, raw, f"it is an address to bind, without a port: set {name}={address or '127.0.0.1'} "
+                              f"and VLLM_PORT={port_text or 8009}")
+    if not HOST_NAME.match(raw):
+        raise _bad(name, raw, "use an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name such as localhost")
     return raw
 
 
@@ -207,6 +239,17 @@ def arg_list(name: str, raw: str) -> tuple[str, ...]:
         raise _bad(name, raw, f"quote it as you would in a shell ({exc})") from None
 
 
+def extra_args(name: str, raw: str) -> tuple[str, ...]:
+    """More api_server flags, except those the kit sets from its own settings (they would silently win)."""
+    args = arg_list(name, raw)
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in KIT_OWNED_FLAGS:
+            setting, why = KIT_OWNED_FLAGS[flag]
+            raise _bad(name, raw, f"remove {flag} and set {setting} instead ({why})")
+    return args
+
+
 @dataclass(frozen=True, slots=True)
 class Knob:
     """One setting: its variable, its default, how to parse it, and why it exists."""
@@ -223,6 +266,8 @@ KNOBS: tuple[Knob, ...] = (
          "auto = Docker when an engine with compose is usable, else the native venv"),
     Knob("MODEL_NAME", "model_name", "HuggingFaceTB/SmolLM2-135M-Instruct", text,
          "the name clients ask for (--served-model-name); Docker tracks load it from the hub"),
+    Knob("MODEL_PATH", "model_path", "", model_folder,
+         "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)"),
     Knob("VLLM_HOST", "host", "127.0.0.1", host,
          "bind address; 127.0.0.1 keeps the engine private to this machine"),
     Knob("VLLM_PORT", "port", "8009", port, "the port of the OpenAI-compatible /v1 API"),
@@ -257,7 +302,7 @@ KNOBS: tuple[Knob, ...] = (
          "false runs the model in the engine-core process: one Python start fewer, slower batches"),
     Knob("TORCH_INDEX_URL", "torch_index_url", DEFAULT_TORCH_INDEX_URL, index_url,
          "native: where torch's CPU build comes from (PyPI has none); empty = your pip configuration only"),
-    Knob("VLLM_EXTRA_ARGS", "extra_args", "", arg_list,
+    Knob("VLLM_EXTRA_ARGS", "extra_args", "", extra_args,
          "more api_server flags, appended as they are"),
     Knob("START_TIMEOUT", "start_timeout_s", "900", positive_int,
          "seconds to wait for /health; the first start compiles for minutes"),
@@ -281,7 +326,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("ENGINES", "engines", "vllm", engine_list,
          "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both"),
     Knob("LLAMACPP_PORT", "llamacpp_port", "11434", port,
-         "port of the llama.cpp server's /v1 (Ollama's port, so Ollama clients need no change)"),
+         "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no "
+         "change; Ollama's own /api routes are not served)"),
     Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "true", boolean,
          "llama.cpp's default: a new request cuts the running stream short; false makes it wait its turn"),
 )
@@ -291,6 +337,7 @@ KNOBS: tuple[Knob, ...] = (
 class Settings:
     runtime: str
     model_name: str
+    model_path: Path | None  # None: the bundled model
     host: str
     port: int
     dtype: str
@@ -343,7 +390,17 @@ class Settings:
     def url_for(self, port: int) -> str:
         """http://host:port for an engine bound to VLLM_HOST (0.0.0.0 binds are reached on loopback)."""
         reach = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{reach}:{port}"
+        return f"http://[{reach}]:{port}" if ":" in reach else f"http://{reach}:{port}"
+
+    @property
+    def exposed(self) -> bool:
+        """True when the engine listens beyond this machine's loopback."""
+        if self.host == "localhost":
+            return False
+        try:
+            return not ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a host name: whatever it resolves to, not known to be private
+            return True
 
 
 def env_file() -> Path:
@@ -351,6 +408,35 @@ def env_file() -> Path:
     if os.environ.get("KIT_ENV_FILE"):
         return Path(os.environ["KIT_ENV_FILE"])
     return ENV_FILE if ENV_FILE.exists() else ENV_EXAMPLE
+
+
+def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The key to send to `url` and the variable it came from.
+
+    The kit's own engines (loopback or VLLM_HOST, on VLLM_PORT or LLAMACPP_PORT) get VLLM_API_KEY: a real
+    OpenAI key exported in the shell must not be sent there. Any other URL gets OPENAI_API_KEY, else
+    VLLM_API_KEY. (None, "") when neither is set.
+    """
+    kit_key, openai_key = env.get("VLLM_API_KEY") or None, env.get("OPENAI_API_KEY") or None
+    parts = urlsplit(url)
+    kit_hosts = {"127.0.0.1", "localhost", "::1", env.get("VLLM_HOST", "127.0.0.1")}
+    kit_ports = {env.get("VLLM_PORT", "8009"), env.get("LLAMACPP_PORT", "11434")}
+    try:
+        port = str(parts.port or "")
+    except ValueError:
+        port = ""
+    if kit_key and parts.hostname in kit_hosts and port in kit_ports:
+        return kit_key, "VLLM_API_KEY"
+    if openai_key:
+        return openai_key, "OPENAI_API_KEY"
+    return (kit_key, "VLLM_API_KEY") if kit_key else (None, "")
+
+
+def refused_key_hint(url: str, source: str) -> str:
+    """One line for a 401: which variable's key was sent, and which variable each kind of engine reads."""
+    sent = f"the key from {source}" if source else "no key"
+    return (f"{url} refused the request ({sent} was sent): the kit's engines take VLLM_API_KEY (the key up.sh "
+            "started them with), other engines OPENAI_API_KEY")
 
 
 def load_env(path: Path | None = None) -> dict[str, str]:

@@ -138,6 +138,16 @@ def vllm_args(settings: Settings, resolved: Resolved, model: str, vllm_version: 
     return args + list(settings.extra_args)
 
 
+# The kit's VLLM_PORT is the API's port; vLLM reads a variable of that name as the base of its own internal
+# ports ("not the port of the API server", its docs), so an exported VLLM_PORT must not reach the engine.
+KIT_ONLY_ENV = ("VLLM_PORT",)
+
+
+def engine_base_env(environ: dict[str, str]) -> dict[str, str]:
+    """The process environment the engine inherits, less the kit's own variables that vLLM reads otherwise."""
+    return {key: value for key, value in environ.items() if key not in KIT_ONLY_ENV}
+
+
 def vllm_env(settings: Settings, resolved: Resolved) -> dict[str, str]:
     """Environment for the engine. The API key travels here, never on the command line (`ps` shows argv)."""
     env = {

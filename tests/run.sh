@@ -10,6 +10,6 @@ bash serve/light-tools.sh test
 # portably once, ~6 min, and kept in ~/.cache/vllm-lab-kit/wheels/ for other clones on this machine)
 ENGINES=vllm,llamacpp .venv/bin/python -m serve install
 # the teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest
-.kit/vllm/bin/python -c "import pytest" 2>/dev/null || .kit/vllm/bin/python -m pip install -q "pytest>=8"
+.kit/vllm/bin/python -c "import pytest, hypothesis" 2>/dev/null || .kit/vllm/bin/python -m pip install -q "pytest>=8" "hypothesis>=6.100"
 .kit/vllm/bin/python -m pytest tests/engine --confcutdir=tests/engine -q -p no:cacheprovider
 exec .venv/bin/python -m pytest "$@"

@@ -157,8 +157,8 @@ def test_auto_down_stops_the_runtime_up_started(container: Server, tmp_path) -> 
     # auto would pick native and say "Nothing to stop" while the container keeps the port.
     blind = down({**auto, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
     assert blind.returncode == 2, blind.stdout + blind.stderr
-    errors = [line for line in blind.stdout.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "RUNTIME=docker" in errors[0] and "Start Docker" in errors[0], blind.stdout
+    errors = [line for line in blind.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "RUNTIME=docker" in errors[0] and "Start Docker" in errors[0], blind.stderr
     assert len(project_containers()) == 1
 
     result = down(auto)

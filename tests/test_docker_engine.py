@@ -100,8 +100,8 @@ def test_auto_picks_docker_and_a_failing_build_surfaces_its_error(docker_engine:
     up = run_script("up.sh", env, timeout_s=300)
     assert up.returncode == 1, up.stdout + up.stderr
     assert "(runtime docker)" in up.stdout  # an engine and a Compose answer: auto picks Docker
-    assert "Building the patched CPU image" in up.stdout and len(errors(up.stdout)) == 1
-    assert ABSENT_REPOSITORY in up.stdout  # compose's own words name the image it could not get
+    assert "Building the patched CPU image" in up.stdout and len(errors(up.stderr)) == 1  # errors: stderr
+    assert ABSENT_REPOSITORY in up.stdout + up.stderr  # compose's own words name the image it could not get
     assert project_containers() == []
 
 
@@ -109,7 +109,7 @@ def test_a_failing_gpu_pull_surfaces_its_error_and_starts_nothing(docker_engine:
     env = kit_env(RUNTIME="docker-gpu", GPU_PORT=str(free_port()), GPU_IMAGE=f"{ABSENT_REPOSITORY}:v0.11.0")
     up = run_script("up.sh", env, timeout_s=300)
     assert up.returncode == 1, up.stdout + up.stderr
-    assert f"Pulling {ABSENT_REPOSITORY}:v0.11.0" in up.stdout and len(errors(up.stdout)) == 1
+    assert f"Pulling {ABSENT_REPOSITORY}:v0.11.0" in up.stdout and len(errors(up.stderr)) == 1
     assert project_containers() == []
     down = run_script("down.sh", env, timeout_s=120)
     assert down.returncode == 0 and "Nothing to stop" in down.stdout
@@ -125,9 +125,9 @@ def test_a_container_that_dies_at_start_shows_its_log_and_is_removed(docker_engi
                   VLLM_EXTRA_ARGS="--no-such-flag")
     up = run_script("up.sh", env, timeout_s=600)
     assert up.returncode == 1, up.stdout + up.stderr
-    assert "the server exited during start" in up.stdout
-    assert "--no-such-flag" in up.stdout  # vLLM's own last words, from the container's log
-    assert "Range of CPUs" not in up.stdout
+    assert "the server exited during start" in up.stderr
+    assert "--no-such-flag" in up.stderr  # vLLM's own last words, from the container's log
+    assert "Range of CPUs" not in up.stdout + up.stderr
     assert project_containers() == [] and process.port_is_free("127.0.0.1", port)
 
 

@@ -113,6 +113,6 @@ def compose_services(*profiles: str) -> set[str]:
 def test_volumes_on_the_native_runtime_is_one_clear_error(docker: FakeDocker) -> None:
     down = docker.run("down.sh", "--volumes", RUNTIME="native")
     assert down.returncode == 2
-    errors = [line for line in down.stdout.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "--volumes is for RUNTIME=docker|docker-gpu" in errors[0], down.stdout
+    errors = [line for line in down.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--volumes is for RUNTIME=docker|docker-gpu" in errors[0], down.stdout + down.stderr
     assert docker.calls() == []  # the native runtime never asks docker anything

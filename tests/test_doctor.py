@@ -18,15 +18,15 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
+import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from labs.common.metrics import MetricsSnapshot, NoMetrics, parse, scrape
 from labs.doctor.diagnosis import Limits, diagnose
-from serve.machine import detect
-from serve.model import bundled_model_facts
-from serve.settings import Settings
-from serve.sizing import GiB, kv_pool
-from serve.vllm_command import resolve
+from serve.process import PidFile
+from serve.vllm_command import API_SERVER_MODULE
 from tests.conftest import ROOT, Server, kit_env
 from tests.docs import doc_commands, doc_examples, retarget, run_doc, shows
 from tests.load import closed_loop
@@ -206,22 +206,42 @@ def test_watch_plots_the_timeline(tmp_path: Path) -> None:
 def test_a_failing_metrics_endpoint_is_not_called_metric_less() -> None:
     with http_server("engine overloaded", status=500) as url:
         result = doctor("--url", url, "--samples", "1")
-    assert result.returncode == 1 and "HTTPStatusError" in result.stdout
-    assert "exposes no metrics" not in result.stdout
+    assert result.returncode == 1 and "HTTPStatusError" in result.stderr
+    assert "exposes no metrics" not in result.stdout + result.stderr
 
 
 def test_an_unreachable_engine_is_one_line_exit_1() -> None:
     with http_server(None) as url:
         pass  # closed: nothing listens there now
     result = doctor("--url", url)
-    assert result.returncode == 1 and result.stdout.startswith("error: cannot read")
+    assert result.returncode == 1 and result.stderr.startswith("error: cannot read")
 
 
 # --- The real server under a real burst ------------------------------------------------------------------
 
+def running_engine(server: Server) -> tuple[list[str], dict[str, str]]:
+    """The live server's own command line and environment: what it really runs with, read from the process
+    rather than recomputed with the kit's resolve() (which the doctor itself uses)."""
+    pid = PidFile(ROOT / ".kit" / "run" / f"vllm-{server.port}.pid", API_SERVER_MODULE).live_pid()
+    assert pid is not None, f"no live server behind port {server.port}"
+    engine = psutil.Process(pid)
+    return engine.cmdline(), engine.environ()
+
+
+def flag_value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
 def served_max_num_seqs(server: Server) -> int:
-    """MAX_NUM_SEQS as up.sh resolved it for the session's server (auto: 8 per core)."""
-    return resolve(Settings.from_env(server.env), detect(), bundled_model_facts()).max_num_seqs
+    """--max-num-seqs on the session server's command line (auto: 8 per core)."""
+    return int(flag_value(running_engine(server)[0], "--max-num-seqs"))
+
+
+def served_cache_config(server: Server) -> dict[str, str]:
+    """vLLM's own vllm:cache_config_info labels, parsed here with prometheus_client alone."""
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    [family] = [family for family in text_string_to_metric_families(text) if family.name == "vllm:cache_config_info"]
+    return family.samples[0].labels
 
 
 async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, str]:
@@ -303,16 +323,17 @@ def test_page_commands_against_the_real_server(vllm_server: Server) -> None:
     wait_idle(vllm_server)
     idle = run_doc(retarget(one_look, {8009: vllm_server.port}), env, timeout_s=60)
     assert idle.returncode == 0 and "diagnosis: idle" in idle.stdout, idle.stdout + idle.stderr
-    resolved = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts())
-    kv_gib = resolved.kv_cache_space_gib
-    pool = kv_pool(bundled_model_facts(), resolved.dtype, kv_gib * GiB, resolved.kv_block_size)  # labs/sizing's
+    argv, environ = running_engine(vllm_server)
+    cache = served_cache_config(vllm_server)  # the engine's own account of its pool
+    blocks, block_size, kv_gib = int(cache["num_gpu_blocks"]), int(cache["block_size"]), environ["VLLM_CPU_KVCACHE_SPACE"]
+    assert block_size == int(flag_value(argv, "--block-size"))
     assert "vLLM V1 names" in idle.stdout
-    line = f"{pool.num_blocks} blocks of {pool.block_size} = {pool.num_tokens:,} tokens ({kv_gib} GiB)"
+    line = f"{blocks} blocks of {block_size} = {blocks * block_size:,} tokens ({kv_gib} GiB)"
     assert line in idle.stdout, idle.stdout
 
     busy = run_doc(retarget(burst, {8009: vllm_server.port}), env, timeout_s=300)
     assert busy.returncode == 0, busy.stdout + busy.stderr
-    seqs = resolved.max_num_seqs
+    seqs = int(flag_value(argv, "--max-num-seqs"))
     assert "diagnosis: slot-bound" in busy.stdout and f"raise MAX_NUM_SEQS from {seqs} to" in busy.stdout, busy.stdout
 
     wait_idle(vllm_server)

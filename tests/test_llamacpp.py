@@ -114,7 +114,7 @@ def test_a_port_in_use_gives_one_line_naming_a_free_one() -> None:
         squatter.listen()
         result = run_script("up.sh", kit_env(ENGINES="llamacpp", LLAMACPP_PORT=str(port)), timeout_s=300)
     assert result.returncode == 2, result.stdout + result.stderr
-    errors = [line for line in result.stdout.splitlines() if line.startswith("error:")]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"LLAMACPP_PORT={port} is invalid" in errors[0] and "already in use" in errors[0]
 
 

@@ -26,12 +26,12 @@ def test_an_engine_that_is_not_there_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--requests", "0"], "--requests 0 is invalid: send at least 1 request"),
+    (["--requests", "0"], "python -m labs.loadtest: argument --requests: '0' is not a whole number greater than 0"),
     (["--lengths", "zipf"], "--lengths 'zipf' is invalid: use fixed:64"),
     (["--sweep-rate", "5,x"], "--sweep-rate '5,x' is invalid: give comma-separated numbers"),
     (["--endpoint", "vllm"], "--endpoint 'vllm' is invalid: write NAME=URL[@MODEL]"),
     (["--prompts", "/nonexistent/prompts.txt"], "--prompts /nonexistent/prompts.txt cannot be read"),
-    (["--warmup", "-1"], "--warmup and --scrape-interval-s must be 0 or more"),
+    (["--warmup", "-1"], "python -m labs.loadtest: argument --warmup: '-1' is not a whole number, 0 or more"),
 ])
 def test_bad_input_is_one_line_naming_the_fix(args: list[str], message: str) -> None:
     result = loadtest(*args)

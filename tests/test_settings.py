@@ -133,8 +133,8 @@ def test_up_creates_env_once_and_never_overwrites_it(tmp_path: Path) -> None:
 def test_up_sh_stops_on_a_bad_value_with_one_line(name: str, value: str) -> None:
     result = run_script("up.sh", kit_env(**{name: value}), timeout_s=120)
     assert result.returncode == 2
-    errors = [line for line in result.stdout.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and f"{name}={value!r} is invalid" in errors[0], result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]  # errors go to stderr
+    assert len(errors) == 1 and f"{name}={value!r} is invalid" in errors[0], result.stdout + result.stderr
 
 
 def test_up_sh_refuses_a_port_in_use_and_names_a_free_one() -> None:
@@ -144,7 +144,7 @@ def test_up_sh_refuses_a_port_in_use_and_names_a_free_one() -> None:
         squatter.listen()
         result = run_script("up.sh", kit_env(VLLM_PORT=str(port), RUNTIME="native"), timeout_s=300)
     assert result.returncode == 2, result.stdout + result.stderr
-    message = result.stdout
+    message = result.stderr
     assert f"VLLM_PORT={port} is invalid" in message and "already in use" in message
     suggested = int(re.search(r"set VLLM_PORT=(\d+)", message).group(1))
     assert suggested != port
@@ -154,5 +154,5 @@ def test_runtime_docker_without_an_engine_says_so(tmp_path: Path) -> None:
     no_engine = f"unix://{tmp_path}/no-engine.sock"  # whether or not a Docker engine runs on this machine
     result = run_script("up.sh", kit_env(RUNTIME="docker", DOCKER_HOST=no_engine), timeout_s=120)
     assert result.returncode == 2
-    assert "RUNTIME='docker'" not in result.stdout  # a valid value: the problem is the machine
-    assert "needs a Docker engine" in result.stdout and "RUNTIME=native" in result.stdout
+    assert "RUNTIME='docker'" not in result.stderr  # a valid value: the problem is the machine
+    assert "needs a Docker engine" in result.stderr and "RUNTIME=native" in result.stderr

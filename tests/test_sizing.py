@@ -151,7 +151,7 @@ def test_command_reproduces_the_course_figure() -> None:
 def test_command_refuses_a_bad_size_in_one_line() -> None:
     result = sizing("fit", "--memory", "lots")
     assert result.returncode == 2
-    assert "is not a memory size" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    assert "is not a memory size" in result.stderr and "Traceback" not in result.stdout + result.stderr
 
 
 # --- Proof against the real engine: three configurations -----------------------------------------------

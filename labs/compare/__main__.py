@@ -18,8 +18,9 @@ from labs.compare.aggregate import CONCURRENT, scaling
 from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_line, table
 from labs.compare.run import CompareError, check, engine_died, http_client, run_phase, warm_up
 from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, Target, phases, targets
+from serve.cli import KitArgumentParser
 from serve.llamacpp import LLAMACPP_VERSION
-from serve.progress import console, fail
+from serve.progress import console, err_console, fail
 from serve.settings import ROOT, Settings, SettingsError, engine_list
 
 RESULTS_DIR = ROOT / "results"
@@ -39,7 +40,7 @@ def positive(name: str):  # noqa: ANN201 - an argparse type
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m labs.compare", description=__doc__)
+    parser = KitArgumentParser(prog="python -m labs.compare", description=__doc__)
     parser.add_argument("-n", "--n", type=positive("N"), default=DEFAULT_N,
                         help=f"requests in the matched sequential and concurrent runs (default {DEFAULT_N}; try 8, 16)")
     parser.add_argument("--max-tokens", type=positive("--max-tokens"), default=MAX_TOKENS,
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         if not writer.runs:
             fail(str(exc), code=2)
         writer.notes.append(str(exc))
-        console.print(f"[bold red]error:[/bold red] {exc}")
+        err_console.print(f"[bold red]error:[/bold red] {exc}")
         code = 1
     except KeyboardInterrupt:
         writer.notes.append("interrupted by the user")

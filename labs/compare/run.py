@@ -15,6 +15,7 @@ import httpx
 
 from labs.common.stream import RequestRecord, chat_payload, stream_chat
 from labs.compare.workload import TEMPERATURE, Phase, Target
+from serve.settings import refused_key_hint
 
 CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 600.0  # 16 requests queued behind one another on a single-stream server take minutes
@@ -70,8 +71,7 @@ async def check(http: httpx.AsyncClient, target: Target) -> EngineFacts:
                            f"with `ENGINES={target.engine} bash up.sh`, or set {target.port_setting} to where it "
                            "runs, or leave it out of ENGINES") from None
     if response.status_code in (401, 403):
-        raise CompareError(f"{target.engine} at {target.api_url} refused the API key; set VLLM_API_KEY to the "
-                           "key the engine was started with")
+        raise CompareError(f"{target.engine}: {refused_key_hint(target.api_url, 'VLLM_API_KEY' if target.api_key else '')}")
     if response.status_code != 200:
         raise CompareError(f"{target.engine} at {target.api_url}/models answered HTTP {response.status_code}; "
                            "is that an OpenAI-compatible engine?")

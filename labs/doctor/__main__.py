@@ -21,6 +21,7 @@ from rich.text import Text
 
 from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
+from serve.cli import KitArgumentParser, positive_float, positive_int
 from serve.machine import detect
 from serve.model import bundled_model_facts
 from serve.progress import console, fail
@@ -147,17 +148,15 @@ def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labs.doctor", description=__doc__,
+    parser = KitArgumentParser(prog="python -m labs.doctor", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="the engine without /v1 (default: VLLM_HOST/VLLM_PORT from .env)")
     parser.add_argument("--watch", action="store_true", help="refresh a live table until Ctrl-C")
-    parser.add_argument("--interval-s", type=float, default=1.0, help="seconds between samples")
-    parser.add_argument("--samples", type=int, default=3, help="one-shot: samples taken for the trends")
-    parser.add_argument("--duration-s", type=float, help="watch: stop after this many seconds")
+    parser.add_argument("--interval-s", type=positive_float, default=1.0, help="seconds between samples")
+    parser.add_argument("--samples", type=positive_int, default=3, help="one-shot: samples taken for the trends")
+    parser.add_argument("--duration-s", type=positive_float, help="watch: stop after this many seconds")
     parser.add_argument("--plot", type=Path, help="watch: write running, waiting and KV usage over time (PNG)")
     args = parser.parse_args(argv)
-    if args.interval_s <= 0 or args.samples < 1:
-        fail("--interval-s must be greater than 0 and --samples at least 1", code=2)
     try:
         settings = Settings.load()
     except SettingsError as exc:

@@ -32,6 +32,7 @@ from labs.engine.model_runner import DTYPES as TORCH_DTYPES
 from labs.engine.replay import SkipIdleClock, replay
 from labs.engine.report import RunResult, print_report, summarize
 from labs.engine.sequence import SamplingParams
+from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
 from serve.native import MODEL_DIR
 from serve.settings import ROOT
 
@@ -41,26 +42,26 @@ WARMUP_TOKENS = 4  # one short generation before timing: first calls pay one-off
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m labs.engine.experiment",
+    parser = KitArgumentParser(prog="python -m labs.engine.experiment",
                                      description="Static vs continuous batching on the teaching engine.")
-    parser.add_argument("--requests", type=int, default=48)
-    parser.add_argument("--rate", type=float, default=25.0, help="arrivals per second (Poisson)")
+    parser.add_argument("--requests", type=positive_int, default=48)
+    parser.add_argument("--rate", type=positive_float, default=25.0, help="arrivals per second (Poisson)")
     parser.add_argument("--lengths", choices=workload.LENGTH_MIXES, default="mixed",
                         help="mixed: 80%% ~24 / 20%% ~150 output tokens; uniform: all ~24")
-    parser.add_argument("--short-tokens", type=int, default=24, help="output tokens a short request wants (~)")
-    parser.add_argument("--long-tokens", type=int, default=150, help="output tokens a long request wants (~)")
+    parser.add_argument("--short-tokens", type=positive_int, default=24, help="output tokens a short request wants (~)")
+    parser.add_argument("--long-tokens", type=positive_int, default=150, help="output tokens a long request wants (~)")
     parser.add_argument("--batches", default="2,4,8,16,32", help="max batch sizes, comma-separated")
     parser.add_argument("--policies", default="static,continuous", help="comma-separated: static, continuous")
-    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
-    parser.add_argument("--num-blocks", type=int, default=None,
+    parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE)
+    parser.add_argument("--num-blocks", type=positive_int, default=None,
                         help=f"KV pool size in blocks (default: {DEFAULT_NUM_BLOCKS} blocks of 16 tokens' worth)")
-    parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
+    parser.add_argument("--max-model-len", type=positive_int, default=DEFAULT_MAX_MODEL_LEN)
     parser.add_argument("--shared-prefix", action="store_true", help="every prompt starts with one long system prompt")
     parser.add_argument("--prefix-caching", action="store_true", help="reuse cached KV blocks of shared prefixes")
     parser.add_argument("--dtype", choices=DTYPES, default="float32")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+    parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads(),
                         help="torch threads (1 is faster when other work shares the cores)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
     return parser.parse_args(argv)
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                       + (", prefix caching" if args.prefix_caching else ""))
         results = run(args, console)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
         return 2
     print_report(console, results, args.block_size, args.max_model_len)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend
+from serve.cli import KitArgumentParser
 
 POLICY_STYLES = {"static": "o--", "continuous": "s-"}
 FIGURE_SIZE_IN = (15, 4.5)
@@ -60,7 +61,7 @@ def plot(study: dict, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labs.engine.plot", description=__doc__.split("\n")[0])
+    parser = KitArgumentParser(prog="python -m labs.engine.plot", description=__doc__.split("\n")[0])
     parser.add_argument("study", type=Path, help="the JSON that labs.engine.experiment wrote")
     parser.add_argument("--out", type=Path, default=None, help="PNG path (default: next to the JSON)")
     args = parser.parse_args(argv)

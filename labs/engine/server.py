@@ -34,6 +34,7 @@ from labs.engine.engine import Engine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES
 from labs.engine.sequence import SamplingParams
+from serve.cli import KitArgumentParser, positive_int, tcp_port
 from serve.native import MODEL_DIR
 
 SERVED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -218,17 +219,17 @@ def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:  # noqa:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m labs.engine.server", description=__doc__.split("\n")[0])
+    parser = KitArgumentParser(prog="python -m labs.engine.server", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--port", type=tcp_port, default=DEFAULT_PORT)
     parser.add_argument("--policy", choices=POLICIES, default="continuous")
-    parser.add_argument("--max-batch", type=int, default=16)
-    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
-    parser.add_argument("--num-blocks", type=int, default=DEFAULT_NUM_BLOCKS)
+    parser.add_argument("--max-batch", type=positive_int, default=16)
+    parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE)
+    parser.add_argument("--num-blocks", type=positive_int, default=DEFAULT_NUM_BLOCKS)
     parser.add_argument("--prefix-caching", action="store_true")
     parser.add_argument("--dtype", choices=DTYPES, default="float32")
     parser.add_argument("--served-model-name", default=SERVED_MODEL_NAME)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads())
     args = parser.parse_args(argv)
     try:
         config = EngineConfig(policy=args.policy, max_batch_size=args.max_batch, block_size=args.block_size,

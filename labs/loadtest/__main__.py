@@ -22,7 +22,8 @@ from labs.loadtest.plots import write_plots
 from labs.loadtest.runner import SCRAPE_INTERVAL_S, Target, run_load
 from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPTS,
                                     DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
-from serve.settings import load_env
+from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
+from serve.settings import api_key_for, load_env, refused_key_hint
 
 DEFAULT_API_URL = "http://127.0.0.1:8009/v1"
 DEFAULT_OUT = Path("results/loadtest")
@@ -35,7 +36,7 @@ class UsageError(ValueError):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m labs.loadtest", description=__doc__,
+    parser = KitArgumentParser(prog="python -m labs.loadtest", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     target = parser.add_argument_group("what to load")
     target.add_argument("--base-url", help="OpenAI /v1 URL (default: OPENAI_BASE_URL from the environment/.env)")
@@ -44,24 +45,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="an engine to compare side by side (repeat it); the model defaults to the "
                              "first one the engine lists")
     load = parser.add_argument_group("workload")
-    load.add_argument("--requests", type=int, default=DEFAULT_NUM_REQUESTS, help="requests per load point")
-    load.add_argument("--rate", type=float,
+    load.add_argument("--requests", type=positive_int, default=DEFAULT_NUM_REQUESTS, help="requests per load point")
+    load.add_argument("--rate", type=positive_float,
                       help=f"arrivals per second, open loop (default {DEFAULT_RATE_RPS:g} unless --concurrency)")
     load.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="gaps between arrivals")
-    load.add_argument("--burstiness", type=float, help="gamma shape for --arrival bursty (default 0.25)")
-    load.add_argument("--concurrency", type=int, help="closed loop with N users (alone), or a cap with --rate")
+    load.add_argument("--burstiness", type=positive_float, help="gamma shape for --arrival bursty (default 0.25)")
+    load.add_argument("--concurrency", type=positive_int, help="closed loop with N users (alone), or a cap with --rate")
     load.add_argument("--lengths", default=DEFAULT_LENGTHS, help="fixed:N, uniform:A-B or mix:N@w,M@w")
     load.add_argument("--prompts", type=Path, help="a text file, one prompt per line (default: the lab's set)")
-    load.add_argument("--seed", type=int, default=0)
-    load.add_argument("--temperature", type=float, default=0.0)
+    load.add_argument("--seed", type=non_negative_int, default=0)
+    load.add_argument("--temperature", type=non_negative_float, default=0.0)
     load.add_argument("--no-ignore-eos", action="store_true", help="let answers stop at EOS")
     sweep = parser.add_mutually_exclusive_group()
     sweep.add_argument("--sweep-rate", help="comma-separated rates: one load point each, e.g. 5,10,25")
     sweep.add_argument("--sweep-concurrency", help="comma-separated user counts (closed loop), e.g. 1,4,16")
-    parser.add_argument("--warmup", type=int, default=1,
+    parser.add_argument("--warmup", type=non_negative_int, default=1,
                         help="untimed requests per endpoint before its first load point (default 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
-    parser.add_argument("--scrape-interval-s", type=float, default=SCRAPE_INTERVAL_S,
+    parser.add_argument("--scrape-interval-s", type=non_negative_float, default=SCRAPE_INTERVAL_S,
                         help="seconds between /metrics reads; 0 turns scraping off")
     return parser.parse_args(argv)
 
@@ -88,7 +89,7 @@ def build_specs(args: argparse.Namespace) -> list[WorkloadSpec]:
     return [WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)]
 
 
-def served_models(api_url: str, api_key: str | None) -> list[str]:
+def served_models(api_url: str, api_key: str | None, key_source: str = "") -> list[str]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         response = httpx.get(f"{api_url}/models", headers=headers, timeout=MODELS_TIMEOUT_S)
@@ -96,7 +97,7 @@ def served_models(api_url: str, api_key: str | None) -> list[str]:
         raise UsageError(f"cannot reach an engine at {api_url} ({exc.__class__.__name__}). Is it up? "
                          "Start vLLM with `bash up.sh`, or point --base-url/OPENAI_BASE_URL at a running engine")
     if response.status_code in (401, 403):
-        raise UsageError(f"{api_url} refused the API key: set VLLM_API_KEY (or OPENAI_API_KEY) to its key")
+        raise UsageError(refused_key_hint(api_url, key_source))
     if response.status_code != 200:
         return []
     return [model["id"] for model in response.json().get("data", [])]
@@ -104,7 +105,6 @@ def served_models(api_url: str, api_key: str | None) -> list[str]:
 
 def build_targets(args: argparse.Namespace) -> list[Target]:
     env = load_env()
-    api_key = env.get("OPENAI_API_KEY") or env.get("VLLM_API_KEY") or None
     wanted: list[tuple[str, str, str | None]] = []
     for item in args.endpoint:
         name, sep, rest = item.partition("=")
@@ -118,7 +118,8 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
         wanted.append(("engine", url, args.model or env.get("MODEL") or env.get("MODEL_NAME")))
     targets = []
     for name, url, model in wanted:
-        served = served_models(url, api_key)
+        api_key, key_source = api_key_for(url, env)
+        served = served_models(url, api_key, key_source)
         if model is None:
             if not served:
                 raise UsageError(f"{url} lists no model: add @MODEL to --endpoint {name}=...")
@@ -133,8 +134,6 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        if args.warmup < 0 or args.scrape_interval_s < 0:
-            raise UsageError("--warmup and --scrape-interval-s must be 0 or more (0 turns them off)")
         specs = build_specs(args)
         targets = build_targets(args)
     except ValueError as exc:

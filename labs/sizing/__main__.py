@@ -11,6 +11,7 @@ from rich.table import Table
 
 from labs.common.metrics import NoMetrics
 from labs.sizing.verify import compare, served
+from serve.cli import KitArgumentParser, fraction, non_negative_float, positive_float, positive_int
 from serve.local_server import LOG_DIR
 from serve.machine import detect
 from serve.model import bundled_model_facts
@@ -117,16 +118,16 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m labs.sizing", description=__doc__)
+    top = KitArgumentParser(prog="python -m labs.sizing", description=__doc__)
     sub = top.add_subparsers(dest="command", required=True)
     model_help = "a model directory or config.json (default: the kit's SmolLM2-135M-Instruct)"
 
     forward = sub.add_parser("kv", help="bytes per token, blocks, tokens and concurrency of a KV budget")
     forward.add_argument("--model", help=model_help)
     forward.add_argument("--dtype", choices=KV_DTYPE_BYTES, default="float32")
-    forward.add_argument("--kv-gib", type=float, default=1.0, help="the KV budget (VLLM_CPU_KVCACHE_SPACE)")
-    forward.add_argument("--max-model-len", type=int, default=1024)
-    forward.add_argument("--block-size", type=int, default=V1_CPU_BLOCK_SIZE, help="V1 on CPU: 128")
+    forward.add_argument("--kv-gib", type=positive_float, default=1.0, help="the KV budget (VLLM_CPU_KVCACHE_SPACE)")
+    forward.add_argument("--max-model-len", type=positive_int, default=1024)
+    forward.add_argument("--block-size", type=positive_int, default=V1_CPU_BLOCK_SIZE, help="V1 on CPU: 128")
     forward.add_argument("--v0", action="store_true", help="vLLM V0's 16-token blocks")
     forward.set_defaults(run=kv)
 
@@ -134,17 +135,17 @@ def parser() -> argparse.ArgumentParser:
     backwards.add_argument("--model", help=model_help)
     backwards.add_argument("--weights", choices=WEIGHT_BYTES_PER_PARAM, default="bf16")
     backwards.add_argument("--memory", default="5g", help="a container cap, as MEMORY_LIMIT (5g, 8192m)")
-    backwards.add_argument("--gpu-gib", type=float, help="size a GPU instead: its memory in GiB")
-    backwards.add_argument("--utilization", type=float, default=0.9, help="--gpu-memory-utilization")
-    backwards.add_argument("--overhead-gib", type=float, help="runtime memory beyond weights and KV")
-    backwards.add_argument("--block-size", type=int, default=V1_CPU_BLOCK_SIZE)
+    backwards.add_argument("--gpu-gib", type=positive_float, help="size a GPU instead: its memory in GiB")
+    backwards.add_argument("--utilization", type=fraction, default=0.9, help="--gpu-memory-utilization")
+    backwards.add_argument("--overhead-gib", type=non_negative_float, help="runtime memory beyond weights and KV")
+    backwards.add_argument("--block-size", type=positive_int, default=V1_CPU_BLOCK_SIZE)
     backwards.set_defaults(run=fit)
 
     check = sub.add_parser("verify", help="compare the prediction with a running vLLM's /metrics and log")
     check.add_argument("--url", help="the engine without /v1 (default: from .env)")
     check.add_argument("--model", help=model_help)
     check.add_argument("--dtype", choices=KV_DTYPE_BYTES, help="default: DTYPE from .env, resolved")
-    check.add_argument("--kv-gib", type=float, help="default: VLLM_CPU_KVCACHE_SPACE from .env")
+    check.add_argument("--kv-gib", type=positive_float, help="default: VLLM_CPU_KVCACHE_SPACE from .env")
     check.add_argument("--log", help="the server's log (default: .kit/logs/vllm-VLLM_PORT.log)")
     check.set_defaults(run=verify)
     return top
