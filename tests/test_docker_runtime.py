@@ -21,6 +21,7 @@ import yaml
 
 from serve.compose import project_name
 from serve.docker import COMPOSE_FILE
+from serve.local_server import RUN_DIR
 from tests.conftest import ROOT, free_port, kit_env
 from tests.docs import doc_commands, is_docker_command, retarget, run_doc
 from tests.fake_docker import install
@@ -116,3 +117,21 @@ def test_volumes_on_the_native_runtime_is_one_clear_error(docker: FakeDocker) ->
     errors = [line for line in down.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "--volumes is for RUNTIME=docker|docker-gpu" in errors[0], down.stdout + down.stderr
     assert docker.calls() == []  # the native runtime never asks docker anything
+
+
+def test_auto_follows_what_up_recorded_not_a_fresh_guess(docker: FakeDocker) -> None:
+    """A native `up` recorded on this port: with an engine answering now, RUNTIME=auto must still look at the
+    native server (decided again, it would ask Docker and report "Nothing to stop" while vLLM keeps the port)."""
+    port = docker.env["VLLM_PORT"]
+    record = RUN_DIR / f"vllm-{port}.runtime"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text("native\n")
+    try:
+        status = docker.run("serve", "status", RUNTIME="auto")
+        assert status.returncode == 3 and "down: no vLLM" in status.stdout, status.stdout + status.stderr
+        assert docker.calls() == []  # the recorded runtime is asked, not Docker
+        down = docker.run("down.sh", RUNTIME="auto")
+        assert down.returncode == 0 and "Nothing to stop" in down.stdout, down.stdout + down.stderr
+        assert docker.calls() == [] and not record.exists()  # nothing of it runs: the record goes
+    finally:
+        record.unlink(missing_ok=True)
