@@ -23,7 +23,12 @@ venv_python=.kit/vllm/bin/python
 model=.kit/models/SmolLM2-135M-Instruct
 hub_repo="models--HuggingFaceTB--SmolLM2-135M-Instruct"
 packages=python3,python3-dev,python-is-python3,wget,ca-certificates,patch,g++,libssl3,libgomp1,libnuma1
-mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# debootstrap's mirror: DEBIAN_MIRROR, else the first Debian archive this machine's apt already uses
+apt_mirror() {
+  { grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}'
+    grep -h '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}'; } | grep -v -- '-security' | head -1
+}
+mirror="${DEBIAN_MIRROR:-$(apt_mirror)}"
 
 say() { printf 'standin: %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 2; }
@@ -38,6 +43,7 @@ image="$repository:$version-standin"
 
 if [ ! -f "$rootfs/.standin-packages" ] || [ "$(cat "$rootfs/.standin-packages")" != "$packages" ]; then
   command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing; install it (apt-get install debootstrap)"
+  [ -n "$mirror" ] || die "no Debian mirror: this machine's apt names none; set DEBIAN_MIRROR to one"
   [ "$(id -u)" -eq 0 ] || die "debootstrap needs root; run the tests as root (CI does)"
   say "debootstrap bookworm (minbase + $packages) into $rootfs, ~1-2 min once ..."
   # debootstrap mounts /proc and /sys inside; a run cut short leaves them mounted: never delete through them
