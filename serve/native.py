@@ -45,7 +45,6 @@ PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
 PATCHED_STAMP = VENV / ".kit-patched"
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's API server imports (stdlib only)
-AUTH_MIDDLEWARE = "kit_auth.RequireKeyEverywhere"
 INSTALL_LOG = LOG_DIR / "install-vllm.log"
 TORCH_REPORT = LOG_DIR / "install-torch.json"  # pip's --report of the torch step: where torch came from
 
@@ -201,8 +200,7 @@ class NativeRuntime(LocalRuntime):
                 *vllm_args(self.settings, resolved, str(native_model_dir(self.settings)), installed_vllm_version())]
         env = {**engine_base_env(bytecode_env()), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
                "PYTHONUNBUFFERED": "1"}
-        if self.settings.api_key:  # vLLM guards /v1 only: the kit's middleware guards every completion route
-            argv += ["--middleware", AUTH_MIDDLEWARE]
+        if self.settings.api_key:  # vllm_args named the kit's auth middleware: make it importable
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ENGINE_PLUGINS), env.get("PYTHONPATH"))))
         return argv, env
 

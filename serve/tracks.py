@@ -18,8 +18,8 @@ from serve.model import served_model_facts
 from serve.preflight import block_size_for
 from serve.settings import KNOBS, Settings, SettingsError
 from serve.sizing import V1_GPU_BLOCK_SIZE, SizingError, parse_memory_size
-from serve.vllm_command import (SWAP_SPACE_REMOVED_IN, Resolved, parse_version, resolve, resolve_block_size, vllm_args,
-                                vllm_env)
+from serve.vllm_command import (SWAP_SPACE_REMOVED_IN, Resolved, auth_args, parse_version, resolve, resolve_block_size,
+                                vllm_args, vllm_env)
 
 CONTAINER_HOST = "0.0.0.0"  # inside the container; the published port stays on VLLM_HOST
 CONTAINER_PORT = 8000
@@ -77,7 +77,7 @@ def resolve_for_container(settings: Settings, machine: Machine, track: Track) ->
 
 def optional_args(settings: Settings, track: Track) -> list[str]:
     """Flags present only when a knob is set; compose gets them as RESOLVED_OPTIONAL_ARGS."""
-    args = ["--enforce-eager"] if settings.enforce_eager else []
+    args = auth_args(settings) + (["--enforce-eager"] if settings.enforce_eager else [])
     if track is GPU and settings.quantization:
         args += ["--quantization", settings.quantization]
     return args
@@ -92,7 +92,7 @@ def container_command(settings: Settings, resolved: Resolved, track: Track) -> l
     if track is CPU:
         return vllm_args(settings, resolved, settings.model_name, image_vllm_version(settings.cpu_image_tag),
                          port=CONTAINER_PORT, host=CONTAINER_HOST)
-    plain = dataclasses.replace(settings, enforce_eager=False, extra_args=())
+    plain = dataclasses.replace(settings, enforce_eager=False, extra_args=(), api_key="")  # optional_args has them
     return [*vllm_args(plain, resolved, settings.model_name, SWAP_SPACE_REMOVED_IN, port=CONTAINER_PORT,
                        host=CONTAINER_HOST),
             "--gpu-memory-utilization", f"{settings.gpu_memory_utilization:g}",

@@ -133,9 +133,18 @@ def vllm_args(settings: Settings, resolved: Resolved, model: str, vllm_version: 
         args += ["--block-size", str(resolved.block_size)]
     if vllm_version < SWAP_SPACE_REMOVED_IN:
         args += ["--swap-space", str(settings.swap_space_gib)]
-    if settings.enforce_eager:
-        args.append("--enforce-eager")
-    return args + list(settings.extra_args)
+    return args + auth_args(settings) + (["--enforce-eager"] if settings.enforce_eager else []) + list(settings.extra_args)
+
+
+# vLLM checks VLLM_API_KEY only under /v1 (0.9.1) or /v1, /v2, /inference, /cohere (0.32): /invocations and
+# /tokenize answer without it. With a key set, the kit's middleware (serve/engine_plugins/kit_auth.py, on the
+# engine's PYTHONPATH natively and in the image) requires it on every route but probes and /metrics.
+AUTH_MIDDLEWARE = "kit_auth.RequireKeyEverywhere"
+CONTAINER_PLUGINS = "/opt/vllm-lab-kit/plugins"  # where Dockerfile.cpu copies serve/engine_plugins/
+
+
+def auth_args(settings: Settings) -> list[str]:
+    return ["--middleware", AUTH_MIDDLEWARE] if settings.api_key else []
 
 
 # The kit's VLLM_PORT is the API's port; vLLM reads a variable of that name as the base of its own internal

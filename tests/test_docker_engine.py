@@ -9,6 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 from serve import process
@@ -168,3 +169,25 @@ def test_the_readme_ollama_commands_select_the_profile_here(docker_engine: Engin
     leftovers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
                                capture_output=True, text=True, timeout=60, check=True).stdout
     assert leftovers.split() == []
+
+
+def test_a_key_guards_every_model_route_in_the_container(docker_engine: Engine,  # noqa: F811
+                                                          standin_image: str) -> None:  # noqa: F811
+    """vLLM guards /v1 only; in the image the kit's middleware (copied in by Dockerfile.cpu) guards the rest."""
+    port, key = free_port(), "container-test-key"
+    env = kit_env(RUNTIME="docker", VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image, VLLM_API_KEY=key,
+                  ENFORCE_EAGER="true")
+    base = f"http://127.0.0.1:{port}"
+    body = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "prompt": "The capital of France is", "max_tokens": 4}
+    try:
+        up = run_script("up.sh", env, timeout_s=900)
+        assert up.returncode == 0, up.stdout + up.stderr
+        for path in ("/invocations", "/tokenize", "/v1/completions"):
+            assert httpx.post(f"{base}{path}", json=body, timeout=60).status_code == 401, path
+        keyed = httpx.post(f"{base}/invocations", json=body, timeout=120, headers={"Authorization": f"Bearer {key}"})
+        assert keyed.status_code == 200, keyed.text
+        assert httpx.get(f"{base}/health", timeout=10).status_code == 200
+    finally:
+        down = run_script("down.sh", env, timeout_s=300)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert project_containers() == []
