@@ -45,6 +45,14 @@ def _outward_address() -> str:
         return sock.getsockname()[0]
 
 
+def test_it_serves_ollamas_v1_but_not_its_api_routes_and_the_settings_say_so(llamacpp_server: Server) -> None:
+    """.env.example used to say Ollama clients need no change: those of Ollama's own /api do (they get 404)."""
+    assert httpx.get(f"{llamacpp_server.base_url}/api/tags", timeout=10).status_code == 404
+    assert httpx.get(f"{llamacpp_server.api_url}/models", timeout=10).status_code == 200
+    said = next(line for line in (ROOT / ".env.example").read_text().splitlines() if "llama.cpp server's /v1" in line)
+    assert "Ollama's own /api routes are not served" in said and "Ollama clients need no change" not in said
+
+
 def test_chat_completion_answers_with_usage(llamacpp_server: Server) -> None:
     response = chat(llamacpp_server)
     assert response.status_code == 200, response.text
