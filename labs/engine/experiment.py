@@ -106,8 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else REPORT_WIDTH_CHARS)
     try:
         args = parse_args(argv)
-        if args.threads < 1:
-            raise ValueError(f"--threads={args.threads} is invalid: use a whole number greater than 0")
         torch.set_num_threads(args.threads)
         console.print(f"[bold]{args.requests} requests at {args.rate:g}/s[/], lengths {args.lengths}, "
                       f"{args.dtype}, {torch.get_num_threads()} threads, blocks of {args.block_size}"
