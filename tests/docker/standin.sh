@@ -24,9 +24,10 @@ model=.kit/models/SmolLM2-135M-Instruct
 hub_repo="models--HuggingFaceTB--SmolLM2-135M-Instruct"
 packages=python3,python3-dev,python-is-python3,wget,ca-certificates,patch,g++,libssl3,libgomp1,libnuma1
 # debootstrap's mirror: DEBIAN_MIRROR, else the first Debian archive this machine's apt already uses
-apt_mirror() {
-  { grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}'
-    grep -h '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}'; } | grep -v -- '-security' | head -1
+apt_mirror() {  # (a missing sources file is no error: set -e and pipefail must not end the script here)
+  { grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null || true
+    grep -h '^deb ' /etc/apt/sources.list 2>/dev/null || true; } \
+    | awk '$1 == "URIs:" || $1 == "deb" {print $2}' | grep -v -- '-security' | head -1 || true
 }
 mirror="${DEBIAN_MIRROR:-$(apt_mirror)}"
 
