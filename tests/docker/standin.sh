@@ -48,7 +48,7 @@ if [ ! -f "$rootfs/.standin-packages" ] || [ "$(cat "$rootfs/.standin-packages")
   [ "$(id -u)" -eq 0 ] || die "debootstrap needs root; run the tests as root (CI does)"
   say "debootstrap bookworm (minbase + $packages) into $rootfs, ~1-2 min once ..."
   # debootstrap mounts /proc and /sys inside; a run cut short leaves them mounted: never delete through them
-  grep -o " $PWD/$rootfs/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l
+  { grep -o " $PWD/$rootfs/[^ ]*" /proc/mounts || true; } | sort -r | xargs -r -n1 umount -l
   rm -rf "$rootfs"
   mkdir -p "$cache"
   started=$SECONDS
