@@ -132,7 +132,7 @@ def test_a_dead_engine_mid_run_keeps_the_results(tmp_path: Path) -> None:
         for line in proc.stdout:
             lines.append(line)
             if "matched sequential  #1" in line:  # the seed run is done: the engine crashes mid-phase
-                os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+                os.killpg(int(pidfile.read_text().split()[0]), signal.SIGKILL)  # "pid start-time"
                 break
         lines.extend(proc.stdout)
         proc.wait(timeout=300)
