@@ -150,4 +150,6 @@ def test_dockerfile_builds_on_the_knob_tag_and_runs_the_apply_script() -> None:
     assert f"ARG VLLM_CPU_TAG={tag}" in dockerfile and f"ARG CPU_BASE_IMAGE={base}" in dockerfile
     assert "FROM ${CPU_BASE_IMAGE}:${VLLM_CPU_TAG}" in dockerfile
     assert "RUN bash /opt/vllm-lab-kit/patches/apply.sh" in dockerfile
-    assert (ROOT / ".dockerignore").read_text().splitlines()[-2:] == ["*", "!patches/"]
+    assert "COPY serve/engine_plugins/ /opt/vllm-lab-kit/plugins/" in dockerfile  # the key middleware
+    assert "ENV PYTHONPATH=/opt/vllm-lab-kit/plugins" in dockerfile
+    assert (ROOT / ".dockerignore").read_text().splitlines()[-3:] == ["*", "!patches/", "!serve/engine_plugins/"]
