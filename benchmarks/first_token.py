@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -30,8 +29,8 @@ from rich.table import Table
 from serve.cli import KitArgumentParser
 from serve.process import stop_group
 from serve.progress import console, err_console
-from serve.settings import KNOBS, ROOT
-from tests.clone import free_port, fresh_clone
+from serve.settings import ROOT
+from tests.clone import free_port, fresh_clone, stock_pip, user_env
 from tests.torch_index import serve_index, torch_wheel, write_index
 
 STEP_LINE = re.compile(r"✓ (?P<title>.+) \((?P<seconds>\d+) s\)$")
@@ -43,10 +42,8 @@ DEFAULT_OUT = ROOT / "results" / "first_token"
 
 def empty_caches_env(scratch: Path, port: int) -> dict[str, str]:
     """The environment of a machine that never ran the kit: every cache the install and start use is new."""
-    kit_names = {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY", "KIT_ENV_FILE"}
-    env = {key: value for key, value in os.environ.items() if key not in kit_names}
     caches = scratch / "caches"
-    return {**env, "RUNTIME": "native", "VLLM_PORT": str(port),
+    return {**user_env(port),
             "XDG_CACHE_HOME": str(caches / "xdg"),  # vLLM's compile cache, the kit's wheels, HF, uv
             "PIP_CACHE_DIR": str(caches / "pip"),
             "UV_CACHE_DIR": str(caches / "uv"),
@@ -120,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             index = scratch / "torch-index"
             write_index(index, [torch_wheel()])
             url, _ = stack.enter_context(serve_index(index))
-            env = {key: value for key, value in env.items() if not key.startswith("PIP_") or key == "PIP_CACHE_DIR"}
-            env.update(PIP_CONFIG_FILE=os.devnull, TORCH_INDEX_URL=url)
+            env = stock_pip(env, url)
         pip = "stock pip (PyPI and a torch index)" if args.stock_pip else "this machine's pip configuration"
         console.print(f"Fresh clone in {clone}, empty caches, {pip}: bash up.sh ...")
         try:

