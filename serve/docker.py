@@ -17,7 +17,7 @@ import time
 from serve import process
 from serve.compose import Compose, project_name
 from serve.health import is_healthy, wait_for_kv_line, wait_healthy
-from serve.local_server import LOG_DIR
+from serve.local_server import LOG_DIR, ensure_port_free
 from serve.machine import detect
 from serve.native import Started
 from serve.progress import StepFailed, console, run_logged
@@ -137,11 +137,7 @@ class DockerRuntime:
         return is_healthy(self.base_url)
 
     def check(self) -> None:
-        if not process.port_is_free(self.settings.host, self.port):
-            variable = "VLLM_PORT" if self.track is CPU else "GPU_PORT"
-            free = process.next_free_port(self.settings.host, self.port)
-            raise SettingsError(f"{variable}={self.port} is invalid: port {self.port} on {self.settings.host} is "
-                                f"already in use; stop what listens there or set {variable}={free} (free now)")
+        ensure_port_free(self.settings.host, self.port, "VLLM_PORT" if self.track is CPU else "GPU_PORT")
 
     def resolve(self) -> Resolved:
         return resolve_for_container(self.settings, detect(), self.track)

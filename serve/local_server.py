@@ -19,6 +19,19 @@ LOG_DIR = STATE_DIR / "logs"
 RUN_DIR = STATE_DIR / "run"
 
 
+def ensure_port_free(host: str, port: int, port_setting: str, hint: str = "") -> None:
+    """SettingsError (one line, with the fix) unless a server could bind host:port now."""
+    try:
+        free_now = process.port_is_free(host, port)
+    except OSError as exc:  # not an address of this machine, or a name that does not resolve
+        raise SettingsError(f"VLLM_HOST={host} is invalid: this machine cannot listen there ({exc.strerror or exc}); "
+                            "use 127.0.0.1, 0.0.0.0 or one of this machine's own addresses") from None
+    if not free_now:
+        free = process.next_free_port(host, port)
+        raise SettingsError(f"{port_setting}={port} is invalid: port {port} on {host} is already in use{hint}; "
+                            f"stop what listens there or set {port_setting}={free} (free now)")
+
+
 @dataclass(frozen=True, slots=True)
 class LocalServer:
     """One background server per port: `.kit/run/NAME-PORT.pid` and `.kit/logs/NAME-PORT.log`."""
@@ -52,17 +65,7 @@ class LocalServer:
         return is_healthy(self.base_url, path=self.health_path)
 
     def ensure_port_free(self, hint: str = "") -> None:
-        try:
-            free_now = process.port_is_free(self.host, self.port)
-        except OSError as exc:  # not an address of this machine, or a name that does not resolve
-            raise SettingsError(f"VLLM_HOST={self.host} is invalid: this machine cannot listen there "
-                                f"({exc.strerror or exc}); use 127.0.0.1, 0.0.0.0 or one of this machine's own "
-                                "addresses") from None
-        if not free_now:
-            free = process.next_free_port(self.host, self.port)
-            raise SettingsError(f"{self.port_setting}={self.port} is invalid: port {self.port} on {self.host} is "
-                                f"already in use{hint}; stop what listens there or set "
-                                f"{self.port_setting}={free} (free now)")
+        ensure_port_free(self.host, self.port, self.port_setting, hint)
 
     def launch(self, argv: Sequence[str], env: dict[str, str], timeout_s: float,
                patience: str = SLOW_NOT_HUNG) -> tuple[int, float]:
