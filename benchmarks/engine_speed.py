@@ -22,7 +22,7 @@ from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES
 from labs.engine.sequence import SamplingParams
 from serve.cli import KitArgumentParser, positive_int
-from serve.native import MODEL_DIR
+from serve.model import MODEL_DIR
 
 GOAL_RATIO = 0.70
 PROMPT = "Explain in a few sentences why a serving engine batches requests."

@@ -30,6 +30,7 @@ CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "
 
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit ships and serves by default
 ENGINES = ("vllm", "llamacpp")  # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py)
 QUANTIZATIONS = ("", "awq", "gptq", "fp8")
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
@@ -264,7 +265,7 @@ class Knob:
 KNOBS: tuple[Knob, ...] = (
     Knob("RUNTIME", "runtime", "auto", choice(*RUNTIMES),
          "auto = Docker when an engine with compose is usable, else the native venv"),
-    Knob("MODEL_NAME", "model_name", "HuggingFaceTB/SmolLM2-135M-Instruct", text,
+    Knob("MODEL_NAME", "model_name", BUNDLED_MODEL_NAME, text,
          "the name clients ask for (--served-model-name); Docker tracks load it from the hub"),
     Knob("MODEL_PATH", "model_path", "", model_folder,
          "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)"),
@@ -386,6 +387,10 @@ class Settings:
     def base_url(self) -> str:
         """Where clients on this machine reach the engine (0.0.0.0 binds are reached on loopback)."""
         return self.url_for(self.port)
+
+    def engine_port(self, engine: str) -> int:
+        """The port users reach an engine of ENGINES on (`up` and `down` lock it while they work)."""
+        return {"vllm": self.port, "llamacpp": self.llamacpp_port}[engine]
 
     def url_for(self, port: int) -> str:
         """http://host:port for an engine bound to VLLM_HOST (0.0.0.0 binds are reached on loopback)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import socket
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from serve.settings import KNOBS, ROOT, Settings, SettingsError, load_env
+from serve import runtimes
+from serve.settings import ENGINES, KNOBS, ROOT, Settings, SettingsError, load_env
 from tests.conftest import free_port, kit_env, run_script
 
 BAD_VALUES = [
@@ -156,3 +158,12 @@ def test_runtime_docker_without_an_engine_says_so(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "RUNTIME='docker'" not in result.stderr  # a valid value: the problem is the machine
     assert "needs a Docker engine" in result.stderr and "RUNTIME=native" in result.stderr
+
+
+def test_every_engine_the_settings_accept_has_a_runtime_and_a_port() -> None:
+    """ENGINES is validated in serve/settings.py and served through serve/runtimes.py: the two lists agree."""
+    settings = Settings.from_env({"ENGINES": ",".join(ENGINES), "VLLM_PORT": "8101", "LLAMACPP_PORT": "8102"})
+    assert list(runtimes.ENGINES) == list(ENGINES)
+    built = runtimes.for_engines(dataclasses.replace(settings, runtime="native"))
+    assert [(runtime.engine, runtime.port) for runtime in built] == [("vllm", 8101), ("llamacpp", 8102)]
+    assert [settings.engine_port(engine) for engine in ENGINES] == [8101, 8102]

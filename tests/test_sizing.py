@@ -19,7 +19,7 @@ from labs.sizing.verify import compare, served
 from serve.local_server import LOG_DIR
 from serve.machine import detect
 from serve.model import BUNDLED_MODEL_CONFIG, bundled_model_facts
-from serve.native import MODEL_DIR
+from serve.model import MODEL_DIR
 from serve.settings import Settings
 from serve.sizing import (V0_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, GiB, SizingError, fit_memory_cap, kv_pool,
                           kv_space_gib_for_tokens, load_model_facts, model_facts, params_from_config, parse_memory_size)

@@ -33,7 +33,7 @@ from labs.engine.replay import SkipIdleClock, replay
 from labs.engine.report import RunResult, print_report, summarize
 from labs.engine.sequence import SamplingParams
 from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
-from serve.native import MODEL_DIR
+from serve.model import MODEL_DIR
 from serve.settings import ROOT
 
 DEFAULT_OUT = ROOT / "results" / "engine" / "study.json"
