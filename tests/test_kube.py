@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from serve import kube
 from serve.settings import ROOT, Settings
 from serve.tracks import CPU, GPU, container_command
 from tests.conftest import kit_env
+from tests.docs import BASH_BLOCK, doc_examples, run_doc, shows
 
 DATA = Path(__file__).parent / "data"
 CHART_SCHEMA = json.loads((DATA / "production-stack" / "values.schema.json").read_text())
@@ -33,6 +35,7 @@ KEDA_CRD = yaml.safe_load((DATA / "keda" / "keda.sh_scaledobjects.yaml").read_te
 K8S_VERSIONS = (min(all_versions()), max(all_versions()))
 PROMETHEUS = "http://prometheus-server.monitoring.svc"
 SECRET_VALUE = "kube-test-key-0123"
+CHART_VERSION = "0.1.12"  # tests/data/production-stack/README.md
 TRIGGERS = ("properties", "servingEngineSpec", "properties", "modelSpec", "items", "properties", "keda",
             "properties", "triggers")
 
@@ -302,3 +305,56 @@ def test_kubectl_kustomize_builds_every_object(default: dict, tmp_path: Path) ->
         (obj["kind"], obj["metadata"]["name"]) for obj in objects(default))
     assert {obj["metadata"].get("namespace") for obj in built if obj["kind"] != "Namespace"} == {
         kube.DEFAULT_NAMESPACE}
+
+
+PAGE = "labs/scale.md"
+CLUSTER_BLOCK = "# on a"  # a ```bash block that opens with "# on a cluster ..." is shown, not run here
+
+
+def page_blocks() -> list[tuple[bool, list[str]]]:
+    """(on a cluster?, commands) for each ```bash block of the page, as tests/docs.py reads commands."""
+    blocks = []
+    for block in BASH_BLOCK.findall((ROOT / PAGE).read_text()):
+        lines = [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+        blocks.append((lines[0].startswith(CLUSTER_BLOCK), [line for line in lines if not line.startswith("#")]))
+    return blocks
+
+
+def test_scale_page_runs_its_render_commands_and_checks_the_cluster_ones_on_paper(tmp_path: Path) -> None:
+    """The render commands run verbatim (into tmp_path instead of k8s/); a cluster command is checked on paper:
+    the files it names exist and build, and only commands of cluster tools are left unrun."""
+    def here(command: str) -> str:
+        return command.replace("--out k8s", f"--out {tmp_path}/k8s").replace(" k8s/", f" {tmp_path}/k8s/")
+
+    blocks = page_blocks()
+    assert any(not cluster for cluster, _ in blocks) and any(cluster for cluster, _ in blocks)
+    examples = doc_examples(PAGE)
+    unrun = []
+    for cluster, commands in blocks:
+        for command in commands:
+            if command.startswith(".venv/bin/python -m serve.kube"):
+                result = run_doc(here(command), kit_env(), timeout_s=120)
+                assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+                missing = shows(result.stdout.replace(f"{tmp_path}/", ""), examples.get(command, []))
+                assert not missing, f"{command} no longer prints {missing}"
+            else:
+                assert cluster, f"{command!r} is neither run by this test nor in a block marked as on a cluster"
+                assert command.split()[0] in ("helm", "kubectl", "docker", "curl"), command
+                unrun.append(command)
+    for command in unrun:
+        for named in re.findall(r"(?<=\s)k8s/[\w/.-]+", command):
+            assert (tmp_path / named).exists(), f"{command} names {named}, which the render does not write"
+        if command.startswith("kubectl apply -k "):
+            built = subprocess.run(["kubectl", "kustomize", here(command).split()[-1]], capture_output=True,
+                                   text=True, timeout=120) if shutil.which("kubectl") else None
+            assert built is None or built.returncode == 0, built.stderr
+        if command.startswith("helm install vllm vllm/vllm-stack"):
+            assert f"--version {CHART_VERSION}" in command  # the chart the schema in tests/data comes from
+            jsonschema.validate(yaml.safe_load((tmp_path / "k8s" / "values.yaml").read_text()),
+                                chart_schema_as_the_template_reads_it())
+    assert any(command.startswith("kubectl apply -k") for command in unrun)
+    assert any(command.startswith("helm install vllm vllm/vllm-stack") for command in unrun)
+
+
+def test_readme_lists_the_scale_lab() -> None:
+    assert "[`labs/scale.md`](labs/scale.md)" in (ROOT / "README.md").read_text()
