@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from serve.kube import (APP, ENGINE, KEDA_COOLDOWN_S, KEDA_POLLING_INTERVAL_S, PROBE_PERIOD_S, ROUTER,
+from serve.kube_spec import (APP, ENGINE, KEDA_COOLDOWN_S, KEDA_POLLING_INTERVAL_S, PROBE_PERIOD_S, ROUTER,
                         SCRAPE_ANNOTATIONS, SHM_SIZE, EngineSpec, keda_trigger, model_slug, secret_env, write_yaml)
 from serve.settings import Settings
 from serve.tracks import CONTAINER_PORT, GPU

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from serve.kube import (API_KEY_SECRET, API_KEY_SECRET_KEY, KEDA_COOLDOWN_S, KEDA_POLLING_INTERVAL_S,
+from serve.kube_spec import (API_KEY_SECRET, API_KEY_SECRET_KEY, KEDA_COOLDOWN_S, KEDA_POLLING_INTERVAL_S,
                         PROBE_PERIOD_S, SCRAPE_ANNOTATIONS, SHM_SIZE, EngineSpec, keda_trigger, model_slug,
                         write_yaml)
 from serve.progress import warn

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import ValidationError, all_versions
 
-from serve import kube
+from serve import kube, kube_spec
 from serve.settings import ROOT, Settings
 from serve.tracks import CPU, GPU, container_command
 from tests.conftest import kit_env
@@ -111,17 +111,17 @@ def test_every_core_manifest_passes_strict_kubernetes_validation(default: dict) 
 
 
 def test_strict_validation_refuses_a_misspelt_field(default: dict) -> None:
-    engine = copy.deepcopy(one(default, "Deployment", kube.ENGINE))
+    engine = copy.deepcopy(one(default, "Deployment", kube_spec.ENGINE))
     engine["spec"]["template"]["spec"]["containers"][0]["resource"] = {}  # resources, misspelt
     with pytest.raises(ValidationError):
         kubernetes_validate.validate(engine, K8S_VERSIONS[1], strict=True)
 
 
 def test_scaled_object_matches_kedas_crd_and_scales_the_engine_on_the_queue(default: dict) -> None:
-    scaled = one(default, "ScaledObject", kube.ENGINE)
+    scaled = one(default, "ScaledObject", kube_spec.ENGINE)
     jsonschema.validate(scaled, scaled_object_schema())
     spec = scaled["spec"]
-    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": kube.ENGINE}
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": kube_spec.ENGINE}
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (1, 3)
     [trigger] = spec["triggers"]
     assert trigger["type"] == "prometheus"
@@ -188,27 +188,27 @@ def test_values_carry_the_settings(default: dict) -> None:
 
 def test_engine_runs_the_docker_cpu_tracks_command_with_prefix_caching(default: dict) -> None:
     settings = Settings.from_env({})
-    container = one(default, "Deployment", kube.ENGINE)["spec"]["template"]["spec"]["containers"][0]
-    compose_args = container_command(settings, kube.resolve_for_pod(settings, CPU), CPU)
+    container = one(default, "Deployment", kube_spec.ENGINE)["spec"]["template"]["spec"]["containers"][0]
+    compose_args = container_command(settings, kube_spec.resolve_for_pod(settings, CPU), CPU)
     assert container["args"] == [*compose_args, "--enable-prefix-caching"]
     assert container["image"] == "vllm-lab-kit/vllm-cpu:0.9.1-oe2403lts"
     assert container["securityContext"]["capabilities"] == {"add": ["SYS_NICE"]}
 
 
 def test_router_discovers_the_engine_pods_with_the_policy(default: dict) -> None:
-    router = one(default, "Deployment", kube.ROUTER)
+    router = one(default, "Deployment", kube_spec.ROUTER)
     pod = router["spec"]["template"]["spec"]
     [container] = pod["containers"]
     assert container["image"].startswith("vllm/vllm-router:v") and container["command"] == ["vllm-router"]
     args = container["args"]
     assert args[args.index("--policy") + 1] == "cache_aware"
     assert "--service-discovery" in args
-    engine_labels = one(default, "Deployment", kube.ENGINE)["spec"]["template"]["metadata"]["labels"]
+    engine_labels = one(default, "Deployment", kube_spec.ENGINE)["spec"]["template"]["metadata"]["labels"]
     selector = args[args.index("--selector") + 1:args.index("--service-discovery-namespace")]
     assert selector and all(engine_labels[key] == value for key, value in (pair.split("=") for pair in selector))
     assert args[args.index("--service-discovery-port") + 1] == "8000"
-    assert pod["serviceAccountName"] == kube.ROUTER
-    role = one(default, "Role", kube.ROUTER)
+    assert pod["serviceAccountName"] == kube_spec.ROUTER
+    role = one(default, "Role", kube_spec.ROUTER)
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
 
 
@@ -216,21 +216,21 @@ def test_settings_flow_into_both_outputs_and_the_key_stays_out(tmp_path: Path) -
     rendered = render(tmp_path, REPLICAS="3", ROUTER_POLICY="consistent_hash", KEDA_MIN_REPLICAS="2",
                       KEDA_MAX_REPLICAS="5", KEDA_QUEUE_THRESHOLD="2.5", VLLM_API_KEY=SECRET_VALUE,
                       MEMORY_LIMIT="6144m", CPU_LIMIT="1.5")
-    assert one(rendered, "Deployment", kube.ENGINE)["spec"]["replicas"] == 3
-    args = one(rendered, "Deployment", kube.ROUTER)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert one(rendered, "Deployment", kube_spec.ENGINE)["spec"]["replicas"] == 3
+    args = one(rendered, "Deployment", kube_spec.ROUTER)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--policy") + 1] == "consistent_hash"
     assert args[args.index("--api-key") + 1] == "$(VLLM_API_KEY)"
-    scaled = one(rendered, "ScaledObject", kube.ENGINE)["spec"]
+    scaled = one(rendered, "ScaledObject", kube_spec.ENGINE)["spec"]
     assert (scaled["minReplicaCount"], scaled["maxReplicaCount"]) == (2, 5)
     assert scaled["triggers"][0]["metadata"]["threshold"] == "2.5"
-    engine = one(rendered, "Deployment", kube.ENGINE)["spec"]["template"]["spec"]["containers"][0]
+    engine = one(rendered, "Deployment", kube_spec.ENGINE)["spec"]["template"]["spec"]["containers"][0]
     assert engine["resources"]["limits"] == {"cpu": "1500m", "memory": "6Gi"}
-    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": kube.API_KEY_SECRET,
+    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": kube_spec.API_KEY_SECRET,
                                                                    "key": "VLLM_API_KEY"}}} in engine["env"]
     values = rendered["values"]
     assert values["servingEngineSpec"]["modelSpec"][0]["replicaCount"] == 3
     assert values["routerSpec"]["routingLogic"] == "session" and values["routerSpec"]["sessionKey"] == "x-session-id"
-    assert values["servingEngineSpec"]["vllmApiKey"] == {"secretName": kube.API_KEY_SECRET,
+    assert values["servingEngineSpec"]["vllmApiKey"] == {"secretName": kube_spec.API_KEY_SECRET,
                                                          "secretKey": "VLLM_API_KEY"}
     for path in tmp_path.rglob("*.yaml"):
         assert SECRET_VALUE not in path.read_text(), f"{path} holds the API key's value"
@@ -238,13 +238,13 @@ def test_settings_flow_into_both_outputs_and_the_key_stays_out(tmp_path: Path) -
         for obj in objects(rendered):
             if obj["kind"] != "ScaledObject":
                 kubernetes_validate.validate(obj, version, strict=True)
-    jsonschema.validate(one(rendered, "ScaledObject", kube.ENGINE), scaled_object_schema())
+    jsonschema.validate(one(rendered, "ScaledObject", kube_spec.ENGINE), scaled_object_schema())
     jsonschema.validate(values, chart_schema_as_the_template_reads_it())
 
 
 def test_gpu_track_asks_for_a_gpu_and_the_pinned_image(tmp_path: Path) -> None:
     rendered = render(tmp_path, GPU, MAX_NUM_SEQS="64")
-    engine = one(rendered, "Deployment", kube.ENGINE)["spec"]["template"]["spec"]["containers"][0]
+    engine = one(rendered, "Deployment", kube_spec.ENGINE)["spec"]["template"]["spec"]["containers"][0]
     assert engine["image"] == "vllm/vllm-openai:v0.11.0"
     assert engine["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert "--gpu-memory-utilization" in engine["args"] and "--swap-space" not in engine["args"]
@@ -286,7 +286,8 @@ def test_a_bad_setting_is_refused_with_one_line_and_nothing_written(tmp_path: Pa
 
 
 def test_a_bad_option_is_refused_where_it_is_typed(tmp_path: Path) -> None:
-    for option, value in (("--namespace", "Kit_NS"), ("--image", "myregistry/vllm-cpu:latest")):
+    for option, value in (("--namespace", "Kit_NS"), ("--image", "myregistry/vllm-cpu:latest"),
+                          ("--prometheus-url", "prometheus:9090")):
         result = subprocess.run([sys.executable, "-m", "serve.kube", "--out", str(tmp_path), option, value],
                                 cwd=ROOT, env=kit_env(), capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and result.stderr.startswith("error: python -m serve.kube:"), result.stderr
