@@ -71,7 +71,8 @@ def model_spec(settings: Settings, spec: EngineSpec, prometheus_url: str) -> dic
         "replicaCount": settings.replicas,
         "resources": spec.resources,  # takes priority over requestCPU/requestMemory (integers only)
         "podAnnotations": dict(SCRAPE_ANNOTATIONS),
-        "env": spec.env_list if spec.env else [],
+        # the key is not here: the chart sets VLLM_API_KEY itself from vllmApiKey (a second entry would hide it)
+        "env": [{"name": name, "value": value} for name, value in spec.env.items()],
         "vllmConfig": vllm_config(settings, spec),
         "keda": {
             "enabled": True,

@@ -232,6 +232,7 @@ def test_settings_flow_into_both_outputs_and_the_key_stays_out(tmp_path: Path) -
     assert values["routerSpec"]["routingLogic"] == "session" and values["routerSpec"]["sessionKey"] == "x-session-id"
     assert values["servingEngineSpec"]["vllmApiKey"] == {"secretName": kube_spec.API_KEY_SECRET,
                                                          "secretKey": "VLLM_API_KEY"}
+    assert "VLLM_API_KEY" not in {entry["name"] for entry in values["servingEngineSpec"]["modelSpec"][0]["env"]}
     for path in tmp_path.rglob("*.yaml"):
         assert SECRET_VALUE not in path.read_text(), f"{path} holds the API key's value"
     for version in K8S_VERSIONS:
