@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from serve.kube_spec import (APP, ENGINE, KEDA_COOLDOWN_S, KEDA_POLLING_INTERVAL_S, PROBE_PERIOD_S, ROUTER,
-                        SCRAPE_ANNOTATIONS, SHM_SIZE, EngineSpec, keda_trigger, model_slug, secret_env, write_yaml)
+from serve.kube_spec import (APP, ENGINE, KEDA_POLLING_INTERVAL_S, PROBE_PERIOD_S, ROUTER, SCRAPE_ANNOTATIONS,
+                             SHM_SIZE, EngineSpec, keda_trigger, model_slug, secret_env, write_yaml)
 from serve.settings import Settings
 from serve.tracks import CONTAINER_PORT, GPU
 
@@ -161,7 +161,6 @@ def scaled_object(settings: Settings, namespace: str, prometheus_url: str) -> di
             "minReplicaCount": settings.keda_min_replicas,
             "maxReplicaCount": settings.keda_max_replicas,
             "pollingInterval": KEDA_POLLING_INTERVAL_S,
-            "cooldownPeriod": KEDA_COOLDOWN_S,
             "triggers": [keda_trigger(settings, prometheus_url)],
         },
     }

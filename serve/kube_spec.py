@@ -35,7 +35,6 @@ SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(
                       "prometheus.io/path": "/metrics"}
 QUEUE_METRIC = "vllm:num_requests_waiting"
 KEDA_POLLING_INTERVAL_S = 15  # how often KEDA asks Prometheus: half its default 30 s, it reacts sooner
-KEDA_COOLDOWN_S = 300  # KEDA's default: five quiet minutes before the last extra replica goes
 PROBE_PERIOD_S = 10
 SHM_SIZE = "2Gi"  # as compose's shm_size: PyTorch shares tensors between API server and engine there
 GPU_RESOURCE = "nvidia.com/gpu"

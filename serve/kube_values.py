@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from serve.kube_spec import (API_KEY_SECRET, API_KEY_SECRET_KEY, KEDA_COOLDOWN_S, KEDA_POLLING_INTERVAL_S,
-                        PROBE_PERIOD_S, SCRAPE_ANNOTATIONS, SHM_SIZE, EngineSpec, keda_trigger, model_slug,
-                        write_yaml)
+from serve.kube_spec import (API_KEY_SECRET, API_KEY_SECRET_KEY, KEDA_POLLING_INTERVAL_S, PROBE_PERIOD_S,
+                             SCRAPE_ANNOTATIONS, SHM_SIZE, EngineSpec, keda_trigger, model_slug, write_yaml)
 from serve.progress import warn
 from serve.settings import Settings
 from serve.tracks import CONTAINER_PORT, GPU
@@ -79,7 +78,6 @@ def model_spec(settings: Settings, spec: EngineSpec, prometheus_url: str) -> dic
             "minReplicaCount": settings.keda_min_replicas,
             "maxReplicaCount": settings.keda_max_replicas,
             "pollingInterval": KEDA_POLLING_INTERVAL_S,
-            "cooldownPeriod": KEDA_COOLDOWN_S,
             # A list, as the chart's template and its own tests write it (its values.schema.json says object).
             "triggers": [keda_trigger(settings, prometheus_url)],
         },
