@@ -15,7 +15,7 @@ from pathlib import Path
 from serve import kube_manifests, kube_values
 from serve.cli import KitArgumentParser
 from serve.kube_spec import engine_spec
-from serve.progress import console, fail
+from serve.progress import console, fail, warn
 from serve.settings import Settings, SettingsError, pinned_image
 from serve.tracks import CPU, GPU, Track
 
@@ -53,6 +53,10 @@ def render(settings: Settings, out: Path, track: Track, image: str | None, names
            prometheus_url: str) -> list[Path]:
     """Write OUT/values.yaml (the vllm-stack chart) and OUT/manifests/ (kubectl apply -k); return the paths."""
     spec = engine_spec(settings, track, image)
+    if not settings.keda_min_replicas <= settings.replicas <= settings.keda_max_replicas:
+        bound = min(max(settings.replicas, settings.keda_min_replicas), settings.keda_max_replicas)
+        warn(f"REPLICAS={settings.replicas} is outside KEDA_MIN_REPLICAS..KEDA_MAX_REPLICAS "
+             f"({settings.keda_min_replicas}..{settings.keda_max_replicas}): once KEDA runs, the engine has {bound}")
     written = [kube_values.write(settings, spec, out / "values.yaml", prometheus_url)]
     written += kube_manifests.write(settings, spec, out / "manifests", namespace, prometheus_url)
     return written

@@ -270,6 +270,15 @@ def test_a_policy_the_charts_router_lacks_falls_back_and_says_so(tmp_path: Path)
     assert args[args.index("--policy") + 1] == "power_of_two"  # vllm-router has it
 
 
+def test_replicas_outside_kedas_bounds_are_written_with_a_warning(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "serve.kube", "--out", str(tmp_path)], cwd=ROOT,
+                            env=kit_env(REPLICAS="5"), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "REPLICAS=5 is outside KEDA_MIN_REPLICAS..KEDA_MAX_REPLICAS (1..3)" in " ".join(result.stderr.split())
+    engine = yaml.safe_load((tmp_path / "manifests" / "engine-deployment.yaml").read_text())
+    assert engine["spec"]["replicas"] == 5
+
+
 @pytest.mark.parametrize(("name", "value", "says"), [
     ("KEDA_MAX_REPLICAS", "0", "KEDA_MAX_REPLICAS='0' is invalid"),
     ("ROUTER_POLICY", "least_loaded", "ROUTER_POLICY='least_loaded' is invalid"),
