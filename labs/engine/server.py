@@ -19,18 +19,19 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from transformers import AutoTokenizer
 
-from labs.engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_NUM_BLOCKS, DTYPES, POLICIES, EngineConfig
+from labs.engine.config import THREADS, EngineConfig, add_flags
 from labs.engine.detokenizer import Detokenizer
 from labs.engine.engine import Engine
 from labs.engine.engine_loop import EngineLoop
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES
 from labs.engine.openai_shapes import DONE_EVENT, Completion, RequestError, model_list, parse_chat
-from serve.cli import KitArgumentParser, positive_int, tcp_port
+from serve.cli import KitArgumentParser, tcp_port
 from serve.native import MODEL_DIR
 
 SERVED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DEFAULT_PORT = 8012
+ENGINE_FLAGS = ("policy", "max_batch_size", "block_size", "num_blocks", "enable_prefix_caching", "dtype")
 
 
 def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:  # noqa: ANN001
@@ -84,26 +85,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = KitArgumentParser(prog="python -m labs.engine.server", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=tcp_port, default=DEFAULT_PORT)
-    parser.add_argument("--policy", choices=POLICIES, default="continuous")
-    parser.add_argument("--max-batch", type=positive_int, default=16)
-    parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE)
-    parser.add_argument("--num-blocks", type=positive_int, default=DEFAULT_NUM_BLOCKS)
-    parser.add_argument("--prefix-caching", action="store_true")
-    parser.add_argument("--dtype", choices=DTYPES, default="float32")
+    add_flags(parser, ENGINE_FLAGS)
     parser.add_argument("--served-model-name", default=SERVED_MODEL_NAME)
-    parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads())
+    THREADS.add_to(parser, torch.get_num_threads())
     args = parser.parse_args(argv)
     try:
-        config = EngineConfig(policy=args.policy, max_batch_size=args.max_batch, block_size=args.block_size,
-                              num_blocks=args.num_blocks, enable_prefix_caching=args.prefix_caching, dtype=args.dtype)
+        config = EngineConfig.from_args(args)
     except ValueError as exc:
         parser.exit(2, f"error: {exc}\n")
-    if args.threads < 1:
-        parser.exit(2, f"error: --threads={args.threads} is invalid: use a whole number greater than 0\n")
     torch.set_num_threads(args.threads)
-    engine = Engine(config, SmolLM2(MODEL_DIR, TORCH_DTYPES[args.dtype]))
+    engine = Engine(config, SmolLM2(MODEL_DIR, TORCH_DTYPES[config.dtype]))
     app = build_app(EngineLoop(engine), AutoTokenizer.from_pretrained(MODEL_DIR), args.served_model_name)
-    print(f"teaching engine ({args.policy}, max batch {args.max_batch}) at http://{args.host}:{args.port}/v1",
+    print(f"teaching engine ({config.policy}, max batch {config.max_batch_size}) at http://{args.host}:{args.port}/v1",
           flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
