@@ -27,9 +27,9 @@ from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES
 from labs.engine.openai_shapes import DONE_EVENT, Completion, RequestError, model_list, parse_chat
 from serve.cli import KitArgumentParser, tcp_port
-from serve.native import MODEL_DIR
+from serve.model import BUNDLED_MODEL_NAME, MODEL_DIR
 
-SERVED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SERVED_MODEL_NAME = BUNDLED_MODEL_NAME
 DEFAULT_PORT = 8012
 ENGINE_FLAGS = ("policy", "max_batch_size", "block_size", "num_blocks", "enable_prefix_caching", "dtype")
 
