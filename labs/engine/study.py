@@ -34,9 +34,6 @@ class BatchingResult:
     num_steps: int
     wall_s: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> BatchingResult:
         return cls(**{item.name: raw[item.name] for item in fields(cls)})
@@ -50,7 +47,7 @@ class Study:
 
 
 def write_study(path: Path, envelope: Envelope, args: dict[str, Any], results: list[BatchingResult]) -> Path:
-    return write(path, envelope, {"args": args, "results": [result.to_dict() for result in results]})
+    return write(path, envelope, {"args": args, "results": [asdict(result) for result in results]})
 
 
 def load_study(path: Path) -> Study:

@@ -62,6 +62,36 @@ class Distribution:
 
 
 @dataclass(frozen=True, slots=True)
+class Peaks:
+    """What the engine's /metrics showed at its worst during one run."""
+
+    num_samples: int
+    max_running: float
+    max_waiting: float
+    max_kv_usage: float  # a fraction of the KV cache; NaN when the engine reports none
+    preemptions: float  # during the run: the counter's last sample minus its first
+
+    @classmethod
+    def of(cls, snapshots: Sequence[MetricsSnapshot]) -> Peaks | None:
+        """None without a series (no /metrics, or scraping off)."""
+        if not snapshots:
+            return None
+        kv = [snapshot.kv_usage for snapshot in snapshots if snapshot.kv_usage is not None]
+        return cls(len(snapshots), max(snapshot.running for snapshot in snapshots),
+                   max(snapshot.waiting for snapshot in snapshots), max(kv) if kv else float("nan"),
+                   snapshots[-1].preemptions_total - snapshots[0].preemptions_total)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"max_running": self.max_running, "max_waiting": self.max_waiting,
+                "max_kv_usage": self.max_kv_usage, "preemptions": self.preemptions}
+
+    def describe(self) -> str:
+        """The one wording of the peaks, for the console table and the HTML report alike."""
+        return (f"running≤{self.max_running:g} waiting≤{self.max_waiting:g} KV≤{self.max_kv_usage:.0%} "
+                f"preempted {self.preemptions:g}")
+
+
+@dataclass(frozen=True, slots=True)
 class Summary:
     num_requests: int
     num_ok: int
@@ -98,36 +128,6 @@ class Summary:
             for stat in ("mean", "median", "std", "p90", "p95", "p99"):
                 fields[f"{stat}_{theirs}_ms"] = getattr(distribution, stat)
         return fields
-
-
-@dataclass(frozen=True, slots=True)
-class Peaks:
-    """What the engine's /metrics showed at its worst during one run."""
-
-    num_samples: int
-    max_running: float
-    max_waiting: float
-    max_kv_usage: float  # a fraction of the KV cache; NaN when the engine reports none
-    preemptions: float  # during the run: the counter's last sample minus its first
-
-    @classmethod
-    def of(cls, snapshots: Sequence[MetricsSnapshot]) -> Peaks | None:
-        """None without a series (no /metrics, or scraping off)."""
-        if not snapshots:
-            return None
-        kv = [snapshot.kv_usage for snapshot in snapshots if snapshot.kv_usage is not None]
-        return cls(len(snapshots), max(snapshot.running for snapshot in snapshots),
-                   max(snapshot.waiting for snapshot in snapshots), max(kv) if kv else float("nan"),
-                   snapshots[-1].preemptions_total - snapshots[0].preemptions_total)
-
-    def to_dict(self) -> dict[str, float]:
-        return {"max_running": self.max_running, "max_waiting": self.max_waiting,
-                "max_kv_usage": self.max_kv_usage, "preemptions": self.preemptions}
-
-    def describe(self) -> str:
-        """The one wording of the peaks, for the console table and the HTML report alike."""
-        return (f"running≤{self.max_running:g} waiting≤{self.max_waiting:g} KV≤{self.max_kv_usage:.0%} "
-                f"preempted {self.preemptions:g}")
 
 
 def ms_between(start_s: float | None, end_s: float | None) -> float | None:
