@@ -53,7 +53,7 @@ class Distribution:
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Distribution:
-        if not len(values):
+        if not values:
             return cls(0, *([float("nan")] * 6))
         array = np.asarray(values, dtype=float)
         p50, p90, p95, p99 = np.percentile(array, PERCENTILES)
