@@ -15,10 +15,10 @@ results.json, and stops the server. `--stock-pip` switches this machine's pip co
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from labs.results import Envelope, command_line, write
 from serve.cli import KitArgumentParser
 from serve.process import stop_group
 from serve.progress import console, err_console
@@ -142,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     verdict = "meets" if total_s <= GOAL_S else "misses"
     console.print(f"{verdict} the goal of {GOAL_S:.0f} s ({total_s / GOAL_S:.2f}x of it)")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({
-        "stock_pip": args.stock_pip, "clone": str(clone) if args.keep else None, "phases_s": dict(steps), "up_s": up_s, "client_first_token_s": token_s,
-        "total_s": total_s, "goal_s": GOAL_S, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-        indent=2) + "\n")
+    command = command_line("python -m benchmarks.first_token", sys.argv[1:] if argv is None else argv)
+    write(args.out / "results.json", Envelope.now(command), {
+        "stock_pip": args.stock_pip, "clone": str(clone) if args.keep else None, "phases_s": dict(steps), "up_s": up_s,
+        "client_first_token_s": token_s, "total_s": total_s, "goal_s": GOAL_S,
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

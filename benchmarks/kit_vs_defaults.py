@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import signal
 import sys
 import time
@@ -35,6 +34,7 @@ from labs.common.stream import RequestRecord
 from labs.loadtest.aggregate import summarize
 from labs.loadtest.runner import Target, run_load
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
+from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.cli import KitArgumentParser, non_negative_int, positive_int
 from serve.machine import detect
 from serve.progress import StepFailed, console, fail
@@ -158,6 +158,7 @@ class ArmRun:
             points.append({"concurrency": concurrency, "summary": summary.to_dict(), "ceiling": limit.to_dict(),
                            "rounds_output_tokens_per_s": [round_.output_tokens_per_s for round_ in per_round]})
         return {"name": self.arm.name, "engine": self.arm.engine, "why": self.arm.why,
+                "model": self.served.model, "api_url": self.served.api_url,
                 "overrides": dict(self.arm.overrides), "resolved": self.served.resolved,
                 "weight_bytes": self.served.weight_bytes,
                 "starts": [{"seconds_to_healthy": start.seconds_to_healthy, "compile_cache": start.compile_cache}
@@ -235,8 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc), code=1)
     except KeyboardInterrupt:
         fail("interrupted; every engine this run started was stopped", code=130)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    engines = [MeasuredEngine(arm["model"], arm["api_url"].removesuffix("/v1"), arm["engine"])
+               for arm in report["arms"]]
+    command = command_line("python -m benchmarks.kit_vs_defaults", sys.argv[1:] if argv is None else argv)
+    write(args.out / "results.json", Envelope.now(command, engines), report)
     write_plot(report, args.out / "results.png")
     print_report(report)
     console.print(f"Wrote {args.out / 'results.json'} and {args.out / 'results.png'}")

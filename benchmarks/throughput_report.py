@@ -1,11 +1,13 @@
 """Reporting for benchmarks/kit_vs_defaults.py: ratios between arms, the console tables, the plot.
 
 Pure functions of the report dict that the benchmark also writes as JSON, so a saved results.json can be
-re-plotted or re-read without running anything.
+re-plotted or re-read without running anything: `.venv/bin/python -m benchmarks.throughput_report results.json`
+(it reads the file through labs/results.py's `load`).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ matplotlib.use("Agg")  # files only: no display on a server
 import matplotlib.pyplot as plt  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from serve.progress import console  # noqa: E402
+from labs.results import ResultsError, load  # noqa: E402
+from serve.cli import KitArgumentParser  # noqa: E402
+from serve.progress import console, fail  # noqa: E402
 
 GB = 1e9
 PLOT_SIZE_IN = (11.0, 4.2)
@@ -89,3 +93,22 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=PLOT_DPI)
     plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = KitArgumentParser(prog="python -m benchmarks.throughput_report",
+                               description="Print and plot a saved benchmarks.kit_vs_defaults results.json again.")
+    parser.add_argument("results", type=Path, help="the results.json benchmarks.kit_vs_defaults wrote")
+    args = parser.parse_args(argv)
+    try:
+        _, report = load(args.results)
+    except ResultsError as exc:
+        fail(str(exc), code=2)
+    print_report(report)
+    write_plot(report, args.results.with_suffix(".png"))
+    console.print(f"Wrote {args.results.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,6 +18,7 @@ from labs.compare.aggregate import CONCURRENT, scaling
 from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_line, table
 from labs.compare.run import CompareError, check, engine_died, http_client, run_phase, warm_up
 from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, Target, phases, targets
+from labs.results import command_line
 from serve.cli import KitArgumentParser
 from serve.llamacpp import LLAMACPP_VERSION
 from serve.progress import console, err_console, fail
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"Comparing {', '.join(target.engine for target in chosen)}: {len(plan[0].prompts)} seed prompts "
                   f"sequentially, then {args.n} matched requests sequentially and concurrently, "
                   f"max_tokens {args.max_tokens}. Results: {folder}")
-    writer = ResultsWriter(folder, config)
+    command = command_line("python -m labs.compare", sys.argv[1:] if argv is None else argv)
+    writer = ResultsWriter(folder, config, command)
     code = 0
     try:
         code = 0 if asyncio.run(compare(chosen, plan, args.max_tokens, writer)) else 1

@@ -7,9 +7,7 @@ dies half-way (an engine gone, Ctrl-C) keeps everything gathered until then.
 from __future__ import annotations
 
 import io
-import json
-import platform
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from rich.table import Table  # noqa: E402
 from labs.common.stream import RequestRecord  # noqa: E402
 from labs.compare.aggregate import CONCURRENT, PhaseSummary, scaling, summarize  # noqa: E402
 from labs.compare.run import EngineFacts, PhaseRun  # noqa: E402
-from serve.machine import detect  # noqa: E402
+from labs.results import Envelope, MeasuredEngine, write  # noqa: E402
 
 TEXT_FILE = "comparison-results.txt"
 JSON_FILE = "comparison-results.json"
@@ -65,29 +63,13 @@ def table(summaries: list[PhaseSummary]) -> Table:
     return result
 
 
-def machine_facts() -> dict[str, Any]:
-    machine = detect()
-    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo_lines() if line.startswith("model name")),
-                 platform.processor())
-    return {"cpu_model": model, "usable_cores": machine.usable_cores,
-            "memory_available_bytes": machine.memory_available_bytes, "platform": platform.platform(),
-            "python": platform.python_version()}
-
-
-def _cpuinfo_lines() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return []
-
-
 class ResultsWriter:
     """Owns the results folder: JSON after each phase, text and plot at the end (or when stopped early)."""
 
-    def __init__(self, folder: Path, config: dict[str, Any]) -> None:
+    def __init__(self, folder: Path, config: dict[str, Any], command: str) -> None:
         self.folder = folder
         self.config = config
-        self.machine = machine_facts()
+        self.envelope = Envelope.now(command)  # the engines join it as they are checked
         self.engines: list[EngineFacts] = []
         self.warmups: dict[str, dict[str, Any]] = {}
         self.runs: list[PhaseRun] = []
@@ -103,9 +85,11 @@ class ResultsWriter:
 
     def write_json(self) -> Path:
         summaries = self.summaries
+        engines = tuple(MeasuredEngine(facts.model, facts.api_url.removesuffix("/v1"), facts.engine,
+                                       facts.version.get("version")) for facts in self.engines)
         document = {
             "config": self.config,
-            "machine": self.machine,
+            "machine": asdict(self.envelope.machine),  # also in the envelope; kept for readers of this key
             "engines": [asdict(facts) for facts in self.engines],
             "warmups": self.warmups,
             "phases": [{"engine": run.engine, "mode": run.mode, "concurrent": run.concurrent,
@@ -116,16 +100,13 @@ class ResultsWriter:
             "scaling": scaling(summaries),
             "notes": self.notes,
         }
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / JSON_FILE
-        path.write_text(json.dumps(document, indent=2) + "\n")
-        return path
+        return write(self.folder / JSON_FILE, replace(self.envelope, engines=engines), document)
 
     def write_text(self) -> Path:
         buffer = io.StringIO()
         console = Console(file=buffer, width=TEXT_WIDTH, no_color=True, highlight=False)
         console.print(f"Engine comparison  {self.config.get('started_at', '')}")
-        console.print(f"machine: {self.machine['cpu_model']}, {self.machine['usable_cores']} cores usable")
+        console.print(f"machine: {self.envelope.machine.cpu_model}, {self.envelope.machine.usable_cores} cores usable")
         console.print(f"settings: N={self.config.get('n')}, max_tokens={self.config.get('max_tokens')}, "
                       f"temperature={self.config.get('temperature')}")
         for facts in self.engines:

@@ -14,7 +14,6 @@ Prints the latency table, the continuous/static ratios and the KV table; writes 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -30,8 +29,10 @@ from labs.engine.engine import Engine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES
 from labs.engine.replay import SkipIdleClock, replay
-from labs.engine.report import RunResult, print_report, summarize
+from labs.engine.report import print_report, summarize
 from labs.engine.sequence import SamplingParams
+from labs.engine.study import BatchingResult, write_study
+from labs.results import Envelope, MeasuredEngine, command_line
 from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
 from serve.model import MODEL_DIR
 from serve.settings import ROOT
@@ -73,7 +74,7 @@ def configs(args: argparse.Namespace) -> list[EngineConfig]:
             for batch in batches for policy in policies]
 
 
-def run(args: argparse.Namespace, console: Console) -> list[RunResult]:
+def run(args: argparse.Namespace, console: Console) -> list[BatchingResult]:
     spec = workload.WorkloadSpec(num_requests=args.requests, rate_per_s=args.rate, lengths=args.lengths,
                                  short_tokens=args.short_tokens, long_tokens=args.long_tokens,
                                  shared_prefix=args.shared_prefix, seed=args.seed)
@@ -110,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         Console(stderr=True).print(f"[red]error:[/] {exc}")
         return 2
     print_report(console, results, args.block_size, args.max_model_len)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"args": {key: str(value) if isinstance(value, Path) else value
-                                             for key, value in vars(args).items()},
-                                    "results": [result.to_dict() for result in results]}, indent=2))
+    envelope = Envelope.now(command_line("python -m labs.engine.experiment", sys.argv[1:] if argv is None else argv),
+                            [MeasuredEngine(MODEL_DIR.name, kind="teaching-engine")])
+    write_study(args.out, envelope, {key: str(value) if isinstance(value, Path) else value
+                                     for key, value in vars(args).items()}, results)
     console.print(f"wrote {args.out} — plot it with: .venv/bin/python -m labs.engine.plot {args.out}")
     return 0
 

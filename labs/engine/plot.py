@@ -5,8 +5,6 @@ Runs in the light venv (matplotlib, no torch): `.venv/bin/python -m labs.engine.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -14,19 +12,22 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend
-from serve.cli import KitArgumentParser
+
+from labs.engine.study import BatchingResult, Study, load_study  # noqa: E402
+from labs.results import ResultsError  # noqa: E402
+from serve.cli import KitArgumentParser  # noqa: E402
 
 POLICY_STYLES = {"static": "o--", "continuous": "s-"}
 FIGURE_SIZE_IN = (15, 4.5)
 
 
-def _series(results: list[dict], policy: str, key: str) -> tuple[list[int], list[float]]:
-    rows = sorted((r for r in results if r["policy"] == policy), key=lambda r: r["max_batch_size"])
-    return [r["max_batch_size"] for r in rows], [r[key] for r in rows]
+def _series(results: list[BatchingResult], policy: str, key: str) -> tuple[list[int], list[float]]:
+    rows = sorted((r for r in results if r.policy == policy), key=lambda r: r.max_batch_size)
+    return [r.max_batch_size for r in rows], [getattr(r, key) for r in rows]
 
 
-def plot(study: dict, out: Path) -> Path:
-    results = study["results"]
+def plot(study: Study, out: Path) -> Path:
+    results = study.results
     figure, (ttft_ax, throughput_ax, kv_ax) = plt.subplots(1, 3, figsize=FIGURE_SIZE_IN)
     for policy, style in POLICY_STYLES.items():
         batches, ttft_ms = _series(results, policy, "ttft_p50_ms")
@@ -35,23 +36,23 @@ def plot(study: dict, out: Path) -> Path:
             throughput_ax.plot(batches, _series(results, policy, "output_tokens_per_s")[1], style, label=policy)
     ttft_ax.set(title="TTFT p50 (ms, log)", xlabel="max batch", yscale="log")
     throughput_ax.set(title="output tokens/s", xlabel="max batch")
-    batches = sorted({r["max_batch_size"] for r in results})
+    batches = sorted({r.max_batch_size for r in results})
     for axis in (ttft_ax, throughput_ax):
         axis.set_xscale("log", base=2)
         axis.set_xticks(batches, [str(batch) for batch in batches])
-    kv_rows = sorted(results, key=lambda r: (r["max_batch_size"], r["policy"]))
-    labels = [f"{r['max_batch_size']}\n{r['policy'][:4]}" for r in kv_rows]
+    kv_rows = sorted(results, key=lambda r: (r.max_batch_size, r.policy))
+    labels = [f"{r.max_batch_size}\n{r.policy[:4]}" for r in kv_rows]
     positions = range(len(kv_rows))
     width = 0.28
     for offset, key, label in ((-width, "kv_live_tokens", "live tokens"), (0, "kv_paged_slots", "paged slots"),
                                (width, "kv_max_len_slots", "max_len reservation")):
-        kv_ax.bar([p + offset for p in positions], [r[key] for r in kv_rows], width, label=label)
+        kv_ax.bar([p + offset for p in positions], [getattr(r, key) for r in kv_rows], width, label=label)
     kv_ax.set_xticks(list(positions), labels, fontsize=7)
     kv_ax.set(title="KV slots at the peak", xlabel="max batch / policy")
     for axis in (ttft_ax, throughput_ax, kv_ax):
         axis.legend(fontsize=8)
         axis.grid(alpha=0.3)
-    args = study.get("args", {})
+    args = study.args
     figure.suptitle(f"{args.get('requests', '?')} requests at {args.get('rate', '?')}/s, lengths "
                     f"{args.get('lengths', '?')}, blocks of {args.get('block_size', '?')}")
     figure.tight_layout()
@@ -66,13 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="PNG path (default: next to the JSON)")
     args = parser.parse_args(argv)
     try:
-        study = json.loads(args.study.read_text())
-        results = study["results"]
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"error: {args.study} is not an experiment result ({exc}): run labs.engine.experiment first",
-              file=sys.stderr)
+        study = load_study(args.study)
+    except ResultsError as exc:
+        print(f"error: {exc} (this plot draws a study: run labs.engine.experiment first)", file=sys.stderr)
         return 2
-    if not results:
+    if not study.results:
         print(f"error: {args.study} holds no runs: run labs.engine.experiment first", file=sys.stderr)
         return 2
     out = plot(study, args.out or args.study.with_suffix(".png"))

@@ -6,64 +6,31 @@ throughput = all completion tokens / (last finish - first arrival). Times come f
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from statistics import quantiles
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
 
 from labs.engine.engine import Engine
 from labs.engine.sequence import Sequence
-
-MS_PER_S = 1000.0
-
-
-@dataclass(slots=True)
-class RunResult:
-    policy: str
-    max_batch_size: int
-    num_requests: int
-    output_tokens_per_s: float
-    ttft_p50_ms: float
-    ttft_p95_ms: float
-    ttft_p99_ms: float
-    e2e_p99_s: float
-    num_preemptions: int
-    prefix_hit_rate: float
-    kv_live_tokens: int
-    kv_paged_slots: int
-    kv_max_len_slots: int
-    kv_max_len_over_paged: float
-    num_steps: int
-    wall_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from labs.engine.study import BatchingResult
+from labs.loadtest.aggregate import MS_PER_S, Distribution
 
 
-def percentile(values: list[float], pct: int) -> float:
-    if len(values) == 1:
-        return values[0]
-    return quantiles(values, n=100, method="inclusive")[pct - 1]
-
-
-def summarize(engine: Engine, seqs: list[Sequence], wall_s: float) -> RunResult:
-    ttfts_ms = [(seq.first_token_s - seq.arrival_s) * MS_PER_S for seq in seqs]
-    e2es_s = [seq.finished_s - seq.arrival_s for seq in seqs]
+def summarize(engine: Engine, seqs: list[Sequence], wall_s: float) -> BatchingResult:
+    """Percentiles are the load tester's (`Distribution`): the kit computes them one way."""
+    ttft_ms = Distribution.of([(seq.first_token_s - seq.arrival_s) * MS_PER_S for seq in seqs])
+    e2e_s = Distribution.of([seq.finished_s - seq.arrival_s for seq in seqs])
     span_s = max(seq.finished_s for seq in seqs) - min(seq.arrival_s for seq in seqs)
     peak = engine.kv_peak
-    return RunResult(
+    return BatchingResult(
         policy=engine.config.policy, max_batch_size=engine.config.max_batch_size, num_requests=len(seqs),
         output_tokens_per_s=sum(seq.num_completion_tokens for seq in seqs) / span_s,
-        ttft_p50_ms=percentile(ttfts_ms, 50), ttft_p95_ms=percentile(ttfts_ms, 95),
-        ttft_p99_ms=percentile(ttfts_ms, 99), e2e_p99_s=percentile(e2es_s, 99),
+        ttft_p50_ms=ttft_ms.median, ttft_p95_ms=ttft_ms.p95, ttft_p99_ms=ttft_ms.p99, e2e_p99_s=e2e_s.p99,
         num_preemptions=engine.num_preemptions, prefix_hit_rate=engine.prefix_hit_rate,
         kv_live_tokens=peak.live_tokens, kv_paged_slots=peak.paged_slots, kv_max_len_slots=peak.max_len_slots,
         kv_max_len_over_paged=peak.max_len_over_paged, num_steps=engine.num_steps, wall_s=wall_s)
 
 
-def latency_table(results: list[RunResult]) -> Table:
+def latency_table(results: list[BatchingResult]) -> Table:
     table = Table(title="Static vs continuous batching")
     for header in ("max batch", "policy", "output tok/s", "TTFT p50 ms", "TTFT p95 ms", "TTFT p99 ms",
                    "e2e p99 s", "preemptions", "prefix hits"):
@@ -75,7 +42,7 @@ def latency_table(results: list[RunResult]) -> Table:
     return table
 
 
-def speedup_table(results: list[RunResult]) -> Table:
+def speedup_table(results: list[BatchingResult]) -> Table:
     """Continuous over static at each max batch: how many times lower TTFT p50, how much more throughput."""
     table = Table(title="Continuous / static, same max batch")
     for header in ("max batch", "TTFT p50 static/continuous", "throughput continuous/static"):
@@ -89,7 +56,7 @@ def speedup_table(results: list[RunResult]) -> Table:
     return table
 
 
-def kv_table(results: list[RunResult], block_size: int, max_model_len: int) -> Table:
+def kv_table(results: list[BatchingResult], block_size: int, max_model_len: int) -> Table:
     table = Table(title=f"KV slots at the peak (blocks of {block_size}; max_len reservation = {max_model_len})")
     for header in ("max batch", "policy", "live tokens", "paged slots", "max_len slots", "max_len / paged"):
         table.add_column(header, justify="right")
@@ -99,7 +66,7 @@ def kv_table(results: list[RunResult], block_size: int, max_model_len: int) -> T
     return table
 
 
-def print_report(console: Console, results: list[RunResult], block_size: int, max_model_len: int) -> None:
+def print_report(console: Console, results: list[BatchingResult], block_size: int, max_model_len: int) -> None:
     console.print(latency_table(results))
     console.print(speedup_table(results))
     console.print(kv_table(results, block_size, max_model_len))

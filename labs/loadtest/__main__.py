@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shlex
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from labs.loadtest.plots import write_plots
 from labs.loadtest.runner import SCRAPE_INTERVAL_S, Target, run_load
 from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPTS,
                                     DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
+from labs.results import Envelope, MeasuredEngine, command_line
 from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
 from serve.settings import api_key_for, load_env, refused_key_hint
 
@@ -159,10 +159,16 @@ def main(argv: list[str] | None = None) -> int:
         if errors:
             console.print(f"[red]{summary.num_failed} failed[/red] at {result.target.name} · {result.spec.label}; "
                           f"the first said: {errors[0][:200]}")
-    data_paths = write_data(args.out, results)
+    command = command_line("python -m labs.loadtest", sys.argv[1:] if argv is None else argv)
+    # an engine that exposes vLLM's /metrics names is a vLLM; nothing else here tells the kind for sure
+    with_vllm_metrics = {result.target.name for result, _ in results if result.snapshots}
+    targets = {result.target.name: result.target for result, _ in results}
+    envelope = Envelope.now(command, [MeasuredEngine(target.model, target.base_url,
+                                                     "vllm" if name in with_vllm_metrics else None)
+                                      for name, target in targets.items()])
+    data_paths = write_data(args.out, results, envelope)
     plots = write_plots(args.out, results)
-    command = "python -m labs.loadtest " + shlex.join(sys.argv[1:] if argv is None else argv)
-    report = write_html(args.out, results, plots, command)
+    report = write_html(args.out, results, plots, envelope)
     for path in [*data_paths, *(plot.path for plot in plots), report]:
         console.print(f"wrote {path}")
     return 0

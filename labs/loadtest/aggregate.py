@@ -1,6 +1,8 @@
-"""Records -> metrics: a pure function, the one place where every load-test metric is defined.
+"""Records -> metrics: pure functions, the one place where every load-test metric is defined and converted.
 
-Percentiles are numpy's (linear interpolation), the same as vLLM's serving benchmark.
+Percentiles are numpy's (linear interpolation), the same as vLLM's serving benchmark; the teaching engine's
+report uses `Distribution` too, so the kit has one percentile. The console, the JSON/CSV files and the HTML
+report only present what is computed here (milliseconds, /metrics peaks, vLLM's benchmark field names).
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from labs.common.metrics import MetricsSnapshot
 from labs.common.stream import RequestRecord
 
 MS_PER_S = 1000.0
+PERCENTILES = (50, 90, 95, 99)
+# Our latency names -> `vllm bench serve`'s (its result JSON, saved with --save-result)
+VLLM_LATENCY_NAMES = {"ttft_ms": "ttft", "tpot_ms": "tpot", "itl_ms": "itl", "e2e_ms": "e2el"}
 
 # Each definition, stated once; the console, JSON and HTML reports print these texts.
 DEFINITIONS = {
@@ -26,6 +32,10 @@ DEFINITIONS = {
     "output_tokens_per_s": "output tokens actually delivered (usage, ok and truncated answers) / duration",
     "duration_s": "first scheduled arrival to the last answer's end",
     "latency_population": "latencies are over ok requests; truncated and failed ones are only counted",
+    "vllm_bench_fields": "each run also carries `vllm bench serve --save-result`'s names for the same numbers: "
+                         "completed = ok requests, failed = every other request, duration, request_throughput, "
+                         "output_throughput, total_token_throughput (tokens/s), mean/median/std/p90/p95/p99 of "
+                         "ttft, tpot, itl and e2el (= e2e) in ms",
 }
 
 
@@ -39,14 +49,46 @@ class Distribution:
     p90: float
     p95: float
     p99: float
+    std: float  # population standard deviation, as vLLM's benchmark reports it
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Distribution:
         if not values:
-            return cls(0, *([float("nan")] * 5))
+            return cls(0, *([float("nan")] * 6))
         array = np.asarray(values, dtype=float)
-        p50, p90, p95, p99 = np.percentile(array, [50, 90, 95, 99])
-        return cls(len(values), float(array.mean()), float(p50), float(p90), float(p95), float(p99))
+        p50, p90, p95, p99 = np.percentile(array, PERCENTILES)
+        return cls(len(values), float(array.mean()), float(p50), float(p90), float(p95), float(p99),
+                   float(array.std()))
+
+
+@dataclass(frozen=True, slots=True)
+class Peaks:
+    """What the engine's /metrics showed at its worst during one run."""
+
+    num_samples: int
+    max_running: float
+    max_waiting: float
+    max_kv_usage: float  # a fraction of the KV cache; NaN when the engine reports none
+    preemptions: float  # during the run: the counter's last sample minus its first
+
+    @classmethod
+    def of(cls, snapshots: Sequence[MetricsSnapshot]) -> Peaks | None:
+        """None without a series (no /metrics, or scraping off)."""
+        if not snapshots:
+            return None
+        kv = [snapshot.kv_usage for snapshot in snapshots if snapshot.kv_usage is not None]
+        return cls(len(snapshots), max(snapshot.running for snapshot in snapshots),
+                   max(snapshot.waiting for snapshot in snapshots), max(kv) if kv else float("nan"),
+                   snapshots[-1].preemptions_total - snapshots[0].preemptions_total)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"max_running": self.max_running, "max_waiting": self.max_waiting,
+                "max_kv_usage": self.max_kv_usage, "preemptions": self.preemptions}
+
+    def describe(self) -> str:
+        """The one wording of the peaks, for the console table and the HTML report alike."""
+        return (f"running≤{self.max_running:g} waiting≤{self.max_waiting:g} KV≤{self.max_kv_usage:.0%} "
+                f"preempted {self.preemptions:g}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +110,42 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def total_token_throughput_per_s(self) -> float:
+        return ((self.total_prompt_tokens + self.total_output_tokens) / self.duration_s
+                if self.duration_s > 0 else 0.0)
+
+    def vllm_bench_fields(self) -> dict[str, float | int]:
+        """The same numbers under `vllm bench serve`'s result names and units, for tools that read those."""
+        fields: dict[str, float | int] = {
+            "duration": self.duration_s, "completed": self.num_ok, "failed": self.num_requests - self.num_ok,
+            "total_input_tokens": self.total_prompt_tokens, "total_output_tokens": self.total_output_tokens,
+            "request_throughput": self.request_throughput_per_s, "output_throughput": self.output_tokens_per_s,
+            "total_token_throughput": self.total_token_throughput_per_s}
+        for ours, theirs in VLLM_LATENCY_NAMES.items():
+            distribution: Distribution = getattr(self, ours)
+            for stat in ("mean", "median", "std", "p90", "p95", "p99"):
+                fields[f"{stat}_{theirs}_ms"] = getattr(distribution, stat)
+        return fields
+
+
+def ms_between(start_s: float | None, end_s: float | None) -> float | None:
+    """end - start in milliseconds; None when either moment never came."""
+    return None if start_s is None or end_s is None else (end_s - start_s) * MS_PER_S
+
+
+def ttft_ms(record: RequestRecord) -> float | None:
+    return ms_between(record.sent_s or None, record.first_token_s)
+
+
+def e2e_ms(record: RequestRecord) -> float | None:
+    return ms_between(record.sent_s or None, record.done_s)
+
+
+def queue_ms(record: RequestRecord) -> float | None:
+    """Client-side wait: None for a request never sent."""
+    return ms_between(record.scheduled_s, record.sent_s or None)
 
 
 def delivered_tokens(record: RequestRecord) -> int:
@@ -93,14 +171,14 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
     total_output = sum(delivered_tokens(record) for record in answered)
     ttft, tpot, itl, e2e = [], [], [], []
     for record in ok:
-        ttft.append((record.first_token_s - record.sent_s) * MS_PER_S)  # type: ignore[operator]
-        e2e.append((record.done_s - record.sent_s) * MS_PER_S)  # type: ignore[operator]
+        ttft.append(ttft_ms(record))
+        e2e.append(e2e_ms(record))
         tokens = delivered_tokens(record)
         if tokens > 1:
-            tpot.append((record.done_s - record.first_token_s) / (tokens - 1) * MS_PER_S)  # type: ignore[operator]
+            tpot.append(ms_between(record.first_token_s, record.done_s) / (tokens - 1))  # type: ignore[operator]
         chunks = record.chunk_times_s
-        itl.extend((later - earlier) * MS_PER_S for earlier, later in zip(chunks, chunks[1:]))
-    queue = [(record.sent_s - record.scheduled_s) * MS_PER_S for record in records if record.sent_s]
+        itl.extend(ms_between(earlier, later) for earlier, later in zip(chunks, chunks[1:]))
+    queue = [queue_ms(record) for record in records if record.sent_s]
     return Summary(
         num_requests=len(records),
         num_ok=len(ok),

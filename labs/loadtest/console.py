@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from labs.common.stream import RequestRecord
-from labs.loadtest.aggregate import Summary
+from labs.loadtest.aggregate import Peaks, Summary
 from labs.loadtest.runner import RunResult
 
 TABLE_WIDTH_CHARS = 180  # when writing to a file or a pipe, where rich would assume 80 columns
@@ -41,11 +41,8 @@ def _ms(value: float) -> str:
 
 
 def _peaks(result: RunResult) -> str:
-    peaks = result.metrics_peaks
-    if peaks is None:
-        return "none"
-    return (f"run≤{peaks['max_running']:g} wait≤{peaks['max_waiting']:g} KV≤{peaks['max_kv_usage']:.0%} "
-            f"preempt {peaks['preemptions']:g}")
+    peaks = Peaks.of(result.snapshots)
+    return "none" if peaks is None else peaks.describe()
 
 
 def results_table(results: Sequence[tuple[RunResult, Summary]]) -> Table:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 
-from labs.loadtest.aggregate import DEFINITIONS, Distribution, Summary
+from labs.loadtest.aggregate import DEFINITIONS, Distribution, Peaks, Summary
 from labs.loadtest.plots import Plot
 from labs.loadtest.runner import RunResult
+from labs.results import Envelope
 
 REPORT_HTML = "report.html"
 STYLE = """
@@ -34,7 +34,8 @@ def _runs_table(results: Sequence[tuple[RunResult, Summary]]) -> str:
                "output tok/s", "output tokens", "/metrics")
     rows = []
     for result, summary in results:
-        metrics = result.metrics_digest
+        peaks = Peaks.of(result.snapshots)
+        metrics = f"{peaks.num_samples} samples: {peaks.describe()}" if peaks else result.metrics_note or "not read"
         rows.append("<tr>" + "".join(_cell(value) for value in (
             result.target.name, result.spec.label, summary.num_requests, summary.num_ok, summary.num_truncated,
             summary.num_failed, summary.duration_s, summary.request_throughput_per_s,
@@ -63,20 +64,29 @@ def _figure(plot: Plot) -> str:
             f"<figcaption>{alt}</figcaption></figure>")
 
 
+def _machine(envelope: Envelope) -> str:
+    machine = envelope.machine
+    cores = f"{machine.usable_cores} usable cores" + (f" ({machine.physical_cores} physical)"
+                                                      if machine.physical_cores else "")
+    return html.escape(f"{machine.cpu_model}, {cores}, {machine.memory_available_bytes / 2**30:.1f} GiB free, "
+                       f"{' '.join(machine.isa_flags) or 'no listed SIMD flags'} · {machine.platform} · "
+                       f"kit {envelope.kit_version}")
+
+
 def write_html(out_dir: Path, results: Sequence[tuple[RunResult, Summary]], plots: Sequence[Plot],
-               command: str) -> Path:
+               envelope: Envelope) -> Path:
     definitions = "".join(f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>"
                           for name, text in DEFINITIONS.items())
     notes_by_endpoint = {result.target.name: result.metrics_note for result, _ in results if result.metrics_note}
     notes = "".join(f'<p class="note">{html.escape(name)}: {html.escape(note)}</p>'
                     for name, note in notes_by_endpoint.items())
-    created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Load test report</title>
 <link rel="icon" href="data:,"><style>{STYLE}</style></head>
 <body>
 <h1>Load test report</h1>
-<p>{created} · <code>{html.escape(command)}</code></p>
+<p>{html.escape(envelope.created_utc)} · <code>{html.escape(envelope.command)}</code></p>
+<p>{_machine(envelope)}</p>
 <h2>Runs</h2>{_runs_table(results)}{notes}
 <h2>Latencies (ms)</h2>{_latency_table(results)}
 <h2>Plots</h2>{''.join(_figure(plot) for plot in plots)}

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from labs.loadtest.aggregate import MS_PER_S, Summary  # noqa: E402
+from labs.loadtest.aggregate import Summary, e2e_ms, ttft_ms  # noqa: E402
 from labs.loadtest.runner import RunResult  # noqa: E402
 
 DPI = 100
@@ -41,8 +41,8 @@ def latency_cdfs(results: Sequence[tuple[RunResult, Summary]], path: Path) -> Pl
     figure, axes = plt.subplots(1, 2, figsize=(WIDTH_IN, PANEL_HEIGHT_IN))
     for result, _ in results:
         ok = [record for record in result.records if record.ok]
-        for axis, end in zip(axes, ("first_token_s", "done_s")):
-            values = sorted((getattr(record, end) - record.sent_s) * MS_PER_S for record in ok)
+        for axis, latency_ms in zip(axes, (ttft_ms, e2e_ms)):
+            values = sorted(latency_ms(record) for record in ok)
             if values:
                 axis.step(values, [(index + 1) / len(values) for index in range(len(values))],
                           where="post", label=_name(result))

@@ -78,25 +78,6 @@ class RunResult:
     metrics_note: str | None = None  # why there is no /metrics series, when there is none
     started_s: float = 0.0  # perf_counter at the run's start: every series is plotted relative to it
 
-    @property
-    def metrics_peaks(self) -> dict[str, float] | None:
-        """What /metrics showed at its worst during the run; None without a series."""
-        if not self.snapshots:
-            return None
-        kv = [snapshot.kv_usage for snapshot in self.snapshots if snapshot.kv_usage is not None]
-        return {"max_running": max(snapshot.running for snapshot in self.snapshots),
-                "max_waiting": max(snapshot.waiting for snapshot in self.snapshots),
-                "max_kv_usage": max(kv) if kv else float("nan"),
-                "preemptions": self.snapshots[-1].preemptions_total - self.snapshots[0].preemptions_total}
-
-    @property
-    def metrics_digest(self) -> str:
-        peaks = self.metrics_peaks
-        if peaks is None:
-            return self.metrics_note or "not read"
-        return (f"{len(self.snapshots)} samples: running <= {peaks['max_running']:g}, waiting <= "
-                f"{peaks['max_waiting']:g}, KV <= {peaks['max_kv_usage']:.0%}, {peaks['preemptions']:g} preemptions")
-
 
 async def sample_metrics(target: Target, result: RunResult, stop: asyncio.Event,
                          interval_s: float = SCRAPE_INTERVAL_S) -> None:

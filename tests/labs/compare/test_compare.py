@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from labs.compare.workload import MATCHED_PROMPTS, SEED_PROMPTS, matched_prompts
+from labs.results import load
 from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server, free_port, start_llamacpp, stop_server
 from tests.support.docs import doc_commands, run_doc
 
@@ -61,6 +62,10 @@ def test_both_engines_end_to_end(vllm_server: Server, llamacpp_server: Server, t
     assert {facts["engine"]: facts["model"] for facts in document["engines"]} == {"vllm": MODEL,
                                                                                   "llamacpp": LLAMACPP_MODEL}
     assert document["machine"]["usable_cores"] >= 1 and document["config"]["n"] == SMALL_N
+    envelope, _ = load(folder / "comparison-results.json")
+    assert [(engine.kind, engine.model) for engine in envelope.engines] == [("vllm", MODEL),
+                                                                            ("llamacpp", LLAMACPP_MODEL)]
+    assert envelope.command.startswith("python -m labs.compare --n") and envelope.machine.usable_cores >= 1
     for phase in document["phases"]:
         for record in phase["records"]:
             assert record["status"] == 200 and record["done_s"] >= record["sent_s"] > 0

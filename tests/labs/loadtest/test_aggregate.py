@@ -7,8 +7,9 @@ import statistics
 
 import pytest
 
+from labs.common.metrics import MetricsSnapshot
 from labs.common.stream import RequestRecord
-from labs.loadtest.aggregate import DEFINITIONS, Summary, summarize
+from labs.loadtest.aggregate import DEFINITIONS, Peaks, Summary, e2e_ms, queue_ms, summarize, ttft_ms
 from labs.loadtest.workload import LengthBand, WorkloadSpec, parse_lengths, plan
 
 
@@ -80,6 +81,37 @@ def test_nothing_answered_gives_empty_metrics_not_errors() -> None:
     summary = summarize([])
     assert isinstance(summary, Summary) and summary.duration_s == 0.0 and summary.output_tokens_per_s == 0.0
     assert summary.ttft_ms.count == 0 and math.isnan(summary.ttft_ms.p99)
+
+
+def test_vllm_bench_names_carry_the_same_numbers_in_vllms_units(four_requests: list[RequestRecord]) -> None:
+    summary = summarize(four_requests)
+    fields = summary.vllm_bench_fields()
+    assert (fields["completed"], fields["failed"], fields["duration"]) == (2, 2, pytest.approx(2.0))
+    assert (fields["total_input_tokens"], fields["total_output_tokens"]) == (27, 7)
+    assert fields["request_throughput"] == pytest.approx(1.0) and fields["output_throughput"] == pytest.approx(3.5)
+    assert fields["total_token_throughput"] == pytest.approx((27 + 7) / 2.0)
+    assert fields["median_ttft_ms"] == pytest.approx(150.0) and fields["p99_ttft_ms"] == pytest.approx(199.0)
+    assert fields["std_ttft_ms"] == pytest.approx(50.0)  # population deviation of 100 and 200, as numpy's
+    assert fields["median_tpot_ms"] == summary.tpot_ms.median and fields["median_itl_ms"] == pytest.approx(200.0)
+    assert fields["mean_e2el_ms"] == pytest.approx(550.0) and fields["p95_e2el_ms"] == pytest.approx(595.0)
+
+
+def test_per_request_milliseconds_come_from_one_place(four_requests: list[RequestRecord]) -> None:
+    first, *_, failed = four_requests
+    assert (queue_ms(first), ttft_ms(first), e2e_ms(first)) == pytest.approx((100.0, 200.0, 600.0))
+    assert ttft_ms(failed) is None and e2e_ms(failed) == pytest.approx(500.0)
+    never_sent = RequestRecord(9, 4, 1.0)
+    assert (queue_ms(never_sent), ttft_ms(never_sent), e2e_ms(never_sent)) == (None, None, None)
+
+
+def test_metrics_peaks_over_a_series() -> None:
+    series = [MetricsSnapshot(0.0, 1, 0, 0.10, 3), MetricsSnapshot(0.5, 4, 2, None, 3),
+              MetricsSnapshot(1.0, 2, 5, 0.42, 7)]
+    peaks = Peaks.of(series)
+    assert peaks == Peaks(3, 4, 5, 0.42, 4) and Peaks.of([]) is None
+    assert peaks.to_dict() == {"max_running": 4, "max_waiting": 5, "max_kv_usage": 0.42, "preemptions": 4}
+    assert peaks.describe() == "running≤4 waiting≤5 KV≤42% preempted 4"
+    assert math.isnan(Peaks.of(series[1:2]).max_kv_usage)
 
 
 def test_every_reported_metric_is_defined_once() -> None:

@@ -16,11 +16,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from labs.loadtest.runner import Target, run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
+from labs.results import MeasuredEngine, load
 from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server
 from tests.support.loadtest_browser import check_page
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 OUTPUTS = ("summary.json", "requests.json", "requests.csv", "summary.csv", "latency_cdf.png", "report.html")
+# What `vllm bench serve --save-result` writes (vllm/benchmarks/serve.py), in its units: s, req/s, tok/s, ms
+VLLM_BENCH_KEYS = ("model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency", "duration",
+                   "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+                   "output_throughput", "total_token_throughput",
+                   *(f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
+                     for stat in ("mean", "median", "std", "p99")))
 
 
 def loadtest(env: dict[str, str], *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
@@ -81,6 +88,21 @@ def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_
     assert float(row["ttft_ms_median"]) == pytest.approx(numbers["ttft_ms"]["median"])
     for png in tmp_path.glob("*.png"):
         assert matplotlib.image.imread(png).shape[0] > 100, png
+
+    envelope, payload = load(tmp_path / "summary.json")
+    assert payload["runs"] == summary["runs"] and envelope.command.startswith("python -m labs.loadtest --requests 6")
+    assert envelope.engines == (MeasuredEngine(MODEL, vllm_server.base_url, "vllm"),)
+    # vLLM's benchmark names for the same numbers, so tools that read its results read these
+    assert set(VLLM_BENCH_KEYS) <= set(run)
+    assert (run["completed"], run["failed"], run["model_id"], run["num_prompts"]) == (6, 0, MODEL, 6)
+    assert (run["request_rate"], run["max_concurrency"], run["burstiness"]) == (4.0, None, 1.0)
+    assert (run["duration"], run["request_throughput"], run["output_throughput"]) == (
+        numbers["duration_s"], numbers["request_throughput_per_s"], numbers["output_tokens_per_s"])
+    assert (run["total_input_tokens"], run["total_output_tokens"]) == (numbers["total_prompt_tokens"],
+                                                                        numbers["total_output_tokens"])
+    for ours, theirs in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl"), ("e2e_ms", "e2el")):
+        for stat in ("mean", "median", "std", "p99"):
+            assert run[f"{stat}_{theirs}_ms"] == numbers[ours][stat], (ours, stat)
 
 
 def test_a_concurrency_cap_queues_on_the_client_not_inside_ttft(vllm_server: Server) -> None:
