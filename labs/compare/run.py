@@ -1,6 +1,6 @@
 """Sending: check each engine answers for its model, then run the phases and time every request.
 
-Timing is labs/common/stream.py's (the one implementation); this module only decides what to send when.
+Timing is client/stream.py's (the one implementation); this module only decides what to send when.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.compare.workload import TEMPERATURE, Phase, Target
 from serve.settings import refused_key_hint
 

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
+from client.metrics import MetricsSnapshot, NoMetrics, scrape
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
 from serve.cli import KitArgumentParser, positive_float, positive_int
 from serve.machine import detect

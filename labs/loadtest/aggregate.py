@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from labs.common.stream import RequestRecord
+from client.stream import RequestRecord
 
 MS_PER_S = 1000.0
 

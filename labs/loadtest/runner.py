@@ -1,7 +1,7 @@
 """SENDING: play a planned workload against one endpoint, recording every request and /metrics over time.
 
-Requests go out through labs/common/stream.py (the one timing implementation); /metrics is read through
-labs/common/metrics.py. Client-side queueing (a closed loop's users, a concurrency cap) happens between
+Requests go out through client/stream.py (the one timing implementation); /metrics is read through
+client/metrics.py. Client-side queueing (a closed loop's users, a concurrency cap) happens between
 `scheduled_s` and `sent_s`, so it never hides inside the server's latency.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from client.metrics import MetricsSnapshot, NoMetrics, scrape
+from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.workload import PlannedRequest, WorkloadSpec, plan
 
 SCRAPE_INTERVAL_S = 0.5

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from rich.table import Table
 
-from labs.common.metrics import NoMetrics
+from client.metrics import NoMetrics
 from labs.sizing.verify import compare, served
 from serve.cli import KitArgumentParser, fraction, non_negative_float, positive_float, positive_int
 from serve.local_server import LOG_DIR

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from labs.common.metrics import scrape
+from client.metrics import scrape
 from serve.health import kv_cache_report
 from serve.sizing import GiB, ModelFacts, kv_pool
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from labs.common.stream import RequestRecord
+from client.stream import RequestRecord
 from labs.loadtest.runner import Target, run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from tests.conftest import MODEL, Server

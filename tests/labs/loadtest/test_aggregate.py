@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from labs.common.stream import RequestRecord
+from client.stream import RequestRecord
 from labs.loadtest.aggregate import DEFINITIONS, Summary, summarize
 from labs.loadtest.workload import LengthBand, WorkloadSpec, parse_lengths, plan
 
