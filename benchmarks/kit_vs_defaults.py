@@ -31,9 +31,10 @@ from typing import Any
 from benchmarks.arms import BUILTIN_ARMS, Arm, Served, parse_overrides, serving
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons, print_report, write_plot
+from client.endpoint import Endpoint, EndpointError
 from client.stream import RequestRecord
 from labs.loadtest.aggregate import summarize
-from labs.loadtest.runner import Target, run_load
+from labs.loadtest.runner import run_load
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
 from serve.cli import KitArgumentParser, non_negative_int, positive_int
 from serve.machine import detect
@@ -122,7 +123,9 @@ class ArmRun:
     def __init__(self, arm: Arm, served: Served) -> None:
         self.arm = arm
         self.served = served
-        self.target = Target(arm.name, served.api_url, served.model)
+        self.target = Endpoint.at(arm.name, served.api_url, served.model, kind=arm.engine, url_source="--attach",
+                                  model_source="MODEL_NAME")
+        self.target.check()
         self.rounds: dict[int, list[list[RequestRecord]]] = {}
         for number, start in enumerate(served.starts):
             kind = "first start" if number == 0 else "warm restart"
@@ -231,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         report = run(args)
     except (ValueError, SettingsError) as exc:
         fail(str(exc), code=2)
-    except StepFailed as exc:
+    except (StepFailed, EndpointError) as exc:
         fail(str(exc), code=1)
     except KeyboardInterrupt:
         fail("interrupted; every engine this run started was stopped", code=130)

@@ -36,7 +36,7 @@ def run_dict(result: RunResult, summary: Summary) -> dict[str, Any]:
     spec = asdict(result.spec)
     spec.pop("prompts")
     return {
-        "endpoint": {"name": result.target.name, "api_url": result.target.api_url, "model": result.target.model},
+        "endpoint": {"name": result.target.name, "api_url": result.target.base_url, "model": result.target.model},
         "load": result.spec.label,
         "load_value": result.spec.load_value,
         "workload": spec,
