@@ -9,7 +9,7 @@ shared machine hits both alike and every ratio compares the same window. Every a
 closed-loop workload: the same prompts and seeded output lengths (ignore_eos, so every engine writes them
 out). It prints output tok/s, TTFT p50/p99, the ratios, and where each arm stands against this machine's
 memory-bandwidth ceiling for decode, and writes results.json and results.png. Request timing is
-labs/loadtest's (labs/common/stream.py); nothing here times a request itself.
+labs/loadtest's (client/stream.py); nothing here times a request itself.
 
 Explore a knob by adding an arm: `--arm eager ENFORCE_EAGER=true --arm bs32 "VLLM_EXTRA_ARGS=--block-size 32"`.
 Measure servers that are already running instead: `--attach vllm=http://127.0.0.1:8009/v1`.
@@ -30,9 +30,10 @@ from typing import Any
 from benchmarks.arms import BUILTIN_ARMS, Arm, Served, parse_overrides, serving
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons, print_report, write_plot
-from labs.common.stream import RequestRecord
+from client.endpoint import Endpoint, EndpointError
+from client.stream import RequestRecord
 from labs.loadtest.aggregate import summarize
-from labs.loadtest.runner import Target, run_load
+from labs.loadtest.runner import run_load
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
 from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.cli import KitArgumentParser, non_negative_int, positive_int
@@ -122,7 +123,9 @@ class ArmRun:
     def __init__(self, arm: Arm, served: Served) -> None:
         self.arm = arm
         self.served = served
-        self.target = Target(arm.name, served.api_url, served.model)
+        self.target = Endpoint.at(arm.name, served.api_url, served.model, kind=arm.engine, url_source="--attach",
+                                  model_source="MODEL_NAME")
+        self.target.check()
         self.rounds: dict[int, list[list[RequestRecord]]] = {}
         for number, start in enumerate(served.starts):
             kind = "first start" if number == 0 else "warm restart"
@@ -232,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         report = run(args)
     except (ValueError, SettingsError) as exc:
         fail(str(exc), code=2)
-    except StepFailed as exc:
+    except (StepFailed, EndpointError) as exc:
         fail(str(exc), code=1)
     except KeyboardInterrupt:
         fail("interrupted; every engine this run started was stopped", code=130)

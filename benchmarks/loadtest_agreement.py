@@ -23,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from client.endpoint import Endpoint, EndpointError  # noqa: E402
 from labs.loadtest.aggregate import summarize  # noqa: E402
-from labs.loadtest.runner import Target, run_load  # noqa: E402
+from labs.loadtest.runner import run_load  # noqa: E402
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths  # noqa: E402
 from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
 from serve.model import MODEL_DIR  # noqa: E402
 from serve.native import PYTHON  # noqa: E402
-from serve.settings import load_env  # noqa: E402
 
 GOAL_RATIO_TOLERANCE = 0.10
 BENCH_TIMEOUT_S = 900
@@ -45,10 +45,9 @@ main(parser.parse_args(sys.argv[1:]))
 
 
 def parse_args() -> argparse.Namespace:
-    env = load_env()
     parser = KitArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base-url", default=env.get("OPENAI_BASE_URL", "http://127.0.0.1:8009/v1"))
-    parser.add_argument("--model", default=env.get("MODEL") or env.get("MODEL_NAME"))
+    parser.add_argument("--base-url", help="OpenAI /v1 URL (default: OPENAI_BASE_URL from the environment/.env)")
+    parser.add_argument("--model", help="model name (default: MODEL from the environment/.env)")
     parser.add_argument("--requests", type=positive_int, default=32)
     parser.add_argument("--rate", type=positive_float, default=2.0, help="Poisson arrivals per second")
     parser.add_argument("--output-len", type=positive_int, default=32)
@@ -57,7 +56,7 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def run_vllm_bench(args: argparse.Namespace, work_dir: Path, round_index: int) -> dict[str, float]:
+def run_vllm_bench(args: argparse.Namespace, endpoint: Endpoint, work_dir: Path, round_index: int) -> dict[str, float]:
     # the ShareGPT layout: the bench's loader for it needs only json (its custom JSONL loader needs pandas,
     # which the vLLM venv lacks); --sharegpt-output-len overrides the placeholder answers' lengths
     dataset = work_dir / "prompts.json"
@@ -65,8 +64,8 @@ def run_vllm_bench(args: argparse.Namespace, work_dir: Path, round_index: int) -
                                                       {"from": "gpt", "value": "placeholder answer"}]}
                                    for prompt in DEFAULT_PROMPTS]))
     result_name = f"vllm-bench-{round_index}.json"
-    argv = ["--backend", "openai-chat", "--base-url", args.base_url.removesuffix("/v1"),
-            "--endpoint", "/v1/chat/completions", "--model", args.model, "--tokenizer", str(MODEL_DIR),
+    argv = ["--backend", "openai-chat", "--base-url", endpoint.root_url,
+            "--endpoint", "/v1/chat/completions", "--model", endpoint.model, "--tokenizer", str(MODEL_DIR),
             "--dataset-name", "sharegpt", "--dataset-path", str(dataset),
             "--sharegpt-output-len", str(args.output_len), "--ignore-eos", "--num-prompts", str(args.requests),
             "--request-rate", str(args.rate), "--seed", str(args.seed + round_index), "--num-warmups", "1",
@@ -80,31 +79,36 @@ def run_vllm_bench(args: argparse.Namespace, work_dir: Path, round_index: int) -
             "completed": result["completed"], "tpot_median_ms": result["median_tpot_ms"]}
 
 
-def run_ours(args: argparse.Namespace, round_index: int) -> dict[str, float]:
-    target = Target("vllm", args.base_url.rstrip("/"), args.model)
+def run_ours(args: argparse.Namespace, endpoint: Endpoint, round_index: int) -> dict[str, float]:
     lengths = parse_lengths(f"fixed:{args.output_len}")
     warm_up = WorkloadSpec(num_requests=1, rate_rps=None, concurrency=1, lengths=lengths)
-    asyncio.run(run_load(target, warm_up, scrape_interval_s=None))
+    asyncio.run(run_load(endpoint, warm_up, scrape_interval_s=None))
     spec = WorkloadSpec(num_requests=args.requests, rate_rps=args.rate, lengths=lengths,
                         seed=args.seed + round_index)
-    summary = summarize(asyncio.run(run_load(target, spec, scrape_interval_s=None)).records)
+    summary = summarize(asyncio.run(run_load(endpoint, spec, scrape_interval_s=None)).records)
     return {"ttft_median_ms": summary.ttft_ms.median, "output_tokens_per_s": summary.output_tokens_per_s,
             "completed": summary.num_ok, "tpot_median_ms": summary.tpot_ms.median}
 
 
 def main() -> int:
     args = parse_args()
+    endpoint = Endpoint.from_env(base_url=args.base_url, model=args.model, url_source="--base-url/OPENAI_BASE_URL",
+                                 model_source="--model" if args.model else "MODEL")
+    try:
+        endpoint.check()
+    except EndpointError as exc:
+        sys.exit(f"error: {exc}")
     print(f"agreement: {args.requests} requests at {args.rate:g} req/s Poisson, {args.output_len} output tokens "
-          f"(ignore_eos), {args.rounds} round(s), against {args.base_url} ({args.model})", flush=True)
+          f"(ignore_eos), {args.rounds} round(s), against {endpoint.base_url} ({endpoint.model})", flush=True)
     ours, theirs = [], []
     with tempfile.TemporaryDirectory() as work:
         for round_index in range(args.rounds):
             order = ("ours", "vllm") if round_index % 2 == 0 else ("vllm", "ours")
             for tool in order:
                 if tool == "ours":
-                    ours.append(run_ours(args, round_index))
+                    ours.append(run_ours(args, endpoint, round_index))
                 else:
-                    theirs.append(run_vllm_bench(args, Path(work), round_index))
+                    theirs.append(run_vllm_bench(args, endpoint, Path(work), round_index))
                 row = (ours if tool == "ours" else theirs)[-1]
                 print(f"  round {round_index + 1} {tool:<5} completed {row['completed']:>3}  TTFT median "
                       f"{row['ttft_median_ms']:8.1f} ms  TPOT median {row['tpot_median_ms']:6.1f} ms  "

@@ -24,8 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from client.endpoint import Endpoint  # noqa: E402
 from labs.loadtest.aggregate import summarize  # noqa: E402
-from labs.loadtest.runner import Target, run_load  # noqa: E402
+from labs.loadtest.runner import run_load  # noqa: E402
 from labs.loadtest.workload import WorkloadSpec, parse_lengths  # noqa: E402
 from serve.cli import KitArgumentParser, positive_float, positive_int
 
@@ -59,7 +60,7 @@ def start_server(port: int) -> subprocess.Popen[bytes]:
     sys.exit("error: the stream server did not start")
 
 
-def measure(target: Target, spec: WorkloadSpec) -> tuple[float, object, float]:
+def measure(target: Endpoint, spec: WorkloadSpec) -> tuple[float, object, float]:
     cpu_before_s = time.process_time()
     result = asyncio.run(run_load(target, spec, scrape_interval_s=None))
     cpu_ms_per_request = (time.process_time() - cpu_before_s) * MS_PER_S / spec.num_requests
@@ -76,7 +77,7 @@ def main() -> int:
     os.sched_setaffinity(0, {LOAD_CORE})
     port = free_port()
     server = start_server(port)
-    target = Target("stream-server", f"http://127.0.0.1:{port}/v1", "fake-stream")
+    target = Endpoint("stream-server", f"http://127.0.0.1:{port}/v1", "fake-stream")
     lengths = parse_lengths(f"fixed:{args.tokens}")
     print(f"load generator pinned to core {LOAD_CORE}; {args.tokens} chunks per answer; {args.seconds:g} s per point")
     best_sustained = best_achieved = worst_error_ms = 0.0  # the highest offered rate kept up with

@@ -1,1 +1,1 @@
-"""TALK: an OpenAI-SDK client; the engine is chosen by OPENAI_BASE_URL and MODEL alone."""
+"""TALK: everything that talks to an engine: the endpoint, its models check, request timing, /metrics."""

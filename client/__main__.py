@@ -7,8 +7,11 @@ import sys
 
 import openai
 
-from client.engine import Engine, explain
+from client.endpoint import Endpoint, EndpointError
 from serve.cli import KitArgumentParser, non_negative_float, positive_int
+
+NO_KEY = "EMPTY"  # the SDK insists on a key; engines without one ignore it
+TIMEOUT_S = 120.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -21,12 +24,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def ask(engine: Engine, args: argparse.Namespace) -> None:
+def ask(endpoint: Endpoint, args: argparse.Namespace) -> None:
     messages = [{"role": "system", "content": args.system}] if args.system else []
     messages.append({"role": "user", "content": args.prompt})
-    request = dict(model=engine.model, messages=messages, max_tokens=args.max_tokens,
+    request = dict(model=endpoint.model, messages=messages, max_tokens=args.max_tokens,
                    temperature=args.temperature)
-    client = engine.client()
+    client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or NO_KEY, timeout=TIMEOUT_S,
+                           max_retries=0)
     if args.no_stream:
         reply = client.chat.completions.create(**request)
         print(reply.choices[0].message.content)
@@ -37,13 +41,30 @@ def ask(engine: Engine, args: argparse.Namespace) -> None:
     print()
 
 
+def explain(endpoint: Endpoint, exc: openai.OpenAIError) -> EndpointError:
+    """The SDK's exception as the endpoint's one line that says what is wrong and how to fix it."""
+    if isinstance(exc, openai.APIConnectionError):
+        return endpoint.unreachable(exc)
+    if isinstance(exc, openai.AuthenticationError):
+        return endpoint.refused()
+    if isinstance(exc, openai.NotFoundError):
+        try:
+            served = [model.id for model in endpoint.models()]
+        except EndpointError:
+            served = []
+        return endpoint.not_served(served)
+    if isinstance(exc, openai.APIStatusError):
+        return EndpointError(f"{endpoint.base_url} answered {exc.status_code}: {exc.message}")
+    return EndpointError(f"{endpoint.base_url}: {exc}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    engine = Engine.from_env()
+    endpoint = Endpoint.from_env()
     try:
-        ask(engine, args)
+        ask(endpoint, args)
     except openai.OpenAIError as exc:
-        print(f"error: {explain(engine, exc)}", file=sys.stderr)
+        print(f"error: {explain(endpoint, exc)}", file=sys.stderr)
         return 1
     return 0
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from client.endpoint import Endpoint, EndpointError
 from labs.compare.aggregate import CONCURRENT, scaling
 from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_line, table
-from labs.compare.run import CompareError, check, engine_died, http_client, run_phase, warm_up
-from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, Target, phases, targets
+from labs.compare.run import check, engine_died, http_client, run_phase, warm_up
+from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, phases, targets
 from labs.results import command_line
 from serve.cli import KitArgumentParser
 from serve.llamacpp import LLAMACPP_VERSION
@@ -61,7 +62,7 @@ def engine_settings(settings: Settings) -> dict[str, str]:
                         f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()})"}
 
 
-async def compare(chosen: tuple[Target, ...], plan: tuple[Phase, ...], max_tokens: int,
+async def compare(chosen: tuple[Endpoint, ...], plan: tuple[Phase, ...], max_tokens: int,
                   writer: ResultsWriter) -> bool:
     """Run every phase on every engine; False if an engine stopped answering (its later runs skipped)."""
     all_answered = True
@@ -69,21 +70,21 @@ async def compare(chosen: tuple[Target, ...], plan: tuple[Phase, ...], max_token
         for target in chosen:  # bad input stops here, before anything is measured
             writer.engines.append(await check(http, target))
         for target in chosen:
-            console.print(f"\n[bold]{target.engine}[/bold] at {target.api_url}, model {target.model}")
+            console.print(f"\n[bold]{target.name}[/bold] at {target.base_url}, model {target.model}")
             warm = await warm_up(http, target)
-            writer.warmups[target.engine] = warm.to_dict()
+            writer.warmups[target.name] = warm.to_dict()
             for index, phase in enumerate(plan):
                 how = "all at once" if phase.concurrent else "one after another"
-                with console.status(f"{target.engine}: {phase.mode}, {len(phase.prompts)} requests {how} ..."):
+                with console.status(f"{target.name}: {phase.mode}, {len(phase.prompts)} requests {how} ..."):
                     run = await run_phase(http, target, phase, max_tokens,
                                           lambda record, mode=phase.mode: console.print(
-                                              request_line(target.engine, mode, record), markup=False))
+                                              request_line(target.name, mode, record), markup=False))
                 if engine_died(run):
                     run.note = "engine stopped answering"
                     writer.add(run)
                     skipped = ", ".join(later.mode for later in plan[index + 1:]) or "nothing"
-                    writer.notes.append(f"{target.engine} stopped answering during {phase.mode}; skipped: {skipped}")
-                    console.print(f"[bold red]{target.engine} stopped answering[/bold red]; results so far kept, "
+                    writer.notes.append(f"{target.name} stopped answering during {phase.mode}; skipped: {skipped}")
+                    console.print(f"[bold red]{target.name} stopped answering[/bold red]; results so far kept, "
                                   f"skipping its remaining runs ({skipped})")
                     all_answered = False
                     break
@@ -103,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.results or RESULTS_DIR / f"compare-{started:%Y%m%d-%H%M%S}"
     config = {"started_at": started.isoformat(timespec="seconds"), "n": args.n, "max_tokens": args.max_tokens,
               "temperature": TEMPERATURE, "warmup_requests_per_engine": 1, "argv": sys.argv,
-              "engine_settings": {target.engine: engine_settings(settings)[target.engine] for target in chosen}}
+              "engine_settings": {target.name: engine_settings(settings)[target.name] for target in chosen}}
     plan = phases(args.n)
-    console.print(f"Comparing {', '.join(target.engine for target in chosen)}: {len(plan[0].prompts)} seed prompts "
+    console.print(f"Comparing {', '.join(target.name for target in chosen)}: {len(plan[0].prompts)} seed prompts "
                   f"sequentially, then {args.n} matched requests sequentially and concurrently, "
                   f"max_tokens {args.max_tokens}. Results: {folder}")
     command = command_line("python -m labs.compare", sys.argv[1:] if argv is None else argv)
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         code = 0 if asyncio.run(compare(chosen, plan, args.max_tokens, writer)) else 1
-    except CompareError as exc:
+    except EndpointError as exc:
         if not writer.runs:
             fail(str(exc), code=2)
         writer.notes.append(str(exc))

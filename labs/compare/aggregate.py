@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from labs.common.stream import RequestRecord
+from client.stream import RequestRecord
 from labs.compare.run import PhaseRun
 
 SEQUENTIAL = "matched sequential"

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from labs.common.stream import RequestRecord  # noqa: E402
+from client.stream import RequestRecord  # noqa: E402
 from labs.compare.aggregate import CONCURRENT, PhaseSummary, scaling, summarize  # noqa: E402
 from labs.compare.run import EngineFacts, PhaseRun  # noqa: E402
 from labs.results import Envelope, MeasuredEngine, write  # noqa: E402

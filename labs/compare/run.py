@@ -1,6 +1,6 @@
 """Sending: check each engine answers for its model, then run the phases and time every request.
 
-Timing is labs/common/stream.py's (the one implementation); this module only decides what to send when.
+Timing is client/stream.py's (the one implementation); this module only decides what to send when.
 """
 
 from __future__ import annotations
@@ -13,19 +13,15 @@ from typing import Any
 
 import httpx
 
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
-from labs.compare.workload import TEMPERATURE, Phase, Target
-from serve.settings import refused_key_hint
+from client.endpoint import Endpoint
+from client.stream import RequestRecord, chat_payload, stream_chat
+from labs.compare.workload import TEMPERATURE, Phase
 
 CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 600.0  # 16 requests queued behind one another on a single-stream server take minutes
 PROBE_TIMEOUT_S = 10.0
 WARMUP_PROMPT = "Say OK."
 WARMUP_MAX_TOKENS = 8
-
-
-class CompareError(Exception):
-    """An engine cannot be compared as configured; the message says what to change."""
 
 
 @dataclass(slots=True)
@@ -58,58 +54,39 @@ def http_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
 
 
-def _headers(target: Target) -> dict[str, str]:
-    return {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
-
-
-async def check(http: httpx.AsyncClient, target: Target) -> EngineFacts:
-    """The engine answers /v1/models and serves the model; CompareError (one line, with the fix) if not."""
-    try:
-        response = await http.get(f"{target.api_url}/models", headers=_headers(target), timeout=PROBE_TIMEOUT_S)
-    except httpx.HTTPError as exc:
-        raise CompareError(f"cannot reach {target.engine} at {target.api_url} ({exc.__class__.__name__}); start it "
-                           f"with `ENGINES={target.engine} bash up.sh`, or set {target.port_setting} to where it "
-                           "runs, or leave it out of ENGINES") from None
-    if response.status_code in (401, 403):
-        raise CompareError(f"{target.engine}: {refused_key_hint(target.api_url, 'VLLM_API_KEY' if target.api_key else '')}")
-    if response.status_code != 200:
-        raise CompareError(f"{target.engine} at {target.api_url}/models answered HTTP {response.status_code}; "
-                           "is that an OpenAI-compatible engine?")
-    served = [model["id"] for model in response.json().get("data", [])]
-    if target.model not in served:
-        raise CompareError(f"{target.engine} at {target.api_url} does not serve model {target.model!r}; it "
-                           f"serves: {', '.join(served) or '(none)'}. Set MODEL_NAME (vLLM) to one of them or "
-                           "start the kit's engine on that port")
+async def check(http: httpx.AsyncClient, target: Endpoint) -> EngineFacts:
+    """The engine answers /v1/models and serves the model (EndpointError, one line with the fix, if not)."""
+    served = [model.id for model in await asyncio.to_thread(target.check, PROBE_TIMEOUT_S)]
     version: dict[str, Any] = {}
     try:
-        answer = await http.get(f"{target.api_url.removesuffix('/v1')}/version", timeout=PROBE_TIMEOUT_S)
+        answer = await http.get(f"{target.root_url}/version", timeout=PROBE_TIMEOUT_S)
         if answer.status_code == 200:
             version = answer.json()
     except (httpx.HTTPError, ValueError):
         pass  # llama.cpp's server has no /version; the facts record that as empty
-    return EngineFacts(target.engine, target.api_url, target.model, served, version)
+    return EngineFacts(target.name, target.base_url, target.model, served, version)
 
 
-def _payload(target: Target, prompt: str, max_tokens: int) -> dict[str, Any]:
+def _payload(target: Endpoint, prompt: str, max_tokens: int) -> dict[str, Any]:
     return chat_payload(target.model, [{"role": "user", "content": prompt}], max_tokens, TEMPERATURE)
 
 
-async def _send(http: httpx.AsyncClient, target: Target, request_id: int, prompt: str, max_tokens: int,
+async def _send(http: httpx.AsyncClient, target: Endpoint, request_id: int, prompt: str, max_tokens: int,
                 on_done: Callable[[RequestRecord], None]) -> RequestRecord:
     record = RequestRecord(request_id, max_tokens, scheduled_s=time.perf_counter())
-    await stream_chat(http, target.api_url, _payload(target, prompt, max_tokens), record, target.api_key or None)
+    await stream_chat(http, target.base_url, _payload(target, prompt, max_tokens), record, target.api_key)
     on_done(record)
     return record
 
 
-async def warm_up(http: httpx.AsyncClient, target: Target) -> RequestRecord:
+async def warm_up(http: httpx.AsyncClient, target: Endpoint) -> RequestRecord:
     """One short request before timing, so no engine pays a first-request cost inside a phase."""
     record = RequestRecord(0, WARMUP_MAX_TOKENS, scheduled_s=time.perf_counter())
-    return await stream_chat(http, target.api_url, _payload(target, WARMUP_PROMPT, WARMUP_MAX_TOKENS), record,
-                             target.api_key or None)
+    return await stream_chat(http, target.base_url, _payload(target, WARMUP_PROMPT, WARMUP_MAX_TOKENS), record,
+                             target.api_key)
 
 
-async def run_phase(http: httpx.AsyncClient, target: Target, phase: Phase, max_tokens: int,
+async def run_phase(http: httpx.AsyncClient, target: Endpoint, phase: Phase, max_tokens: int,
                     on_done: Callable[[RequestRecord], None]) -> PhaseRun:
     """Send the phase's prompts one after another, or all at once; `on_done` sees each finished record."""
     started = time.perf_counter()
@@ -120,7 +97,7 @@ async def run_phase(http: httpx.AsyncClient, target: Target, phase: Phase, max_t
     else:
         records = [await _send(http, target, number, prompt, max_tokens, on_done)
                    for number, prompt in enumerate(phase.prompts, start=1)]
-    return PhaseRun(target.engine, phase.mode, phase.concurrent, records, started, time.perf_counter())
+    return PhaseRun(target.name, phase.mode, phase.concurrent, records, started, time.perf_counter())
 
 
 def engine_died(run: PhaseRun) -> bool:

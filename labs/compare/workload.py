@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import cycle, islice
 
+from client.endpoint import Endpoint
 from serve.llamacpp import MODEL_ALIAS
-from serve.settings import Settings
+from serve.settings import Settings, load_env
 
 MAX_TOKENS = 48
 DEFAULT_N = 3
+MODEL_SOURCE = "MODEL_NAME (vLLM)"  # the setting named when an engine serves another model
 TEMPERATURE = 0.0  # the same answer on every run and both engines, so the work compared is the same
 
 # The seed lab's first step: four different questions, one after another (a feel for single-user speed).
@@ -54,22 +56,14 @@ def phases(n: int) -> tuple[Phase, ...]:
             Phase("matched concurrent", matched, concurrent=True))
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """An engine as a client sees it: where its /v1 is and which model name it serves."""
-
-    engine: str
-    api_url: str
-    model: str
-    api_key: str
-    port_setting: str  # the variable that moves it (VLLM_PORT, LLAMACPP_PORT)
-
-
-def targets(settings: Settings, engines: tuple[str, ...] | None = None) -> tuple[Target, ...]:
-    """The configured engines (ENGINES), each at its configured port."""
-    where = {
-        "vllm": Target("vllm", f"{settings.base_url}/v1", settings.model_name, settings.api_key, "VLLM_PORT"),
-        "llamacpp": Target("llamacpp", f"{settings.url_for(settings.llamacpp_port)}/v1", MODEL_ALIAS,
-                           settings.api_key, "LLAMACPP_PORT"),
-    }
-    return tuple(where[engine] for engine in (engines or settings.engines))
+def targets(settings: Settings, engines: tuple[str, ...] | None = None) -> tuple[Endpoint, ...]:
+    """The configured engines (ENGINES), each at its configured port, with the key the kit sends there."""
+    where = {"vllm": (settings.base_url, settings.model_name, "VLLM_PORT"),
+             "llamacpp": (settings.url_for(settings.llamacpp_port), MODEL_ALIAS, "LLAMACPP_PORT")}
+    env = load_env()
+    endpoints = []
+    for engine in engines or settings.engines:
+        root_url, model, port_setting = where[engine]
+        endpoints.append(Endpoint.at(engine, f"{root_url}/v1", model, env, kind=engine, url_source=port_setting,
+                                     model_source=MODEL_SOURCE))
+    return tuple(endpoints)

@@ -19,7 +19,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
+from client.endpoint import Endpoint, EndpointError
+from client.metrics import MetricsSnapshot, NoMetrics, scrape
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
 from serve.cli import KitArgumentParser, positive_float, positive_int
 from serve.machine import detect
@@ -29,6 +30,7 @@ from serve.settings import Settings, SettingsError
 from serve.vllm_command import resolve
 
 NO_METRICS_EXIT = 3
+MODELS_TIMEOUT_S = 5.0
 TREND_WINDOW = 10  # snapshots kept for trends in watch mode
 NO_METRICS = ("this engine exposes no metrics: {url}/metrics is not Prometheus text from vLLM "
               "(Ollama and llama.cpp's server have none); measure it from the client side (labs.loadtest)")
@@ -74,14 +76,13 @@ def diagnosis_text(diagnosis: Diagnosis) -> Text:
     return text
 
 
-def served_max_model_len(url: str, api_key: str) -> int | None:
+def served_max_model_len(endpoint: Endpoint) -> int | None:
     """The engine's own max_model_len from /v1/models (vLLM lists it), so advice names the running value."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        models = httpx.get(f"{url}/v1/models", headers=headers, timeout=5.0).json()
-        return int(models["data"][0]["max_model_len"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        served = endpoint.models(MODELS_TIMEOUT_S)
+    except EndpointError:
         return None
+    return served[0].max_model_len if served else None
 
 
 def sample(url: str, count: int, interval_s: float) -> list[MetricsSnapshot]:
@@ -163,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc), code=2)
     url = (args.url or settings.base_url).rstrip("/").removesuffix("/v1")
     resolved = resolve(settings, detect(), bundled_model_facts())  # what up.sh resolves `auto` to here
-    limits = Limits(resolved.max_num_seqs, served_max_model_len(url, settings.api_key) or settings.max_model_len,
+    endpoint = Endpoint.at("engine", f"{url}/v1", url_source="--url")
+    limits = Limits(resolved.max_num_seqs, served_max_model_len(endpoint) or settings.max_model_len,
                     resolved.kv_cache_space_gib)
     try:
         if args.watch:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from labs.common.metrics import MetricsSnapshot
+from client.metrics import MetricsSnapshot
 
 HIGH_KV_USAGE = 0.90  # at or above this fraction the pool, not the batch size, is what makes requests wait
 DEFERRED = "deferred"

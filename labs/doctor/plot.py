@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
-from labs.common.metrics import MetricsSnapshot  # noqa: E402
+from client.metrics import MetricsSnapshot  # noqa: E402
 
 FIGURE_SIZE_IN = (8.0, 4.5)
 DPI = 120

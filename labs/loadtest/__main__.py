@@ -9,25 +9,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-import httpx
-
+from client.endpoint import Endpoint, EndpointError
 from labs.loadtest.aggregate import summarize
 from labs.loadtest.console import console, progress_bar, results_table
 from labs.loadtest.files import write_data
 from labs.loadtest.html_report import write_html
 from labs.loadtest.plots import write_plots
-from labs.loadtest.runner import SCRAPE_INTERVAL_S, Target, run_load
+from labs.loadtest.runner import SCRAPE_INTERVAL_S, run_load
 from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPTS,
                                     DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
 from labs.results import Envelope, MeasuredEngine, command_line
 from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
-from serve.settings import api_key_for, load_env, refused_key_hint
+from serve.settings import load_env
 
-DEFAULT_API_URL = "http://127.0.0.1:8009/v1"
 DEFAULT_OUT = Path("results/loadtest")
-MODELS_TIMEOUT_S = 10.0
+URL_SOURCE = "--base-url/OPENAI_BASE_URL"
 WARMUP_MAX_TOKENS = 8
 
 
@@ -89,54 +88,40 @@ def build_specs(args: argparse.Namespace) -> list[WorkloadSpec]:
     return [WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)]
 
 
-def served_models(api_url: str, api_key: str | None, key_source: str = "") -> list[str]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        response = httpx.get(f"{api_url}/models", headers=headers, timeout=MODELS_TIMEOUT_S)
-    except httpx.HTTPError as exc:
-        raise UsageError(f"cannot reach an engine at {api_url} ({exc.__class__.__name__}). Is it up? "
-                         "Start vLLM with `bash up.sh`, or point --base-url/OPENAI_BASE_URL at a running engine")
-    if response.status_code in (401, 403):
-        raise UsageError(refused_key_hint(api_url, key_source))
-    if response.status_code != 200:
-        return []
-    return [model["id"] for model in response.json().get("data", [])]
-
-
-def build_targets(args: argparse.Namespace) -> list[Target]:
+def build_endpoints(args: argparse.Namespace) -> list[Endpoint]:
+    """The engines to load: --endpoint's, else the configured one with --base-url and --model on top."""
     env = load_env()
-    wanted: list[tuple[str, str, str | None]] = []
+    if not args.endpoint:
+        return [Endpoint.from_env(env, args.base_url, args.model, url_source=URL_SOURCE,
+                                  model_source="--model" if args.model else "MODEL")]
+    endpoints = []
     for item in args.endpoint:
         name, sep, rest = item.partition("=")
         if not sep or not name or not rest.startswith("http"):
             raise UsageError(f"--endpoint {item!r} is invalid: write NAME=URL[@MODEL], "
                              "e.g. vllm=http://127.0.0.1:8009/v1")
         url, _, model = rest.partition("@")
-        wanted.append((name, url.rstrip("/"), model or None))
-    if not wanted:
-        url = (args.base_url or env.get("OPENAI_BASE_URL") or DEFAULT_API_URL).rstrip("/")
-        wanted.append(("engine", url, args.model or env.get("MODEL") or env.get("MODEL_NAME")))
-    targets = []
-    for name, url, model in wanted:
-        api_key, key_source = api_key_for(url, env)
-        served = served_models(url, api_key, key_source)
-        if model is None:
-            if not served:
-                raise UsageError(f"{url} lists no model: add @MODEL to --endpoint {name}=...")
-            model = served[0]
-        elif served and model not in served:
-            raise UsageError(f"model {model!r} is not served by {url}; it serves: {', '.join(served)}. "
-                             "Set --model (or MODEL) to one of them")
-        targets.append(Target(name, url, model, api_key))
-    return targets
+        endpoints.append(Endpoint.at(name, url, model, env, url_source=URL_SOURCE))
+    return endpoints
+
+
+def checked(endpoint: Endpoint) -> Endpoint:
+    """The endpoint once /v1/models shows its model; with the first one listed when none was named."""
+    if endpoint.model:
+        endpoint.check()
+        return endpoint
+    served = endpoint.models()
+    if not served:
+        raise UsageError(f"{endpoint.base_url} lists no model: add @MODEL to --endpoint {endpoint.name}=...")
+    return replace(endpoint, model=served[0].id)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         specs = build_specs(args)
-        targets = build_targets(args)
-    except ValueError as exc:
+        targets = [checked(endpoint) for endpoint in build_endpoints(args)]
+    except (ValueError, EndpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     interval_s = args.scrape_interval_s or None

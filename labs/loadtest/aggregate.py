@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from labs.common.metrics import MetricsSnapshot
-from labs.common.stream import RequestRecord
+from client.metrics import MetricsSnapshot
+from client.stream import RequestRecord
 
 MS_PER_S = 1000.0
 PERCENTILES = (50, 90, 95, 99)

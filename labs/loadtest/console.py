@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from labs.common.stream import RequestRecord
+from client.stream import RequestRecord
 from labs.loadtest.aggregate import Peaks, Summary
 from labs.loadtest.runner import RunResult
 

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from labs.common.stream import RequestRecord
+from client.stream import RequestRecord
 from labs.loadtest.aggregate import DEFINITIONS, Peaks, Summary, e2e_ms, queue_ms, ttft_ms
 from labs.loadtest.runner import RunResult
 from labs.results import Envelope, write
@@ -33,7 +33,7 @@ def run_dict(result: RunResult, summary: Summary) -> dict[str, Any]:
                    "request_rate": "inf" if result.spec.rate_rps is None else result.spec.rate_rps,
                    "burstiness": result.spec.burstiness, "max_concurrency": result.spec.concurrency}
     return {
-        "endpoint": {"name": result.target.name, "api_url": result.target.api_url, "model": result.target.model},
+        "endpoint": {"name": result.target.name, "api_url": result.target.base_url, "model": result.target.model},
         "load": result.spec.label,
         "load_value": result.spec.load_value,
         "workload": spec,

@@ -1,7 +1,7 @@
 """SENDING: play a planned workload against one endpoint, recording every request and /metrics over time.
 
-Requests go out through labs/common/stream.py (the one timing implementation); /metrics is read through
-labs/common/metrics.py. Client-side queueing (a closed loop's users, a concurrency cap) happens between
+Requests go out through client/stream.py (the one timing implementation); /metrics is read through
+client/metrics.py. Client-side queueing (a closed loop's users, a concurrency cap) happens between
 `scheduled_s` and `sent_s`, so it never hides inside the server's latency.
 """
 
@@ -15,29 +15,15 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from client.endpoint import Endpoint
+from client.metrics import MetricsSnapshot, NoMetrics, scrape
+from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.workload import PlannedRequest, WorkloadSpec, plan
 
 SCRAPE_INTERVAL_S = 0.5
 REQUEST_TIMEOUT_S = 600.0
 CONNECT_TIMEOUT_S = 10.0
 SCRAPE_TIMEOUT_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One engine: a name for the report, its OpenAI /v1 URL and the model it serves."""
-
-    name: str
-    api_url: str
-    model: str
-    api_key: str | None = None
-
-    @property
-    def base_url(self) -> str:
-        """The server root, where /metrics and /health live."""
-        return self.api_url.rstrip("/").removesuffix("/v1")
 
 
 class Lanes:
@@ -71,7 +57,7 @@ class Lanes:
 
 @dataclass(slots=True)
 class RunResult:
-    target: Target
+    target: Endpoint
     spec: WorkloadSpec
     records: list[RequestRecord]
     snapshots: list[MetricsSnapshot] = field(default_factory=list)
@@ -79,24 +65,24 @@ class RunResult:
     started_s: float = 0.0  # perf_counter at the run's start: every series is plotted relative to it
 
 
-async def sample_metrics(target: Target, result: RunResult, stop: asyncio.Event,
+async def sample_metrics(target: Endpoint, result: RunResult, stop: asyncio.Event,
                          interval_s: float = SCRAPE_INTERVAL_S) -> None:
     """Scrape /metrics every interval until `stop`; an engine without /metrics is noted, not an error."""
     while not stop.is_set():
         try:
-            result.snapshots.append(await asyncio.to_thread(scrape, target.base_url, SCRAPE_TIMEOUT_S))
+            result.snapshots.append(await asyncio.to_thread(scrape, target.root_url, SCRAPE_TIMEOUT_S))
         except NoMetrics as exc:
             result.metrics_note = str(exc)
             return
         except httpx.HTTPError as exc:
-            result.metrics_note = f"/metrics unreadable at {target.base_url}: {exc.__class__.__name__}"
+            result.metrics_note = f"/metrics unreadable at {target.root_url}: {exc.__class__.__name__}"
         try:
             await asyncio.wait_for(stop.wait(), interval_s)
         except TimeoutError:
             pass
 
 
-async def run_load(target: Target, spec: WorkloadSpec,
+async def run_load(target: Endpoint, spec: WorkloadSpec,
                    on_done: Callable[[RequestRecord], None] | None = None,
                    scrape_interval_s: float | None = SCRAPE_INTERVAL_S) -> RunResult:
     """Send the whole planned workload and return every record; never raises for an engine's failures."""
@@ -116,7 +102,7 @@ async def run_load(target: Target, spec: WorkloadSpec,
         payload = chat_payload(target.model, [{"role": "user", "content": request.prompt}],
                                request.max_tokens, spec.temperature, spec.ignore_eos)
         try:
-            await stream_chat(http, target.api_url, payload, record, target.api_key)
+            await stream_chat(http, target.base_url, payload, record, target.api_key)
         finally:
             lanes.release(http)
         if on_done is not None:

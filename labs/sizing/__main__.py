@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 from rich.table import Table
 
-from labs.common.metrics import NoMetrics
+from client.endpoint import EndpointError
+from client.metrics import NoMetrics
 from labs.sizing.verify import compare, served
 from serve.cli import KitArgumentParser, fraction, non_negative_float, positive_float, positive_int
 from serve.local_server import LOG_DIR
@@ -104,7 +105,7 @@ def verify(args: argparse.Namespace) -> int:
     log = Path(args.log) if args.log else LOG_DIR / f"vllm-{settings.port}.log"
     facts = facts_for(args.model)
     try:
-        engine = served(url, settings.api_key, log)
+        engine = served(url, log)
     except NoMetrics:
         fail(f"{url} exposes no vLLM /metrics: this engine exposes no metrics to verify against", code=1)
     rows = compare(facts, dtype, int(kv_gib * GiB), engine)
@@ -157,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except (SizingError, SettingsError) as exc:
         fail(str(exc), code=2)
+    except EndpointError as exc:
+        fail(str(exc), code=1)
     except httpx.HTTPError as exc:
         fail(f"cannot reach the engine: {exc}; is it up (bash up.sh) and is --url right?", code=1)
     return 1

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from labs.common.metrics import scrape
+from client.endpoint import Endpoint
+from client.metrics import scrape
 from serve.health import kv_cache_report
 from serve.sizing import GiB, ModelFacts, kv_pool
 
@@ -35,12 +34,13 @@ class Served:
     log_text: str | None
 
 
-def served(base_url: str, api_key: str = "", log_path: Path | None = None, timeout_s: float = 10.0) -> Served:
+def served(base_url: str, log_path: Path | None = None, timeout_s: float = 10.0) -> Served:
+    """What the engine at `base_url` (without /v1) reports: EndpointError when it cannot be reached (the models
+    check comes first for its one-line error), NoMetrics when it is not a vLLM."""
+    models = Endpoint.at("engine", f"{base_url}/v1", url_source="--url").models(timeout_s)
     snapshot = scrape(base_url, timeout_s)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    models = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=timeout_s).json()
     log_text = log_path.read_text(errors="replace") if log_path is not None and log_path.exists() else None
-    return Served(snapshot.cache_config, int(models["data"][0]["max_model_len"]), log_text)
+    return Served(snapshot.cache_config, int(models[0].max_model_len), log_text)
 
 
 def _concurrency(value: float) -> str:

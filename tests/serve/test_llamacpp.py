@@ -10,7 +10,7 @@ import sys
 import httpx
 import pytest
 
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from client.stream import RequestRecord, chat_payload, stream_chat
 from serve.settings import Settings, SettingsError
 from tests.conftest import LLAMACPP_MODEL, ROOT, Server, free_port, kit_env, run_script, start_llamacpp
 

@@ -6,8 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from labs.common.stream import RequestRecord
-from labs.loadtest.runner import Target, run_load
+from client.endpoint import Endpoint
+from client.stream import RequestRecord
+from labs.loadtest.runner import run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from tests.conftest import MODEL, Server
 
@@ -29,7 +30,7 @@ async def closed_loop(server: Server, users: int, prompts: Sequence[str], max_to
         if record.error is not None:
             failures.append(record)
 
-    load = asyncio.create_task(run_load(Target("vllm", server.api_url, MODEL), spec, keep_failure,
+    load = asyncio.create_task(run_load(Endpoint("vllm", server.api_url, MODEL), spec, keep_failure,
                                         scrape_interval_s=None))
     try:
         yield failures

@@ -23,7 +23,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from labs.common.metrics import MetricsSnapshot, NoMetrics, parse, scrape
+from client.metrics import MetricsSnapshot, NoMetrics, parse, scrape
 from labs.doctor.diagnosis import Limits, diagnose
 from serve.process import PidFile
 from serve.vllm_command import API_SERVER_MODULE

@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from labs.common.metrics import MetricsSnapshot
-from labs.common.stream import RequestRecord
+from client.metrics import MetricsSnapshot
+from client.stream import RequestRecord
 from labs.loadtest.aggregate import DEFINITIONS, Peaks, Summary, e2e_ms, queue_ms, summarize, ttft_ms
 from labs.loadtest.workload import LengthBand, WorkloadSpec, parse_lengths, plan
 

@@ -14,7 +14,8 @@ import matplotlib.image
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from labs.loadtest.runner import Target, run_load
+from client.endpoint import Endpoint
+from labs.loadtest.runner import run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from labs.results import MeasuredEngine, load
 from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server
@@ -107,7 +108,7 @@ def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_
 
 def test_a_concurrency_cap_queues_on_the_client_not_inside_ttft(vllm_server: Server) -> None:
     spec = WorkloadSpec(num_requests=4, rate_rps=50.0, concurrency=1, lengths=parse_lengths("fixed:8"))
-    result = asyncio.run(run_load(Target("vllm", vllm_server.api_url, MODEL), spec, scrape_interval_s=None))
+    result = asyncio.run(run_load(Endpoint("vllm", vllm_server.api_url, MODEL), spec, scrape_interval_s=None))
     records = sorted(result.records, key=lambda record: record.sent_s)
     assert all(record.ok for record in records)
     for earlier, later in zip(records, records[1:]):  # one at a time: each is sent after the previous ended

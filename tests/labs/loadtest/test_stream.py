@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from labs.common.stream import RequestRecord, stream_chat
+from client.stream import RequestRecord, stream_chat
 
 EVENTS = ('data: {"choices":[{"delta":{"content":"héllo"}}]}\r\n\r\n'
           ': a comment line\n\n'

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.common.metrics import MetricsSnapshot, scrape
+from client.metrics import MetricsSnapshot, scrape
 from labs.doctor.diagnosis import HIGH_KV_USAGE
 from labs.sizing.verify import compare, served
 from serve.local_server import LOG_DIR

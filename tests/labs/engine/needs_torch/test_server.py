@@ -1,4 +1,4 @@
-"""The engine behind its OpenAI-compatible API, measured by the kit's own request timer (labs.common.stream)."""
+"""The engine behind its OpenAI-compatible API, measured by the kit's own request timer (client.stream)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.engine.server import SERVED_MODEL_NAME
 from tests.labs.engine.needs_torch.conftest import ROOT, TEST_THREADS, free_port
 

@@ -1,7 +1,7 @@
 """Timing one request: a streaming chat completion with every timestamp recorded raw.
 
-The one implementation of "send a request and time it", shared by the comparison lab and the load tester.
-Timestamps are `time.perf_counter()` seconds; every derived metric is computed elsewhere, from these.
+The one implementation of "send a request and time it", shared by the comparison lab, the load tester and
+the benchmarks. Timestamps are `time.perf_counter()` seconds; every derived metric is computed elsewhere.
 """
 
 from __future__ import annotations

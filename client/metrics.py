@@ -1,6 +1,6 @@
 """Reading an engine's Prometheus `/metrics`: one snapshot type for vLLM V0 and V1 names.
 
-The one implementation shared by the doctor and the load tester. Parsing is prometheus_client's.
+The one implementation shared by the doctor, the sizing lab and the load tester. Parsing is prometheus_client's.
 """
 
 from __future__ import annotations
