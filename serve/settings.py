@@ -33,6 +33,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit ships and serves by default
 ENGINES = ("vllm", "llamacpp")  # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py)
 QUANTIZATIONS = ("", "awq", "gptq", "fp8")
+# vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
+ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
 INDEX_URL = re.compile(r"^(https?|file)://\S+$")
@@ -331,6 +333,18 @@ KNOBS: tuple[Knob, ...] = (
          "change; Ollama's own /api routes are not served)"),
     Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "true", boolean,
          "llama.cpp's default: a new request cuts the running stream short; false makes it wait its turn"),
+    Knob("REPLICAS", "replicas", "1", positive_int,
+         "vLLM engines serving the model; above 1 vllm-router spreads requests over them (ROUTER_POLICY)"),
+    Knob("ROUTER_POLICY", "router_policy", "cache_aware", choice(*ROUTER_POLICIES),
+         "how vllm-router picks a replica; cache_aware (its default) sends a prompt where its longest prefix went, "
+         "so a chat's turns and a shared system prompt reuse one replica's prefix cache"),
+    Knob("KEDA_MIN_REPLICAS", "keda_min_replicas", "1", positive_int,
+         "Kubernetes: fewest engine replicas KEDA keeps (not 0: with no engine, no vllm:num_requests_waiting "
+         "wakes one)"),
+    Knob("KEDA_MAX_REPLICAS", "keda_max_replicas", "3", positive_int,
+         "Kubernetes: most engine replicas KEDA scales to (the course's 1 -> 3)"),
+    Knob("KEDA_QUEUE_THRESHOLD", "keda_queue_threshold", "5", positive_number,
+         "Kubernetes: requests waiting per replica (vllm:num_requests_waiting) above which KEDA adds one"),
 )
 
 
@@ -369,6 +383,11 @@ class Settings:
     engines: tuple[str, ...]
     llamacpp_port: int
     llamacpp_interrupt_requests: bool
+    replicas: int
+    router_policy: str
+    keda_min_replicas: int
+    keda_max_replicas: int
+    keda_queue_threshold: float
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -377,6 +396,10 @@ class Settings:
                   for knob in KNOBS}
         if ":" in values["cpu_base_image"].rsplit("/", 1)[-1]:  # repository:tag pins the tag too
             values["cpu_base_image"], values["cpu_image_tag"] = values["cpu_base_image"].rsplit(":", 1)
+        if values["keda_max_replicas"] < values["keda_min_replicas"]:
+            raise _bad("KEDA_MAX_REPLICAS", str(values["keda_max_replicas"]),
+                       f"it is below KEDA_MIN_REPLICAS={values['keda_min_replicas']}; raise it or lower "
+                       "KEDA_MIN_REPLICAS")
         return cls(**values)
 
     @classmethod

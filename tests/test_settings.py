@@ -39,6 +39,14 @@ BAD_VALUES = [
     ("ENFORCE_EAGER", "maybe", "true or false"),
     ("VLLM_EXTRA_ARGS", "--flag 'unclosed", "quote it"),
     ("VLLM_HOST", "local host", "address to bind"),
+    ("REPLICAS", "0", "greater than 0"),
+    ("REPLICAS", "two", "whole number"),
+    ("ROUTER_POLICY", "least_loaded", "cache_aware, consistent_hash, power_of_two, round_robin, random"),
+    ("ROUTER_POLICY", "prefixaware", "cache_aware"),  # production-stack's router's name, not vllm-router's
+    ("KEDA_MIN_REPLICAS", "0", "greater than 0"),
+    ("KEDA_MAX_REPLICAS", "-3", "greater than 0"),
+    ("KEDA_QUEUE_THRESHOLD", "0", "greater than 0"),
+    ("KEDA_QUEUE_THRESHOLD", "lots", "greater than 0"),
 ]
 
 
@@ -61,6 +69,19 @@ def test_defaults_are_the_documented_ones() -> None:
     assert settings.model_name == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert settings.max_model_len == 1024
     assert settings.base_url == "http://127.0.0.1:8009"
+    assert settings.replicas == 1 and settings.router_policy == "cache_aware"
+    assert (settings.keda_min_replicas, settings.keda_max_replicas, settings.keda_queue_threshold) == (1, 3, 5.0)
+
+
+def test_keda_max_below_min_is_refused_naming_both() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({**defaults(), "KEDA_MIN_REPLICAS": "4", "KEDA_MAX_REPLICAS": "2"})
+    assert str(caught.value).startswith("KEDA_MAX_REPLICAS='2' is invalid")
+    assert "KEDA_MIN_REPLICAS=4" in str(caught.value)
+    equal = Settings.from_env({**defaults(), "KEDA_MIN_REPLICAS": "2", "KEDA_MAX_REPLICAS": "2",
+                               "KEDA_QUEUE_THRESHOLD": "2.5", "REPLICAS": "3", "ROUTER_POLICY": "round_robin"})
+    assert (equal.keda_min_replicas, equal.keda_max_replicas, equal.keda_queue_threshold) == (2, 2, 2.5)
+    assert equal.replicas == 3 and equal.router_policy == "round_robin"
 
 
 def test_env_example_documents_every_knob_with_its_default_and_a_why() -> None:
