@@ -23,7 +23,8 @@ from labs.loadtest.runner import SCRAPE_INTERVAL_S, Target, run_load
 from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPTS,
                                     DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
 from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
-from serve.settings import api_key_for, load_env, refused_key_hint
+from serve.replicas import replica_ports
+from serve.settings import Settings, SettingsError, api_key_for, load_env, refused_key_hint
 
 DEFAULT_API_URL = "http://127.0.0.1:8009/v1"
 DEFAULT_OUT = Path("results/loadtest")
@@ -127,8 +128,19 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
         elif served and model not in served:
             raise UsageError(f"model {model!r} is not served by {url}; it serves: {', '.join(served)}. "
                              "Set --model (or MODEL) to one of them")
-        targets.append(Target(name, url, model, api_key))
+        targets.append(Target(name, url, model, api_key, behind_router(url, env)))
     return targets
+
+
+def behind_router(api_url: str, env: dict[str, str]) -> tuple[str, ...]:
+    """The replicas' URLs when `api_url` is the kit's router (REPLICAS > 1 on VLLM_PORT); else none."""
+    try:
+        settings = Settings.from_env(env)
+    except SettingsError:
+        return ()
+    if settings.replicas < 2 or api_url.rstrip("/").removesuffix("/v1") != settings.base_url:
+        return ()
+    return tuple(settings.url_for(port) for port in replica_ports(settings))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape
+from labs.common.metrics import MetricsSnapshot, NoMetrics, scrape, scrape_replicas
 from labs.common.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.workload import PlannedRequest, WorkloadSpec, plan
 
@@ -33,6 +33,7 @@ class Target:
     api_url: str
     model: str
     api_key: str | None = None
+    replica_urls: tuple[str, ...] = ()  # behind the kit's router: the replicas whose /metrics add up to it
 
     @property
     def base_url(self) -> str:
@@ -103,7 +104,11 @@ async def sample_metrics(target: Target, result: RunResult, stop: asyncio.Event,
     """Scrape /metrics every interval until `stop`; an engine without /metrics is noted, not an error."""
     while not stop.is_set():
         try:
-            result.snapshots.append(await asyncio.to_thread(scrape, target.base_url, SCRAPE_TIMEOUT_S))
+            if target.replica_urls:  # the router's own port has no vLLM /metrics: the replicas' sum
+                snapshot = await asyncio.to_thread(scrape_replicas, list(target.replica_urls), SCRAPE_TIMEOUT_S)
+            else:
+                snapshot = await asyncio.to_thread(scrape, target.base_url, SCRAPE_TIMEOUT_S)
+            result.snapshots.append(snapshot)
         except NoMetrics as exc:
             result.metrics_note = str(exc)
             return
