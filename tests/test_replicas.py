@@ -260,6 +260,7 @@ def test_failover_a_killed_replica_costs_only_its_streams_in_flight_and_rejoins_
         if load.poll() is None:
             load.kill()
     assert load.returncode == 0, output
+    assert f"served by replica at engine · 4 users: {cluster.replica_urls[0]}" in output, output
     with (out / "requests.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 16, output

@@ -166,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     notes = {result.target.name: result.metrics_note for result, _ in results if result.metrics_note}
     for name, note in notes.items():
         console.print(f"[yellow]note[/yellow] {name}: {note}")
+    for result, _ in results:
+        if result.served_by_replica:
+            spread = ", ".join(f"{url} {count:g}" for url, count in result.served_by_replica.items())
+            console.print(f"served by replica at {result.target.name} · {result.spec.label}: {spread} "
+                          "(their own request counters; the router names none per request)")
     for result, summary in results:
         errors = [record.error for record in result.records if record.error]
         if errors:

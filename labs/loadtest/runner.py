@@ -78,6 +78,9 @@ class RunResult:
     snapshots: list[MetricsSnapshot] = field(default_factory=list)
     metrics_note: str | None = None  # why there is no /metrics series, when there is none
     started_s: float = 0.0  # perf_counter at the run's start: every series is plotted relative to it
+    # behind the kit's router: requests each replica finished during the run (its vllm:request_success_total
+    # before and after; the router names no replica per request, so this is per run, not per request)
+    served_by_replica: dict[str, float] = field(default_factory=dict)
 
     @property
     def metrics_peaks(self) -> dict[str, float] | None:
@@ -120,6 +123,17 @@ async def sample_metrics(target: Target, result: RunResult, stop: asyncio.Event,
             pass
 
 
+def finished_by_replica(target: Target) -> dict[str, float]:
+    """Each replica's finished-request counter now; a replica that does not answer is left out."""
+    counts = {}
+    for url in target.replica_urls:
+        try:
+            counts[url] = scrape(url, SCRAPE_TIMEOUT_S).requests_done_total
+        except (httpx.HTTPError, NoMetrics):
+            continue
+    return counts
+
+
 async def run_load(target: Target, spec: WorkloadSpec,
                    on_done: Callable[[RequestRecord], None] | None = None,
                    scrape_interval_s: float | None = SCRAPE_INTERVAL_S) -> RunResult:
@@ -127,6 +141,7 @@ async def run_load(target: Target, spec: WorkloadSpec,
     planned = plan(spec)
     lanes = Lanes(spec.concurrency or spec.num_requests, httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
     result = RunResult(target, spec, records=[], started_s=time.perf_counter())
+    finished_before = await asyncio.to_thread(finished_by_replica, target)
     stop = asyncio.Event()
     sampler = (asyncio.create_task(sample_metrics(target, result, stop, scrape_interval_s))
                if scrape_interval_s else None)
@@ -154,4 +169,6 @@ async def run_load(target: Target, spec: WorkloadSpec,
         if sampler is not None:
             await sampler
         await lanes.aclose()
+    after = await asyncio.to_thread(finished_by_replica, target)
+    result.served_by_replica = {url: after[url] - finished_before.get(url, 0.0) for url in after}
     return result
