@@ -141,6 +141,13 @@ def wait_until(check, timeout_s: float, what: str) -> float:
     return time.monotonic() - started
 
 
+def router_health(cluster: Cluster, worker_url: str) -> float | None:
+    """vllm_router_worker_health for one replica, from the router's own Prometheus endpoint."""
+    text = httpx.get(f"{cluster.settings.url_for(replicas.metrics_port(cluster.settings))}/metrics", timeout=5).text
+    return next((sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+                 if sample.name == "vllm_router_worker_health" and sample.labels.get("worker") == worker_url), None)
+
+
 def all_workers_routable(router_url: str) -> bool:
     try:
         return httpx.get(f"{router_url}/health", timeout=5).status_code == 200
@@ -254,7 +261,9 @@ def test_failover_a_killed_replica_costs_only_its_streams_in_flight_and_rejoins_
                    "the victim to answer one request and be streaming another")
         in_flight = counter(victim.base_url, "vllm:num_requests_running")
         os.killpg(pid, signal.SIGKILL)  # the server and its engine core, as an OOM kill would
-        killed_at = time.monotonic()
+        # the router's own view: out of the rotation after two failed checks, 2 s apart (+ a 2 s timeout)
+        out_after_s = wait_until(lambda: router_health(cluster, victim.base_url) == 0, 60,
+                                 "the router to mark the killed replica unhealthy")
         output, _ = load.communicate(timeout=600)
     finally:
         if load.poll() is None:
@@ -266,14 +275,17 @@ def test_failover_a_killed_replica_costs_only_its_streams_in_flight_and_rejoins_
     assert len(rows) == 16, output
     failed = [row for row in rows if row["outcome"] != "ok"]
     print(f"failover: {len(rows) - len(failed)} ok, {len(failed)} failed; {in_flight:g} streams in flight on the "
-          f"killed replica; the failures: {[(row['outcome'], row['error']) for row in failed]}")
+          f"killed replica; out of the rotation after {out_after_s:.1f} s; the failures: "
+          f"{[(row['outcome'], row['error']) for row in failed]}")
+    assert all("incomplete chunked read" in row["error"] or "peer closed connection" in row["error"]
+               for row in failed), failed  # streams cut mid-answer, nothing else
     # Only streams the dead replica was answering fail: cut mid-answer, they cannot be replayed (the client
     # holds part of an answer). Every request not yet started there was answered by the other replica.
     assert 1 <= len(failed) <= in_flight + 1, (in_flight, failed)
     # the router takes it out of the rotation within its health-check budget: every request succeeds again
     assert all(chat(cluster.router_url, f"After {n}").status_code == 200 for n in range(4))
-    assert time.monotonic() - killed_at < 300
     victim.start()
+    wait_until(lambda: router_health(cluster, victim.base_url) == 1, 30, "the router to mark it healthy again")
     # a restarted replica rejoins at its first healthy check (2 s apart): round robin sends it every other one
     wait_until(lambda: chat(cluster.router_url, "Back?").status_code == 200
                and counter(victim.base_url, SUCCESS) > 0, 60, "the restarted replica to get requests again")
