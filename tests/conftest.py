@@ -13,11 +13,11 @@ import pytest
 
 from serve.process import stop_group
 from serve.settings import BUNDLED_MODEL_NAME, KNOBS
-from tests.clone import free_port
+from tests.support.clone import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = BUNDLED_MODEL_NAME
-collect_ignore = ["engine"]  # the teaching engine's tests need torch: tests/run.sh runs them in .kit/vllm
+collect_ignore = ["labs/engine/needs_torch"]  # the teaching engine's tests need torch: tests/run.sh runs them in .kit/vllm
 
 
 def kit_env(**overrides: str) -> dict[str, str]:
