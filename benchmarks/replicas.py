@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,16 +47,6 @@ def system_prompt(group: int, salt: str) -> str:
     """~600 tokens, different from the first word on for every group and salt (so no two share a prefix: each
     policy meets prompts that no replica has cached yet)."""
     return " ".join(f"{salt} group {group} rule {n}: answer briefly and in plain English." for n in range(1, 61))
-
-
-def free_run(length: int) -> int:
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            start = sock.getsockname()[1]
-        if start + length < 65536 and all(process.port_is_free("127.0.0.1", start + i) for i in range(length)):
-            return start
-    raise RuntimeError(f"no {length} consecutive free ports on loopback")
 
 
 @contextmanager
@@ -117,7 +106,7 @@ def row(label: str, summary: Summary) -> str:
 
 def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int) -> dict[int, Summary]:
     """Measurements 1 and the first half of 3. Returns the direct runs per user count (for 1 vs 2)."""
-    port = free_run(3)
+    port = process.free_port_run("127.0.0.1", 3)
     one = dataclasses.replace(settings, port=port, replicas=1)
     engine = NativeRuntime(one, port=port + 1)
     router = RouterRuntime(one, [engine.base_url], port + 2)
@@ -152,7 +141,7 @@ def prefix_rate(urls: list[str], before) -> float:
 
 def two_replicas(settings: Settings, requests: int, max_tokens: int, direct: dict[int, Summary]) -> None:
     """Measurements 2 and the second half of 3."""
-    port = free_run(4)
+    port = process.free_port_run("127.0.0.1", 4)
     two = dataclasses.replace(settings, port=port, replicas=2, router_policy="round_robin")
     started = runtimes.vllm_runtimes(two)
     urls = [runtime.base_url for runtime in started[:-1]]

@@ -11,7 +11,6 @@ import csv
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -85,17 +84,6 @@ def test_replicas_run_natively_only() -> None:
 
 
 # --- the real thing -------------------------------------------------------------------------------------
-
-def free_run(length: int) -> int:
-    """A port p with p..p+length-1 free on loopback (the router, its replicas, its metrics)."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            start = sock.getsockname()[1]
-        if start + length < 65536 and all(process.port_is_free("127.0.0.1", start + i) for i in range(length)):
-            return start
-    raise RuntimeError(f"no {length} consecutive free ports")
-
 
 @dataclass
 class Cluster:
@@ -174,7 +162,7 @@ def served_by(cluster: Cluster, send) -> int:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    port = free_run(4)
+    port = process.free_port_run("127.0.0.1", 4)
     env = kit_env(VLLM_PORT=str(port), RUNTIME="native", REPLICAS="2", ROUTER_POLICY="round_robin",
                   ENFORCE_EAGER="true", VLLM_CPU_KVCACHE_SPACE="1", VLLM_API_KEY=KEY)
     result = run_script("up.sh", env, timeout_s=900)
