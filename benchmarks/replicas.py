@@ -111,10 +111,10 @@ def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int)
     engine = NativeRuntime(one, port=port + 1)
     router = RouterRuntime(one, [engine.base_url], port + 2)
     direct: dict[int, Summary] = {}
-    print("\n## 1. Router overhead: one replica (every core), direct vs behind vllm-router\n")
-    print("| users | path | ok | output tok/s | TTFT p50 ms |\n|---|---|---|---|---|")
     with running([engine, router]):
         measure(one, engine.base_url, 1, plain_messages(2), 8)  # warm-up
+        print("\n## 1. Router overhead: one replica (every core), direct vs behind vllm-router\n")
+        print("| users | path | ok | output tok/s | TTFT p50 ms |\n|---|---|---|---|---|")
         for users in USERS:
             runs: dict[str, list[Summary]] = {"direct": [], "router": []}
             for _ in range(2):  # alternate so background load hits both alike
