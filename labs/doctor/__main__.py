@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     resolved = resolve(settings, detect(), bundled_model_facts())  # what up.sh resolves `auto` to here
     limits = Limits(resolved.max_num_seqs, served_max_model_len(url, settings.api_key) or settings.max_model_len,
                     resolved.kv_cache_space_gib)
+    if replicas.replica_urls(settings, url):  # the sum is diagnosed: its batch limit is the replicas' together
+        limits = replicas.summed_limits(settings, limits)
     try:
         if args.watch:
             return watch(url, limits, args.interval_s, args.duration_s, args.plot,

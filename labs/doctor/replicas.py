@@ -14,7 +14,10 @@ import httpx
 from rich.table import Table
 
 from labs.common.metrics import MetricsSnapshot
+from labs.doctor.diagnosis import Limits
+from serve.native import NativeRuntime
 from serve.replicas import metrics_port, replica_ports
+from serve.runtimes import vllm_runtimes
 from serve.settings import Settings
 
 IMBALANCE_RATIO = 2.0
@@ -26,6 +29,15 @@ def replica_urls(settings: Settings, url: str) -> list[str]:
     if settings.replicas < 2 or url != settings.base_url:
         return []
     return [settings.url_for(port) for port in replica_ports(settings)]
+
+
+def summed_limits(settings: Settings, limits: Limits) -> Limits:
+    """The limits of the replicas as one engine, as up.sh resolves each replica's share: their batch slots
+    added up (the sum's running requests are judged against them); the KV budget stays one replica's, the
+    value VLLM_CPU_KVCACHE_SPACE sets for each."""
+    plans = [runtime.resolve() for runtime in vllm_runtimes(settings) if isinstance(runtime, NativeRuntime)]
+    return Limits(sum(plan.max_num_seqs or 0 for plan in plans) or None, limits.max_model_len,
+                  plans[0].kv_cache_space_gib if plans else limits.kv_cache_space_gib)
 
 
 def router_line(settings: Settings) -> str:

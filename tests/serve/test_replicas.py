@@ -21,6 +21,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from labs.common.metrics import MetricsSnapshot
+from labs.doctor import replicas as doctor_replicas
 from serve import process, replicas, runtimes
 from serve.local_server import RUN_DIR
 from serve.machine import Machine
@@ -200,6 +202,29 @@ def test_round_robin_spreads_requests_evenly(cluster: Cluster) -> None:
         assert chat(cluster.router_url, f"Count to {n}.").status_code == 200
     grown = [b - a for a, b in zip(before, cluster.counters(SUCCESS))]
     assert grown == [4, 4], grown
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_the_doctor_reads_every_replica_and_the_router(cluster: Cluster) -> None:
+    doctor = run_bounded([sys.executable, "-m", "labs.doctor", "--samples", "1"], cluster.env, 120)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    for url in cluster.replica_urls:
+        assert url in doctor.stdout, doctor.stdout
+    assert "sum" in doctor.stdout and "vllm-router over 2 replicas" in doctor.stdout, doctor.stdout
+    assert f"{cluster.settings.url_for(replicas.metrics_port(cluster.settings))}/metrics answers" in doctor.stdout
+    assert "balance: no replica" in doctor.stdout, doctor.stdout  # round robin left them 4 and 4 (and more)
+
+
+def test_an_imbalance_is_named_with_the_policy() -> None:
+    def snapshot(running: float, done: float) -> MetricsSnapshot:
+        return MetricsSnapshot(0.0, running, 0.0, 0.1, 0.0, requests_done_total=done)
+
+    named = [("http://a", snapshot(0, 20)), ("http://b", snapshot(0, 3))]
+    line = doctor_replicas.imbalance(named, "cache_aware")
+    assert line is not None and line.startswith("imbalance: http://a has finished 20 requests, http://b 3")
+    assert "cache_aware keeps shared prefixes" in line
+    assert doctor_replicas.imbalance([("http://a", snapshot(5, 9)), ("http://b", snapshot(4, 8))], "round_robin") is None
 
 
 @pytest.mark.server
