@@ -3,7 +3,7 @@
 1. Router overhead: one replica reached directly vs the same replica behind the router, at 1 and 8 users,
    runs alternating (direct, router, direct, router) so background load hits both alike. Goal: <= 5% output
    tok/s lost and <= 10 ms added TTFT p50.
-2. Prefix-aware vs round-robin routing, 2 replicas: groups of users share a long system prompt; TTFT p50 and
+2. Prefix-aware vs round-robin routing, 2 replicas: groups of users share a ~650-token system prompt; TTFT p50 and
    the replicas' own prefix-cache hit rate (vllm:prefix_cache_hits_total / queries_total) per policy.
 3. 1 vs 2 replicas: the same closed loop at 8 users on one replica with every core vs two replicas with one
    core each behind the router. On a 2-core machine the cores bound it, not the router.
@@ -44,9 +44,9 @@ QUESTIONS = ("What is 2+2?", "Name a colour.", "Say hello.", "Name a fruit.", "P
 
 
 def system_prompt(group: int, salt: str) -> str:
-    """~600 tokens, different from the first word on for every group and salt (so no two share a prefix: each
-    policy meets prompts that no replica has cached yet)."""
-    return " ".join(f"{salt} group {group} rule {n}: answer briefly and in plain English." for n in range(1, 61))
+    """~650 tokens (inside MAX_MODEL_LEN 1024 with the question and answer), different from the first word
+    on for every group and salt (so no two share a prefix: each policy meets prompts no replica has cached)."""
+    return " ".join(f"{salt} group {group} rule {n}: answer briefly and in plain English." for n in range(1, 36))
 
 
 @contextmanager
@@ -96,12 +96,19 @@ def prefix_messages(count: int, salt: str, seed: int = 0) -> list[list[dict]]:
 def measure(settings: Settings, base_url: str, users: int, messages: list[list[dict]], max_tokens: int) -> Summary:
     records = asyncio.run(closed_loop(f"{base_url}/v1", settings.model_name, settings.api_key or None, users,
                                       messages, max_tokens))
+    error = first_error(records)
+    if error is not None:
+        print(f"(a request failed at {base_url}: {error})")
     return summarize(records)
 
 
 def row(label: str, summary: Summary) -> str:
     return (f"| {label} | {summary.num_ok}/{summary.num_requests} | {summary.output_tokens_per_s:.1f} | "
             f"{summary.ttft_ms.median:.0f} |")
+
+
+def first_error(records: list[RequestRecord]) -> str | None:
+    return next((f"{record.status}: {record.error or record.text}"[:300] for record in records if not record.ok), None)
 
 
 def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int) -> dict[int, Summary]:
@@ -154,7 +161,7 @@ def two_replicas(settings: Settings, requests: int, max_tokens: int, direct: dic
         print(row("2 replicas, router", spread))
         print(f"| 2 / 1 | | {spread.output_tokens_per_s / direct[8].output_tokens_per_s:.2f}x | |")
         print("\n## 2. Prefix-aware vs round-robin, 2 replicas, "
-              f"{PREFIX_GROUPS} groups sharing ~600-token system prompts, 8 users\n")
+              f"{PREFIX_GROUPS} groups sharing ~650-token system prompts, 8 users\n")
         print("| policy | ok | output tok/s | TTFT p50 ms | prefix-cache hit rate |\n|---|---|---|---|---|")
         for policy in ("round_robin", "cache_aware"):
             router = RouterRuntime(dataclasses.replace(two, router_policy=policy), urls, started[-1].metrics_port)
