@@ -27,9 +27,9 @@ from serve import kube, kube_spec
 from serve.settings import ROOT, Settings
 from serve.tracks import CPU, GPU, container_command
 from tests.conftest import kit_env
-from tests.docs import BASH_BLOCK, doc_examples, run_doc, shows
+from tests.support.docs import BASH_BLOCK, doc_examples, run_doc, shows
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 CHART_SCHEMA = json.loads((DATA / "production-stack" / "values.schema.json").read_text())
 KEDA_CRD = yaml.safe_load((DATA / "keda" / "keda.sh_scaledobjects.yaml").read_text())
 K8S_VERSIONS = (min(all_versions()), max(all_versions()))
