@@ -148,29 +148,33 @@ def prefix_rate(urls: list[str], before) -> float:
 
 def two_replicas(settings: Settings, requests: int, max_tokens: int, direct: dict[int, Summary]) -> None:
     """Measurements 2 and the second half of 3."""
-    port = process.free_port_run("127.0.0.1", 4)
-    two = dataclasses.replace(settings, port=port, replicas=2, router_policy="round_robin")
-    started = runtimes.vllm_runtimes(two)
-    urls = [runtime.base_url for runtime in started[:-1]]
-    with running(started):
-        measure(two, two.base_url, 2, plain_messages(2), 8)  # warm-up, one per replica
+    port = process.free_port_run("127.0.0.1", 3)
+    two = dataclasses.replace(settings, port=port, replicas=2)
+    engines = runtimes.vllm_runtimes(two)[:-1]
+    urls = [runtime.base_url for runtime in engines]
+    with running(engines):
+        # the router's ports are picked once the replicas are up: minutes of starts leave time for another
+        # program on this machine to take a port picked before them
+        router_port = process.free_port_run("127.0.0.1", 2)
+        two = dataclasses.replace(two, port=router_port)
         print("\n## 3. One replica with every core vs two with one core each (round_robin), 8 users\n")
-        print("| setup | ok | output tok/s | TTFT p50 ms |\n|---|---|---|---|")
-        print(row("1 replica, direct", direct[8]))
-        spread = measure(two, two.base_url, 8, plain_messages(requests), max_tokens)
-        print(row("2 replicas, router", spread))
-        print(f"| 2 / 1 | | {spread.output_tokens_per_s / direct[8].output_tokens_per_s:.2f}x | |")
+        with running([RouterRuntime(dataclasses.replace(two, router_policy="round_robin"), urls, router_port + 1)]):
+            measure(two, two.base_url, 2, plain_messages(2), 8)  # warm-up, one per replica
+            print("| setup | ok | output tok/s | TTFT p50 ms |\n|---|---|---|---|")
+            print(row("1 replica, direct", direct[8]))
+            spread = measure(two, two.base_url, 8, plain_messages(requests), max_tokens)
+            print(row("2 replicas, router", spread))
+            print(f"| 2 / 1 | | {spread.output_tokens_per_s / direct[8].output_tokens_per_s:.2f}x | |")
         print("\n## 2. Prefix-aware vs round-robin, 2 replicas, "
               f"{PREFIX_GROUPS} groups sharing ~650-token system prompts, 8 users\n")
-        print("| policy | ok | output tok/s | TTFT p50 ms | prefix-cache hit rate |\n|---|---|---|---|---|")
+        rows = []
         for policy in ("round_robin", "cache_aware"):
-            router = RouterRuntime(dataclasses.replace(two, router_policy=policy), urls, started[-1].metrics_port)
-            started[-1].stop(quiet=True)
-            router.start()
-            started[-1] = router
-            before = scrape_replicas(urls)
-            summary = measure(two, two.base_url, 8, prefix_messages(requests, policy), max_tokens)
-            print(f"{row(policy, summary)} {prefix_rate(urls, before):.1%} |")
+            with running([RouterRuntime(dataclasses.replace(two, router_policy=policy), urls, router_port + 1)]):
+                before = scrape_replicas(urls)
+                summary = measure(two, two.base_url, 8, prefix_messages(requests, policy), max_tokens)
+                rows.append(f"{row(policy, summary)} {prefix_rate(urls, before):.1%} |")
+        print("| policy | ok | output tok/s | TTFT p50 ms | prefix-cache hit rate |\n|---|---|---|---|---|")
+        print("\n".join(rows))
 
 
 def main() -> None:
