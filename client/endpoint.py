@@ -49,6 +49,8 @@ class Endpoint:
     kind: str = ""  # which of the kit's engines it is ("vllm", "llamacpp"); "" for any other or unknown
     url_source: str = "OPENAI_BASE_URL"
     model_source: str = "MODEL"
+    # behind the kit's router (REPLICAS > 1): the replicas' server roots, whose /metrics add up to this engine's
+    replica_urls: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, base_url: str | None = None, model: str | None = None,

@@ -20,6 +20,7 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 CACHE_CONFIG = "vllm:cache_config_info"
+SUCCESS = "vllm:request_success_total"  # requests finished, by finish reason: who served how many
 
 
 class NoMetrics(Exception):
@@ -40,6 +41,34 @@ class MetricsSnapshot:
     prefix_hits_total: float | None = None
     cache_config: dict[str, str] = field(default_factory=dict)
     format: str = "v1"  # "v0" when only the V0 names were present
+    requests_done_total: float = 0.0
+
+
+def combine(snapshots: list[MetricsSnapshot]) -> MetricsSnapshot:
+    """Several replicas as one engine: counts and totals add up; KV usage is the mean of the replicas' pools
+    (equal pools: the share of all KV blocks in use); the cache config is the first replica's."""
+    def total(values: list[float | None]) -> float | None:
+        known = [value for value in values if value is not None]
+        return sum(known) if known else None
+
+    kv = [snapshot.kv_usage for snapshot in snapshots if snapshot.kv_usage is not None]
+    reasons: dict[str, float] = {}
+    for snapshot in snapshots:
+        for reason, value in snapshot.waiting_by_reason.items():
+            reasons[reason] = reasons.get(reason, 0.0) + value
+    return MetricsSnapshot(
+        taken_s=max(snapshot.taken_s for snapshot in snapshots),
+        running=sum(snapshot.running for snapshot in snapshots),
+        waiting=sum(snapshot.waiting for snapshot in snapshots),
+        kv_usage=sum(kv) / len(kv) if kv else None,
+        preemptions_total=sum(snapshot.preemptions_total for snapshot in snapshots),
+        waiting_by_reason=reasons,
+        prefix_queries_total=total([snapshot.prefix_queries_total for snapshot in snapshots]),
+        prefix_hits_total=total([snapshot.prefix_hits_total for snapshot in snapshots]),
+        cache_config=snapshots[0].cache_config,
+        format=snapshots[0].format,
+        requests_done_total=sum(snapshot.requests_done_total for snapshot in snapshots),
+    )
 
 
 def parse(text: str, taken_s: float | None = None) -> MetricsSnapshot:
@@ -68,6 +97,7 @@ def parse(text: str, taken_s: float | None = None) -> MetricsSnapshot:
         prefix_hits_total=totals.get(PREFIX_HITS),
         cache_config=cache_config,
         format="v1" if kv_name == KV_USAGE_V1 else "v0",
+        requests_done_total=totals.get(SUCCESS, 0.0),
     )
 
 
@@ -80,3 +110,8 @@ def scrape(base_url: str, timeout_s: float = 5.0) -> MetricsSnapshot:
     if RUNNING not in response.text:
         raise NoMetrics(f"{base_url}/metrics answers, but not with vLLM's gauges")
     return parse(response.text)
+
+
+def scrape_replicas(base_urls: list[str], timeout_s: float = 5.0) -> MetricsSnapshot:
+    """Every replica's /metrics as one engine's (the load tester's series behind a router)."""
+    return combine([scrape(url, timeout_s) for url in base_urls])

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from rich.table import Table
 
-from serve import process, runtimes, system
+from serve import process, replicas, runtimes, system
 from serve.cli import KitArgumentParser
 from serve.local_server import RUN_DIR
 from serve.progress import StepFailed, console, fail, warn
 from serve.runtime import Runtime, Started
 from serve.settings import Settings, SettingsError, env_file
+from serve.vllm_command import Resolved
 
 
 def recap(settings: Settings, runtime: Runtime, started: Started | None) -> None:
@@ -59,13 +60,23 @@ def warn_if_key_file_readable(path: Path) -> None:
 
 
 def up(settings: Settings) -> int:
-    """Start every engine in ENGINES, in order; one already up and healthy is left as it is."""
+    """Start every engine in ENGINES, in order; one already up and healthy is left as it is. Every preflight
+    runs before the first start: a refusal of the last replica must not come minutes after the first started."""
     warn_if_key_file_readable(env_file())
     engines = runtimes.for_engines(settings)
     check_system(engines)
+    plans = {id(runtime): plan_for(runtime) for runtime in engines}
+    replicas.record(settings)  # down.sh stops every replica, whatever REPLICAS says then
     for runtime in engines:
-        up_one(settings, runtime)
+        up_one(settings, runtime, plans[id(runtime)])
     return 0
+
+
+def plan_for(runtime: Runtime) -> Resolved | None:
+    """The preflight's plan for a runtime that is not already up (one that is keeps what it runs with)."""
+    if runtime.running_pid() is not None and runtime.healthy():
+        return None
+    return runtime.preflight()  # refuses (exit 2) a configuration the engine could not start with
 
 
 def try_it(settings: Settings, runtime: Runtime) -> str:
@@ -75,7 +86,7 @@ def try_it(settings: Settings, runtime: Runtime) -> str:
     return f'OPENAI_BASE_URL={runtime.base_url}/v1 MODEL={runtime.served_model} python -m client "Say OK."[/bold]'
 
 
-def up_one(settings: Settings, runtime: Runtime) -> None:
+def up_one(settings: Settings, runtime: Runtime, plan: Resolved | None) -> None:
     console.print(f"Bringing up [bold]{runtime.served_model}[/bold] ({runtime.label}) on {runtime.base_url}/v1 "
                   f"(runtime {runtime.name})")
     pid = runtime.running_pid()
@@ -86,7 +97,6 @@ def up_one(settings: Settings, runtime: Runtime) -> None:
         return
     if pid is not None:
         runtime.stop(quiet=True)  # ours but not answering: a half-started server; start afresh
-    plan = runtime.preflight()  # refuses (exit 2) a configuration the engine could not start with
     started = runtime.start(plan)
     runtimes.record(settings, runtime)  # down.sh with RUNTIME=auto stops this runtime, whatever answers then
     console.print(f"[green]✓[/green] {runtime.label} is up in {started.seconds_to_healthy:.0f} s. Try: "
@@ -95,18 +105,24 @@ def up_one(settings: Settings, runtime: Runtime) -> None:
 
 
 def down(settings: Settings, remove_volumes: bool = False) -> int:
-    """Stop the engines in ENGINES on the configured ports; name any other one of ours still running."""
+    """Stop the engines in ENGINES on the configured ports (the router before its replicas, all the replicas
+    the last `up` started); name any other one of ours still running."""
+    settings = replicas.as_started(settings)
     for engine, factory in runtimes.ENGINES.items():
-        runtime = factory(settings)
+        started = factory(settings)
         if engine not in settings.engines:
-            if runtime.running_pid() is not None:
-                console.print(f"{runtime.label} still runs on port {runtime.port} (not in "
-                              f"ENGINES={','.join(settings.engines)}); stop it with ENGINES={engine} bash down.sh")
+            for runtime in started:
+                if runtime.running_pid() is not None:
+                    console.print(f"{runtime.label} still runs on port {runtime.port} (not in ENGINES="
+                                  f"{','.join(settings.engines)}); stop it with ENGINES={engine} bash down.sh")
             continue
-        stopped = runtimes.stop(runtime, remove_volumes)
-        runtimes.forget(settings, runtime)  # nothing of it runs now
-        if not stopped:
-            console.print(f"Nothing to stop: no {runtime.label} started by this kit on port {runtime.port}")
+        for runtime in reversed(started):
+            stopped = runtimes.stop(runtime, remove_volumes)
+            runtimes.forget(settings, runtime)  # nothing of it runs now
+            if not stopped:
+                console.print(f"Nothing to stop: no {runtime.label} started by this kit on port {runtime.port}")
+        if engine == "vllm":
+            replicas.forget(settings)
     return 0
 
 

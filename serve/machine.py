@@ -42,7 +42,7 @@ def _cpu_flags(cpuinfo: Path | None = None) -> frozenset[str]:
     return frozenset()
 
 
-def _usable_cpus() -> set[int]:
+def usable_cpus() -> set[int]:
     """The logical CPUs this process may run on (its affinity where the OS has one, as on Linux)."""
     try:
         return set(psutil.Process().cpu_affinity())
@@ -100,7 +100,7 @@ def _memory_available_bytes() -> int:
 
 def detect() -> Machine:
     """This machine through psutil (Linux, macOS, Windows alike), plus Linux's CPU flags and topology."""
-    cpus = _usable_cpus()
+    cpus = usable_cpus()
     return Machine(
         usable_cores=len(cpus),
         cpu_flags=_cpu_flags(),

@@ -22,8 +22,10 @@ from serve.machine import detect
 from serve.model import MODEL_DIR, MODEL_PACKAGE, gguf_in, native_model_dir, served_model_facts
 from serve.pip_config import installer as installer_for
 from serve.progress import StepFailed, console, in_background, run_logged, tail
+from serve.replicas import PREFIX_CACHING_FLAG, Share, check_memory
 from serve.runtime import Started, VllmRuntime
 from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings
+from serve.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.vllm_command import (API_SERVER_MODULE, Resolved, engine_base_env, parse_version, resolve, vllm_args,
                                 vllm_env)
 
@@ -175,15 +177,22 @@ def installed_vllm_version() -> tuple[int, int]:
 
 
 class NativeRuntime(VllmRuntime, LocalRuntime):
-    """One vLLM api_server per port, started from the project's venv."""
+    """One vLLM api_server per port, started from the project's venv: the engine on VLLM_PORT, or one replica
+    of REPLICAS on its own port with its share of the machine (serve/replicas.py)."""
 
     name = "native"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, share: Share | None = None, port: int | None = None) -> None:
         self.settings = settings
-        self.port = settings.port
-        self.server = LocalServer("vLLM", "vllm", API_SERVER_MODULE, settings.host, settings.port, "VLLM_PORT",
-                                  settings.base_url)
+        self.share = share
+        self.port = port or settings.port
+        if share is None:
+            self.label, port_setting = "vLLM", "VLLM_PORT"
+        else:
+            self.label = f"vLLM replica {share.index}/{share.count}"
+            port_setting = f"VLLM_PORT (replica {share.index} listens on VLLM_PORT+{self.port - settings.port})"
+        self.server = LocalServer(self.label, "vllm", API_SERVER_MODULE, settings.host, self.port, port_setting,
+                                  settings.url_for(self.port))
 
     def system_needs(self) -> list[system.Tool]:
         problem = system.native_platform_problem()
@@ -198,7 +207,10 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
 
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", API_SERVER_MODULE,
-                *vllm_args(self.settings, resolved, str(native_model_dir(self.settings)), installed_vllm_version())]
+                *vllm_args(self.settings, resolved, str(native_model_dir(self.settings)), installed_vllm_version(),
+                           port=self.port)]
+        if self.share is not None and PREFIX_CACHING_FLAG not in argv:
+            argv.append(PREFIX_CACHING_FLAG)
         env = {**engine_base_env(bytecode_env()), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
                "PYTHONUNBUFFERED": "1"}
         if self.settings.api_key:  # vllm_args named the kit's auth middleware: make it importable
@@ -207,7 +219,24 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
 
     def resolve(self) -> Resolved:
         native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
-        return resolve(self.settings, detect(), served_model_facts(self.settings, self.name))
+        facts = served_model_facts(self.settings, self.name)
+        whole = detect()
+        if self.share is None:
+            return resolve(self.settings, whole, facts)
+        resolved = resolve(self.settings, self.share.machine(whole), facts,
+                           memory_cap_bytes=self.share.memory_cap_bytes(whole))
+        return self.share.apply(self.settings, resolved)
+
+    def preflight(self) -> Resolved:
+        """A replica also refuses a port in use and REPLICAS that the memory cannot hold, before any starts."""
+        resolved = super().preflight()
+        if self.share is not None:
+            self.server.ensure_port_free()
+            facts = served_model_facts(self.settings, self.name)
+            if facts is not None:
+                check_memory(self.settings, facts.weight_bytes(resolved.dtype)
+                             + (resolved.kv_cache_space_gib or 0) * GiB + VLLM_CPU_OVERHEAD_BYTES)
+        return resolved
 
     def start(self, resolved: Resolved | None = None) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown."""

@@ -1,5 +1,5 @@
 """Which runtimes serve ENGINES, and for vLLM which one: RUNTIME=auto picks Docker only when an engine with
-Compose (v2 or v1) answers.
+Compose (v2 or v1) answers; REPLICAS above 1 is N native engines behind vllm-router (serve/replicas.py).
 
 What `up` started is recorded (.kit/run/vllm-PORT.runtime), so that with RUNTIME=auto, `down` and `status`
 act on the runtime that started it instead of deciding again: a Docker engine started after a native `up`
@@ -13,11 +13,12 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from serve import compose
+from serve import compose, replicas
 from serve.docker import CPU, TRACKS, DockerRuntime
 from serve.llamacpp import LlamaCppRuntime
 from serve.local_server import RUN_DIR
 from serve.native import NativeRuntime
+from serve.router import RouterRuntime
 from serve.runtime import Runtime
 from serve.settings import Settings, SettingsError
 
@@ -90,15 +91,40 @@ def select(settings: Settings) -> Runtime:
     return DockerRuntime(settings, TRACKS[CPU.runtime if choice == "auto" else choice], found)
 
 
-# Every engine ENGINES may name, in the order `up` starts them: its runtime for these settings.
-ENGINES: dict[str, Callable[[Settings], Runtime]] = {"vllm": select, "llamacpp": LlamaCppRuntime}
-# What `python -m serve install` readies: the native runtime's venv and model, whatever RUNTIME says.
-INSTALLS: dict[str, Callable[[Settings], Runtime]] = {**ENGINES, "vllm": NativeRuntime}
+def vllm_runtimes(settings: Settings) -> list[Runtime]:
+    """vLLM as RUNTIME says; with REPLICAS=N > 1, N native replicas and the router on VLLM_PORT, in start order."""
+    if settings.replicas == 1:
+        return [select(settings)]
+    if settings.runtime not in ("native", "auto"):
+        raise SettingsError(f"REPLICAS={settings.replicas} is invalid with RUNTIME={settings.runtime}: the kit runs "
+                            "replicas natively only (for Kubernetes: python -m serve.kube); set RUNTIME=native "
+                            "or REPLICAS=1")
+    ports = replicas.replica_ports(settings)
+    engines: list[Runtime] = [NativeRuntime(settings, share, port)
+                              for share, port in zip(replicas.shares(settings), ports, strict=True)]
+    return [*engines, RouterRuntime(settings, [settings.url_for(port) for port in ports],
+                                    replicas.metrics_port(settings))]
 
 
-def for_engines(settings: Settings, factories: dict[str, Callable[[Settings], Runtime]] = ENGINES) -> list[Runtime]:
-    """The runtimes of the engines in ENGINES."""
-    return [factory(settings) for engine, factory in factories.items() if engine in settings.engines]
+def vllm_installs(settings: Settings) -> list[Runtime]:
+    """The native vLLM venv and model, whatever RUNTIME says; the router's venv too when REPLICAS > 1."""
+    if settings.replicas == 1:
+        return [NativeRuntime(settings)]
+    return [NativeRuntime(settings), RouterRuntime(settings, [], replicas.metrics_port(settings))]
+
+
+# Every engine ENGINES may name, in the order `up` starts them: its runtimes for these settings.
+ENGINES: dict[str, Callable[[Settings], list[Runtime]]] = {
+    "vllm": vllm_runtimes, "llamacpp": lambda settings: [LlamaCppRuntime(settings)]}
+# What `python -m serve install` readies.
+INSTALLS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_installs}
+
+
+def for_engines(settings: Settings,
+                factories: dict[str, Callable[[Settings], list[Runtime]]] = ENGINES) -> list[Runtime]:
+    """The runtimes of the engines in ENGINES, in start order."""
+    return [runtime for engine, factory in factories.items() if engine in settings.engines
+            for runtime in factory(settings)]
 
 
 def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:

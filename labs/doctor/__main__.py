@@ -2,6 +2,8 @@
 
 One-shot: a few samples a moment apart (for trends), then running, waiting, KV usage, preemptions, the
 cache config and a diagnosis. --watch: a live table refreshed every --interval-s while load runs.
+Behind the kit's router (REPLICAS > 1) it reads every replica and the router: each replica, their sum
+(diagnosed as one engine), and an imbalance if the router leaves one replica far busier.
 Exit codes: 0 diagnosed, 1 engine unreachable, 3 the engine exposes no metrics.
 """
 
@@ -20,7 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from client.endpoint import Endpoint, EndpointError
-from client.metrics import MetricsSnapshot, NoMetrics, scrape
+from client.metrics import MetricsSnapshot, NoMetrics, combine, scrape
+from labs.doctor import replicas
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
 from serve.cli import KitArgumentParser, positive_float, positive_int
 from serve.machine import detect
@@ -85,17 +88,30 @@ def served_max_model_len(endpoint: Endpoint) -> int | None:
     return served[0].max_model_len if served else None
 
 
-def sample(url: str, count: int, interval_s: float) -> list[MetricsSnapshot]:
-    history = [scrape(url)]
+def sample(urls: list[str], count: int, interval_s: float) -> list[list[MetricsSnapshot]]:
+    """`count` rounds, `interval_s` apart, of one snapshot per URL."""
+    history = [[scrape(url) for url in urls]]
     for _ in range(count - 1):
         time.sleep(interval_s)
-        history.append(scrape(url))
+        history.append([scrape(url) for url in urls])
     return history
 
 
-def one_shot(url: str, limits: Limits, samples: int, interval_s: float) -> int:
-    history = sample(url, samples, interval_s)
-    console.print(f"[bold]{url}/metrics[/bold] ({samples} samples, {interval_s:g} s apart)")
+def one_shot(url: str, limits: Limits, samples: int, interval_s: float, settings: Settings | None = None) -> int:
+    urls = replicas.replica_urls(settings, url) if settings is not None else []
+    rounds = sample(urls or [url], samples, interval_s)
+    history = [combine(round_) for round_ in rounds]
+    if urls:
+        named = list(zip(urls, rounds[-1], strict=True))
+        console.print(f"[bold]{url}[/bold] is vllm-router over {len(urls)} replicas ({samples} samples, "
+                      f"{interval_s:g} s apart)")
+        console.print(replicas.table(named, history[-1]))
+        console.print(replicas.router_line(settings))
+        console.print(replicas.imbalance(named, settings.router_policy) or "balance: no replica holds or has "
+                      "finished far more requests than another")
+        console.print("[bold]the replicas as one engine[/bold] (sum):")
+    else:
+        console.print(f"[bold]{url}/metrics[/bold] ({samples} samples, {interval_s:g} s apart)")
     console.print(gauges(history))
     console.print(diagnosis_text(diagnose(history, limits)))
     return 0
@@ -108,14 +124,15 @@ def plain_line(snapshot: MetricsSnapshot, diagnosis: Diagnosis) -> str:
 
 
 def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None,
-          plot_path: Path | None = None) -> int:
-    """Refresh until Ctrl-C or duration_s; a live table on a terminal, a line per sample elsewhere."""
+          plot_path: Path | None = None, replica_urls: list[str] | None = None) -> int:
+    """Refresh until Ctrl-C or duration_s; a live table on a terminal, a line per sample elsewhere. Behind a
+    router, each sample is the replicas' sum."""
     history: deque[MetricsSnapshot] = deque(maxlen=TREND_WINDOW)
     timeline: list[MetricsSnapshot] = []
     started = time.monotonic()
 
     def tick() -> Diagnosis:
-        history.append(scrape(url))
+        history.append(combine([scrape(each) for each in replica_urls or [url]]))
         timeline.append(history[-1])
         return diagnose(list(history), limits)
 
@@ -167,10 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     endpoint = Endpoint.at("engine", f"{url}/v1", url_source="--url")
     limits = Limits(resolved.max_num_seqs, served_max_model_len(endpoint) or settings.max_model_len,
                     resolved.kv_cache_space_gib)
+    if replicas.replica_urls(settings, url):  # the sum is diagnosed: its batch limit is the replicas' together
+        limits = replicas.summed_limits(settings, limits)
     try:
         if args.watch:
-            return watch(url, limits, args.interval_s, args.duration_s, args.plot)
-        return one_shot(url, limits, args.samples, args.interval_s)
+            return watch(url, limits, args.interval_s, args.duration_s, args.plot,
+                         replicas.replica_urls(settings, url))
+        return one_shot(url, limits, args.samples, args.interval_s, settings)
     except NoMetrics:
         console.print(NO_METRICS.format(url=url))
         return NO_METRICS_EXIT

@@ -23,7 +23,8 @@ from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUE
                                     DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
 from labs.results import Envelope, MeasuredEngine, command_line
 from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
-from serve.settings import load_env
+from serve.replicas import replica_ports
+from serve.settings import Settings, SettingsError, load_env
 
 DEFAULT_OUT = Path("results/loadtest")
 URL_SOURCE = "--base-url/OPENAI_BASE_URL"
@@ -91,10 +92,9 @@ def build_specs(args: argparse.Namespace) -> list[WorkloadSpec]:
 def build_endpoints(args: argparse.Namespace) -> list[Endpoint]:
     """The engines to load: --endpoint's, else the configured one with --base-url and --model on top."""
     env = load_env()
-    if not args.endpoint:
-        return [Endpoint.from_env(env, args.base_url, args.model, url_source=URL_SOURCE,
-                                  model_source="--model" if args.model else "MODEL")]
-    endpoints = []
+    endpoints = [] if args.endpoint else [
+        Endpoint.from_env(env, args.base_url, args.model, url_source=URL_SOURCE,
+                          model_source="--model" if args.model else "MODEL")]
     for item in args.endpoint:
         name, sep, rest = item.partition("=")
         if not sep or not name or not rest.startswith("http"):
@@ -102,7 +102,7 @@ def build_endpoints(args: argparse.Namespace) -> list[Endpoint]:
                              "e.g. vllm=http://127.0.0.1:8009/v1")
         url, _, model = rest.partition("@")
         endpoints.append(Endpoint.at(name, url, model, env, url_source=URL_SOURCE))
-    return endpoints
+    return [replace(endpoint, replica_urls=behind_router(endpoint.base_url, env)) for endpoint in endpoints]
 
 
 def checked(endpoint: Endpoint) -> Endpoint:
@@ -114,6 +114,17 @@ def checked(endpoint: Endpoint) -> Endpoint:
     if not served:
         raise UsageError(f"{endpoint.base_url} lists no model: add @MODEL to --endpoint {endpoint.name}=...")
     return replace(endpoint, model=served[0].id)
+
+
+def behind_router(api_url: str, env: dict[str, str]) -> tuple[str, ...]:
+    """The replicas' URLs when `api_url` is the kit's router (REPLICAS > 1 on VLLM_PORT); else none."""
+    try:
+        settings = Settings.from_env(env)
+    except SettingsError:
+        return ()
+    if settings.replicas < 2 or api_url.rstrip("/").removesuffix("/v1") != settings.base_url:
+        return ()
+    return tuple(settings.url_for(port) for port in replica_ports(settings))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     notes = {result.target.name: result.metrics_note for result, _ in results if result.metrics_note}
     for name, note in notes.items():
         console.print(f"[yellow]note[/yellow] {name}: {note}")
+    for result, _ in results:
+        if result.served_by_replica:
+            spread = ", ".join(f"{url} {count:g}" for url, count in result.served_by_replica.items())
+            console.print(f"served by replica at {result.target.name} · {result.spec.label}: {spread} "
+                          "(their own request counters; the router names none per request)")
     for result, summary in results:
         errors = [record.error for record in result.records if record.error]
         if errors:

@@ -39,6 +39,7 @@ def run_dict(result: RunResult, summary: Summary) -> dict[str, Any]:
         "workload": spec,
         "summary": summary.to_dict(),
         "metrics_note": result.metrics_note,
+        "served_by_replica": result.served_by_replica,  # behind the kit's router; {} otherwise
         "metrics_peaks": peaks.to_dict() if peaks else None,
         "metrics_series": [{"t_s": snapshot.taken_s - result.started_s, "running": snapshot.running,
                             "waiting": snapshot.waiting, "kv_usage": snapshot.kv_usage,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from client.endpoint import Endpoint
-from client.metrics import MetricsSnapshot, NoMetrics, scrape
+from client.metrics import MetricsSnapshot, NoMetrics, scrape, scrape_replicas
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.workload import PlannedRequest, WorkloadSpec, plan
 
@@ -63,6 +63,9 @@ class RunResult:
     snapshots: list[MetricsSnapshot] = field(default_factory=list)
     metrics_note: str | None = None  # why there is no /metrics series, when there is none
     started_s: float = 0.0  # perf_counter at the run's start: every series is plotted relative to it
+    # behind the kit's router: requests each replica finished during the run (its vllm:request_success_total
+    # before and after; the router names no replica per request, so this is per run, not per request)
+    served_by_replica: dict[str, float] = field(default_factory=dict)
 
 
 async def sample_metrics(target: Endpoint, result: RunResult, stop: asyncio.Event,
@@ -70,7 +73,11 @@ async def sample_metrics(target: Endpoint, result: RunResult, stop: asyncio.Even
     """Scrape /metrics every interval until `stop`; an engine without /metrics is noted, not an error."""
     while not stop.is_set():
         try:
-            result.snapshots.append(await asyncio.to_thread(scrape, target.root_url, SCRAPE_TIMEOUT_S))
+            if target.replica_urls:  # the router's own port has no vLLM /metrics: the replicas' sum
+                snapshot = await asyncio.to_thread(scrape_replicas, list(target.replica_urls), SCRAPE_TIMEOUT_S)
+            else:
+                snapshot = await asyncio.to_thread(scrape, target.root_url, SCRAPE_TIMEOUT_S)
+            result.snapshots.append(snapshot)
         except NoMetrics as exc:
             result.metrics_note = str(exc)
             return
@@ -82,6 +89,17 @@ async def sample_metrics(target: Endpoint, result: RunResult, stop: asyncio.Even
             pass
 
 
+def finished_by_replica(target: Endpoint) -> dict[str, float]:
+    """Each replica's finished-request counter now; a replica that does not answer is left out."""
+    counts = {}
+    for url in target.replica_urls:
+        try:
+            counts[url] = scrape(url, SCRAPE_TIMEOUT_S).requests_done_total
+        except (httpx.HTTPError, NoMetrics):
+            continue
+    return counts
+
+
 async def run_load(target: Endpoint, spec: WorkloadSpec,
                    on_done: Callable[[RequestRecord], None] | None = None,
                    scrape_interval_s: float | None = SCRAPE_INTERVAL_S) -> RunResult:
@@ -89,6 +107,7 @@ async def run_load(target: Endpoint, spec: WorkloadSpec,
     planned = plan(spec)
     lanes = Lanes(spec.concurrency or spec.num_requests, httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
     result = RunResult(target, spec, records=[], started_s=time.perf_counter())
+    finished_before = await asyncio.to_thread(finished_by_replica, target)
     stop = asyncio.Event()
     sampler = (asyncio.create_task(sample_metrics(target, result, stop, scrape_interval_s))
                if scrape_interval_s else None)
@@ -116,4 +135,6 @@ async def run_load(target: Endpoint, spec: WorkloadSpec,
         if sampler is not None:
             await sampler
         await lanes.aclose()
+    after = await asyncio.to_thread(finished_by_replica, target)
+    result.served_by_replica = {url: after[url] - finished_before.get(url, 0.0) for url in after}
     return result

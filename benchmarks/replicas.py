@@ -1,0 +1,193 @@
+"""Replicas behind vllm-router, three measurements side by side in one run (REPLICAS, ROUTER_POLICY):
+
+1. Router overhead: one replica reached directly vs the same replica behind the router, at 1 and 8 users,
+   runs alternating (direct, router, direct, router) so background load hits both alike. Goal: <= 5% output
+   tok/s lost and <= 10 ms added TTFT p50.
+2. Prefix-aware vs round-robin routing, 2 replicas: groups of users share a ~650-token system prompt; TTFT p50 and
+   the replicas' own prefix-cache hit rate (vllm:prefix_cache_hits_total / queries_total) per policy.
+3. 1 vs 2 replicas: the same closed loop at 8 users on one replica with every core vs two replicas with one
+   core each behind the router. On a 2-core machine the cores bound it, not the router.
+
+Engines start through the kit's own runtimes (native, the settings in .env plus the overrides below) on
+free ports, and are stopped at the end.
+
+    .venv/bin/python -m benchmarks.replicas --requests 16
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from labs.common.metrics import scrape_replicas
+from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from labs.loadtest.aggregate import Summary, summarize
+from serve import process, runtimes
+from serve.cli import KitArgumentParser, positive_int
+from serve.native import NativeRuntime
+from serve.router import RouterRuntime
+from serve.runtime import Runtime
+from serve.settings import Settings
+
+OVERHEAD_GOAL_TOK_S_LOSS = 0.05
+OVERHEAD_GOAL_TTFT_MS = 10.0
+USERS = (1, 8)
+PREFIX_GROUPS = 4  # distinct long system prompts, each shared by a group of users
+QUESTIONS = ("What is 2+2?", "Name a colour.", "Say hello.", "Name a fruit.", "Pick a number.", "Name a city.",
+             "Say yes or no.", "Name an animal.")
+
+
+def system_prompt(group: int, salt: str) -> str:
+    """~650 tokens (inside MAX_MODEL_LEN 1024 with the question and answer), different from the first word
+    on for every group and salt (so no two share a prefix: each policy meets prompts no replica has cached)."""
+    return " ".join(f"{salt} group {group} rule {n}: answer briefly and in plain English." for n in range(1, 36))
+
+
+@contextmanager
+def running(started: list[Runtime]) -> Iterator[list[Runtime]]:
+    """Start the runtimes in order; stop them all (last first) whatever happens."""
+    up: list[Runtime] = []
+    try:
+        for runtime in started:
+            runtime.start(runtime.preflight())
+            up.append(runtime)
+        yield up
+    finally:
+        for runtime in reversed(up):
+            runtime.stop(quiet=True)
+
+
+async def closed_loop(api_url: str, model: str, api_key: str | None, users: int, messages: list[list[dict]],
+                      max_tokens: int) -> list[RequestRecord]:
+    """`users` users each send their next request when the last one finished, until `messages` run out."""
+    queue = list(enumerate(messages))
+    records: list[RequestRecord] = []
+
+    async def user() -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as http:
+            while queue:
+                request_id, conversation = queue.pop(0)
+                record = RequestRecord(request_id, max_tokens, time.perf_counter())
+                await stream_chat(http, api_url, chat_payload(model, conversation, max_tokens, ignore_eos=True),
+                                  record, api_key)
+                records.append(record)
+
+    await asyncio.gather(*(user() for _ in range(users)))
+    return records
+
+
+def plain_messages(count: int) -> list[list[dict]]:
+    return [[{"role": "user", "content": f"Write a short story about the number {n}."}] for n in range(count)]
+
+
+def prefix_messages(count: int, salt: str, seed: int = 0) -> list[list[dict]]:
+    """Requests from PREFIX_GROUPS groups, interleaved at random: each repeats its group's system prompt."""
+    rng = random.Random(seed)
+    return [[{"role": "system", "content": system_prompt(rng.randrange(PREFIX_GROUPS), salt)},
+             {"role": "user", "content": QUESTIONS[n % len(QUESTIONS)]}] for n in range(count)]
+
+
+def measure(settings: Settings, base_url: str, users: int, messages: list[list[dict]], max_tokens: int) -> Summary:
+    records = asyncio.run(closed_loop(f"{base_url}/v1", settings.model_name, settings.api_key or None, users,
+                                      messages, max_tokens))
+    error = first_error(records)
+    if error is not None:
+        print(f"(a request failed at {base_url}: {error})")
+    return summarize(records)
+
+
+def row(label: str, summary: Summary) -> str:
+    return (f"| {label} | {summary.num_ok}/{summary.num_requests} | {summary.output_tokens_per_s:.1f} | "
+            f"{summary.ttft_ms.median:.0f} |")
+
+
+def first_error(records: list[RequestRecord]) -> str | None:
+    return next((f"{record.status}: {record.error or record.text}"[:300] for record in records if not record.ok), None)
+
+
+def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int) -> dict[int, Summary]:
+    """Measurements 1 and the first half of 3. Returns the direct runs per user count (for 1 vs 2)."""
+    port = process.free_port_run("127.0.0.1", 3)
+    one = dataclasses.replace(settings, port=port, replicas=1)
+    engine = NativeRuntime(one, port=port + 1)
+    router = RouterRuntime(one, [engine.base_url], port + 2)
+    direct: dict[int, Summary] = {}
+    with running([engine, router]):
+        measure(one, engine.base_url, 1, plain_messages(2), 8)  # warm-up
+        print("\n## 1. Router overhead: one replica (every core), direct vs behind vllm-router\n")
+        print("| users | path | ok | output tok/s | TTFT p50 ms |\n|---|---|---|---|---|")
+        for users in USERS:
+            runs: dict[str, list[Summary]] = {"direct": [], "router": []}
+            for _ in range(2):  # alternate so background load hits both alike
+                for path, url in (("direct", engine.base_url), ("router", router.base_url)):
+                    runs[path].append(measure(one, url, users, plain_messages(requests), max_tokens))
+            best = {path: max(found, key=lambda s: s.output_tokens_per_s) for path, found in runs.items()}
+            for path in ("direct", "router"):
+                print(row(f"{users} | {path}", best[path]))
+            loss = 1 - best["router"].output_tokens_per_s / best["direct"].output_tokens_per_s
+            added_ms = best["router"].ttft_ms.median - best["direct"].ttft_ms.median
+            verdict = ("meets" if loss <= OVERHEAD_GOAL_TOK_S_LOSS and added_ms <= OVERHEAD_GOAL_TTFT_MS
+                       else "misses")
+            print(f"| {users} | router/direct | | {1 - loss:.3f} ({loss:+.1%} lost) | {added_ms:+.0f} ms "
+                  f"({verdict} the goal) |")
+            direct[users] = best["direct"]
+    return direct
+
+
+def prefix_rate(urls: list[str], before) -> float:
+    after = scrape_replicas(urls)
+    queries = (after.prefix_queries_total or 0) - (before.prefix_queries_total or 0)
+    return ((after.prefix_hits_total or 0) - (before.prefix_hits_total or 0)) / queries if queries else 0.0
+
+
+def two_replicas(settings: Settings, requests: int, max_tokens: int, direct: dict[int, Summary]) -> None:
+    """Measurements 2 and the second half of 3."""
+    port = process.free_port_run("127.0.0.1", 3)
+    two = dataclasses.replace(settings, port=port, replicas=2)
+    engines = runtimes.vllm_runtimes(two)[:-1]
+    urls = [runtime.base_url for runtime in engines]
+    with running(engines):
+        # the router's ports are picked once the replicas are up: minutes of starts leave time for another
+        # program on this machine to take a port picked before them
+        router_port = process.free_port_run("127.0.0.1", 2)
+        two = dataclasses.replace(two, port=router_port)
+        print("\n## 3. One replica with every core vs two with one core each (round_robin), 8 users\n")
+        with running([RouterRuntime(dataclasses.replace(two, router_policy="round_robin"), urls, router_port + 1)]):
+            measure(two, two.base_url, 2, plain_messages(2), 8)  # warm-up, one per replica
+            print("| setup | ok | output tok/s | TTFT p50 ms |\n|---|---|---|---|")
+            print(row("1 replica, direct", direct[8]))
+            spread = measure(two, two.base_url, 8, plain_messages(requests), max_tokens)
+            print(row("2 replicas, router", spread))
+            print(f"| 2 / 1 | | {spread.output_tokens_per_s / direct[8].output_tokens_per_s:.2f}x | |")
+        print("\n## 2. Prefix-aware vs round-robin, 2 replicas, "
+              f"{PREFIX_GROUPS} groups sharing ~650-token system prompts, 8 users\n")
+        rows = []
+        for policy in ("round_robin", "cache_aware"):
+            with running([RouterRuntime(dataclasses.replace(two, router_policy=policy), urls, router_port + 1)]):
+                before = scrape_replicas(urls)
+                summary = measure(two, two.base_url, 8, prefix_messages(requests, policy), max_tokens)
+                rows.append(f"{row(policy, summary)} {prefix_rate(urls, before):.1%} |")
+        print("| policy | ok | output tok/s | TTFT p50 ms | prefix-cache hit rate |\n|---|---|---|---|---|")
+        print("\n".join(rows))
+
+
+def main() -> None:
+    parser = KitArgumentParser(prog="python -m benchmarks.replicas", description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=positive_int, default=16, help="requests per measured run")
+    parser.add_argument("--max-tokens", type=positive_int, default=32, help="output tokens per request")
+    args = parser.parse_args()
+    settings = dataclasses.replace(Settings.load(), runtime="native")
+    print(f"benchmarks.replicas: {args.requests} requests per run, {args.max_tokens} output tokens each "
+          f"(ignore_eos), model {settings.model_name}")
+    direct = overhead_and_one_replica(settings, args.requests, args.max_tokens)
+    two_replicas(settings, args.requests, args.max_tokens, direct)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""REPLICAS=2: two real vLLM engines behind vllm-router on loopback, judged by each replica's own /metrics.
+
+One module-scoped setup (`bash up.sh` with REPLICAS=2); switching ROUTER_POLICY restarts only the router
+(a second), never an engine (minutes). Which replica served a request is read from the replicas' counters
+(vllm:request_success_total) before and after it: the router does not say.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from labs.common.metrics import MetricsSnapshot
+from labs.doctor import replicas as doctor_replicas
+from serve import process, replicas, runtimes
+from serve.local_server import RUN_DIR
+from serve.machine import Machine
+from serve.native import NativeRuntime
+from serve.router import RouterRuntime
+from serve.settings import Settings, SettingsError
+from serve.sizing import GiB
+from tests.conftest import MODEL, ROOT, kit_env, run_bounded, run_script
+
+KEY = "replicas-test-key"
+SUCCESS = "vllm:request_success_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+SYSTEM_PROMPT = " ".join(f"Rule {n}: answer briefly, politely and in plain English." for n in range(1, 61))
+
+
+def settings_for(**env: str) -> Settings:
+    return Settings.from_env(kit_env(**env))
+
+
+# --- the plan: ports, shares, refusals (no server) ------------------------------------------------------
+
+def test_ports_follow_one_rule_and_the_router_takes_vllm_port() -> None:
+    settings = settings_for(VLLM_PORT="8100", REPLICAS="3", RUNTIME="native")
+    assert replicas.replica_ports(settings) == [8101, 8102, 8103]
+    assert replicas.metrics_port(settings) == 8104
+    started = runtimes.vllm_runtimes(dataclasses.replace(settings, replicas=2))
+    assert [runtime.port for runtime in started] == [8101, 8102, 8100]
+    assert isinstance(started[-1], RouterRuntime) and started[-1].base_url == settings.base_url
+    router_argv, _ = started[-1].command()
+    assert router_argv[router_argv.index("--prometheus-port") + 1] == "8103"
+    assert router_argv[router_argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    assert router_argv[router_argv.index("--policy") + 1] == "cache_aware"
+
+
+def test_each_replica_binds_its_own_cores() -> None:
+    settings = settings_for(REPLICAS="2")
+    assert [share.bind for share in replicas.shares(settings, [0, 1])] == ["0", "1"]
+    assert [share.bind for share in replicas.shares(settings, [0, 1, 2, 3, 4])] == ["0-2", "3-4"]
+    assert replicas.cpu_list((0, 1, 2, 5, 7, 8)) == "0-2,5,7-8"
+    share = replicas.shares(settings, [0, 1])[1]
+    resolved = NativeRuntime(settings, share, 8011).resolve()
+    assert (resolved.omp_threads_bind, resolved.omp_threads) == ("1", 1)
+
+
+def test_more_replicas_than_cores_is_refused_with_the_numbers() -> None:
+    with pytest.raises(SettingsError, match=r"REPLICAS=3 is too many .* 2 usable CPUs .* set REPLICAS=2"):
+        replicas.shares(settings_for(REPLICAS="3"), [0, 1])
+
+
+def test_more_replicas_than_memory_is_refused_with_the_numbers() -> None:
+    small = Machine(usable_cores=8, cpu_flags=frozenset(), memory_available_bytes=7 * GiB)
+    with pytest.raises(SettingsError, match=r"REPLICAS=4 .* memory: each replica needs 3.00 GiB .* 12.00 GiB "
+                                            r"in all, and 7.00 GiB is available; set REPLICAS=2"):
+        replicas.check_memory(settings_for(REPLICAS="4"), 3 * GiB, small)
+
+
+def test_replicas_run_natively_only() -> None:
+    with pytest.raises(SettingsError, match="REPLICAS=2 is invalid with RUNTIME=docker"):
+        runtimes.vllm_runtimes(settings_for(REPLICAS="2", RUNTIME="docker"))
+
+
+# --- the real thing -------------------------------------------------------------------------------------
+
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    settings: Settings
+
+    @property
+    def engines(self) -> list[NativeRuntime]:
+        return [runtime for runtime in runtimes.vllm_runtimes(self.settings) if isinstance(runtime, NativeRuntime)]
+
+    @property
+    def replica_urls(self) -> list[str]:
+        return [engine.base_url for engine in self.engines]
+
+    @property
+    def router_url(self) -> str:
+        return self.settings.base_url
+
+    def use_policy(self, policy: str) -> None:
+        """Restart only the router, with `policy`."""
+        router = runtimes.vllm_runtimes(dataclasses.replace(self.settings, router_policy=policy))[-1]
+        router.stop(quiet=True)
+        router.start()
+        wait_until(lambda: all_workers_routable(self.router_url), 30, "the router to route to both replicas")
+
+    def counters(self, name: str) -> list[float]:
+        return [counter(url, name) for url in self.replica_urls]
+
+
+def counter(base_url: str, name: str) -> float:
+    """A replica's own counter; for SUCCESS only the answers it finished (not aborts or errors)."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == name and sample.labels.get("finished_reason", "stop") in ("stop", "length"))
+
+
+def wait_until(check, timeout_s: float, what: str) -> float:
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout_s:
+            pytest.fail(f"waited {timeout_s:g} s for {what}")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def router_health(cluster: Cluster, worker_url: str) -> float | None:
+    """vllm_router_worker_health for one replica, from the router's own Prometheus endpoint."""
+    text = httpx.get(f"{cluster.settings.url_for(replicas.metrics_port(cluster.settings))}/metrics", timeout=5).text
+    return next((sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+                 if sample.name == "vllm_router_worker_health" and sample.labels.get("worker") == worker_url), None)
+
+
+def all_workers_routable(router_url: str) -> bool:
+    try:
+        return httpx.get(f"{router_url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def chat(url: str, content: str, headers: dict[str, str] | None = None, system: str | None = None,
+         max_tokens: int = 4) -> httpx.Response:
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+    return httpx.post(f"{url}/v1/chat/completions", timeout=120, headers={**HEADERS, **(headers or {})},
+                      json={"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0})
+
+
+def served_by(cluster: Cluster, send) -> int:
+    """Send one request; the index of the replica whose own success counter grew by it."""
+    before = cluster.counters(SUCCESS)
+    response = send()
+    assert response.status_code == 200, response.text
+    grown = [i for i, (a, b) in enumerate(zip(before, cluster.counters(SUCCESS))) if b > a]
+    assert len(grown) == 1, (before, grown)
+    return grown[0]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    port = process.free_port_run("127.0.0.1", 4)
+    env = kit_env(VLLM_PORT=str(port), RUNTIME="native", REPLICAS="2", ROUTER_POLICY="round_robin",
+                  ENFORCE_EAGER="true", VLLM_CPU_KVCACHE_SPACE="1", VLLM_API_KEY=KEY)
+    result = run_script("up.sh", env, timeout_s=900)
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        for line in ("vLLM replica 1/2", "vLLM replica 2/2", "round_robin (ROUTER_POLICY)"):
+            assert line in result.stdout, result.stdout
+        yield Cluster(env, Settings.from_env(env))
+    finally:
+        down = run_script("down.sh", env, timeout_s=300)
+        assert down.returncode == 0, down.stdout + down.stderr
+    for offset in range(4):
+        assert process.port_is_free("127.0.0.1", port + offset), port + offset
+    leftovers = [path.name for path in RUN_DIR.glob("*.pid")
+                 if path.name in (f"router-{port}.pid", f"vllm-{port + 1}.pid", f"vllm-{port + 2}.pid")]
+    assert leftovers == [] and not replicas.record_path(Settings.from_env(env)).exists()
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_status_shows_each_replica_and_the_router(cluster: Cluster) -> None:
+    status = run_bounded([sys.executable, "-m", "serve", "status"], cluster.env, 60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    for label in ("vLLM replica 1/2 up", "vLLM replica 2/2 up", "vllm-router up"):
+        assert label in status.stdout, status.stdout
+    # the replicas require the key; the router passes the client's on
+    assert chat(cluster.router_url, "Hi", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_round_robin_spreads_requests_evenly(cluster: Cluster) -> None:
+    before = cluster.counters(SUCCESS)
+    for n in range(8):
+        assert chat(cluster.router_url, f"Count to {n}.").status_code == 200
+    grown = [b - a for a, b in zip(before, cluster.counters(SUCCESS))]
+    assert grown == [4, 4], grown
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_the_doctor_reads_every_replica_and_the_router(cluster: Cluster) -> None:
+    doctor = run_bounded([sys.executable, "-m", "labs.doctor", "--samples", "1"], cluster.env, 120)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    for url in cluster.replica_urls:
+        assert url in doctor.stdout, doctor.stdout
+    assert "sum" in doctor.stdout and "vllm-router over 2 replicas" in doctor.stdout, doctor.stdout
+    assert f"{cluster.settings.url_for(replicas.metrics_port(cluster.settings))}/metrics answers" in doctor.stdout
+    assert "balance: no replica" in doctor.stdout, doctor.stdout  # round robin left them 4 and 4 (and more)
+
+
+def test_an_imbalance_is_named_with_the_policy() -> None:
+    def snapshot(running: float, done: float) -> MetricsSnapshot:
+        return MetricsSnapshot(0.0, running, 0.0, 0.1, 0.0, requests_done_total=done)
+
+    named = [("http://a", snapshot(0, 20)), ("http://b", snapshot(0, 3))]
+    line = doctor_replicas.imbalance(named, "cache_aware")
+    assert line is not None and line.startswith("imbalance: http://a has finished 20 requests, http://b 3")
+    assert "cache_aware keeps shared prefixes" in line
+    assert doctor_replicas.imbalance([("http://a", snapshot(5, 9)), ("http://b", snapshot(4, 8))], "round_robin") is None
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_consistent_hash_keeps_each_session_on_one_replica(cluster: Cluster) -> None:
+    cluster.use_policy("consistent_hash")
+    placed: dict[str, set[int]] = {}
+    for turn in range(3):
+        for session in ("alice", "bob", "carol", "dave"):
+            replica = served_by(cluster, lambda: chat(cluster.router_url, f"Turn {turn}.",
+                                                      headers={"X-Session-ID": session}))
+            placed.setdefault(session, set()).add(replica)
+    assert all(len(where) == 1 for where in placed.values()), placed
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_cache_aware_keeps_a_shared_prompt_on_one_replica_and_its_cache_hits(cluster: Cluster) -> None:
+    cluster.use_policy("cache_aware")
+    hits_before = cluster.counters(PREFIX_HITS)
+    where = {served_by(cluster, lambda: chat(cluster.router_url, question, system=SYSTEM_PROMPT))
+             for question in ("What is 2+2?", "Name a colour.", "Say hello.", "Name a fruit.", "Pick a number.")}
+    assert len(where) == 1, where
+    chosen = where.pop()
+    hits = [b - a for a, b in zip(hits_before, cluster.counters(PREFIX_HITS))]
+    assert hits[chosen] > 0 and hits[1 - chosen] == 0, hits
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_failover_a_killed_replica_costs_only_its_streams_in_flight_and_rejoins_after_restart(
+        cluster: Cluster, tmp_path) -> None:
+    cluster.use_policy("round_robin")
+    victim = cluster.engines[1]
+    pid = victim.running_pid()
+    assert pid is not None
+    out = tmp_path / "load"
+    load = subprocess.Popen(
+        [sys.executable, "-m", "labs.loadtest", "--base-url", f"{cluster.router_url}/v1", "--model", MODEL,
+         "--concurrency", "4", "--requests", "16", "--lengths", "fixed:32", "--warmup", "0",
+         "--scrape-interval-s", "1", "--out", str(out)],
+        cwd=ROOT, env={**cluster.env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: counter(victim.base_url, SUCCESS) >= 1
+                   and counter(victim.base_url, "vllm:num_requests_running") >= 1, 300,
+                   "the victim to answer one request and be streaming another")
+        in_flight = counter(victim.base_url, "vllm:num_requests_running")
+        os.killpg(pid, signal.SIGKILL)  # the server and its engine core, as an OOM kill would
+        # the router's own view: out of the rotation after two failed checks, 2 s apart (+ a 2 s timeout)
+        out_after_s = wait_until(lambda: router_health(cluster, victim.base_url) == 0, 60,
+                                 "the router to mark the killed replica unhealthy")
+        output, _ = load.communicate(timeout=600)
+    finally:
+        if load.poll() is None:
+            load.kill()
+    assert load.returncode == 0, output
+    assert f"served by replica at engine · 4 users: {cluster.replica_urls[0]}" in output, output
+    with (out / "requests.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 16, output
+    failed = [row for row in rows if row["outcome"] != "ok"]
+    print(f"failover: {len(rows) - len(failed)} ok, {len(failed)} failed; {in_flight:g} streams in flight on the "
+          f"killed replica; out of the rotation after {out_after_s:.1f} s; the failures: "
+          f"{[(row['outcome'], row['error']) for row in failed]}")
+    assert all("incomplete chunked read" in row["error"] or "peer closed connection" in row["error"]
+               for row in failed), failed  # streams cut mid-answer, nothing else
+    # Only streams the dead replica was answering fail: cut mid-answer, they cannot be replayed (the client
+    # holds part of an answer). Every request not yet started there was answered by the other replica.
+    assert 1 <= len(failed) <= in_flight + 1, (in_flight, failed)
+    # the router takes it out of the rotation within its health-check budget: every request succeeds again
+    assert all(chat(cluster.router_url, f"After {n}").status_code == 200 for n in range(4))
+    victim.start()
+    wait_until(lambda: router_health(cluster, victim.base_url) == 1, 30, "the router to mark it healthy again")
+    # a restarted replica rejoins at its first healthy check (2 s apart): round robin sends it every other one
+    wait_until(lambda: chat(cluster.router_url, "Back?").status_code == 200
+               and counter(victim.base_url, SUCCESS) > 0, 60, "the restarted replica to get requests again")
