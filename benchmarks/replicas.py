@@ -25,8 +25,8 @@ from contextlib import contextmanager
 
 import httpx
 
-from labs.common.metrics import scrape_replicas
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from client.metrics import scrape_replicas
+from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.aggregate import Summary, summarize
 from serve import process, runtimes
 from serve.cli import KitArgumentParser, positive_int

@@ -13,7 +13,7 @@ from __future__ import annotations
 import httpx
 from rich.table import Table
 
-from labs.common.metrics import MetricsSnapshot
+from client.metrics import MetricsSnapshot
 from labs.doctor.diagnosis import Limits
 from serve.native import NativeRuntime
 from serve.replicas import metrics_port, replica_ports

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from labs.common.metrics import MetricsSnapshot
+from client.metrics import MetricsSnapshot
 from labs.doctor import replicas as doctor_replicas
 from serve import process, replicas, runtimes
 from serve.local_server import RUN_DIR
