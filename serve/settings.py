@@ -328,8 +328,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("LLAMACPP_PORT", "llamacpp_port", "11434", port,
          "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no "
          "change; Ollama's own /api routes are not served)"),
-    Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "true", boolean,
-         "llama.cpp's default: a new request cuts the running stream short; false makes it wait its turn"),
+    Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "false", boolean,
+         "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
+         "llama-cpp-python's own default: a new request cuts the running stream short"),
 )
 
 
