@@ -30,7 +30,9 @@ CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "
 
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-ENGINES = ("vllm", "llamacpp")  # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py)
+# llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py); llamaserver: llama.cpp's own C++ server with
+# parallel slots (serve/llama_server.py)
+ENGINES = ("vllm", "llamacpp", "llamaserver")
 QUANTIZATIONS = ("", "awq", "gptq", "fp8")
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
@@ -42,6 +44,7 @@ KIT_OWNED_FLAGS = {
     "--port": ("VLLM_PORT", "the kit waits for /health and points the client there"),
     "--api-key": ("VLLM_API_KEY", "the kit passes it in the environment; on the command line `ps` shows it"),
 }
+MAX_SERVER_SLOTS = 256  # vLLM's own cap on sequences in one batch (max_num_seqs)
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 
 
@@ -183,12 +186,24 @@ def host(name: str, raw: str) -> str:
     return raw
 
 
+def server_slots(name: str, raw: str) -> int:
+    """llama-server's parallel slots: each holds a MAX_MODEL_LEN context, so thousands would not fit in memory."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_SERVER_SLOTS:
+        raise _bad(name, raw, f"use a whole number of parallel slots from 1 to {MAX_SERVER_SLOTS}, e.g. 4 "
+                              "(1 queues requests as Ollama does by default)")
+    return value
+
+
 def engine_list(name: str, raw: str) -> tuple[str, ...]:
     engines = tuple(part.strip() for part in raw.split(",") if part.strip())
     unknown = [engine for engine in engines if engine not in ENGINES]
     if not engines or unknown or len(set(engines)) != len(engines):
         raise _bad(name, raw, f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
-                              "e.g. vllm or vllm,llamacpp")
+                              "e.g. vllm or vllm,llamacpp or vllm,llamacpp,llamaserver")
     return engines
 
 
@@ -331,6 +346,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "false", boolean,
          "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
          "llama-cpp-python's own default: a new request cuts the running stream short"),
+    Knob("LLAMA_SERVER_PORT", "llama_server_port", "8089", port,
+         "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)"),
+    Knob("LLAMA_SERVER_SLOTS", "llama_server_slots", "4", server_slots,
+         "requests llama-server decodes together, batched continuously (-np, like OLLAMA_NUM_PARALLEL; 4 was "
+         "Ollama's own before v0.10); each slot gets MAX_MODEL_LEN tokens of context"),
 )
 
 
@@ -369,6 +389,8 @@ class Settings:
     engines: tuple[str, ...]
     llamacpp_port: int
     llamacpp_interrupt_requests: bool
+    llama_server_port: int
+    llama_server_slots: int
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -414,14 +436,15 @@ def env_file() -> Path:
 def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
     """The key to send to `url` and the variable it came from.
 
-    The kit's own engines (loopback or VLLM_HOST, on VLLM_PORT or LLAMACPP_PORT) get VLLM_API_KEY: a real
-    OpenAI key exported in the shell must not be sent there. Any other URL gets OPENAI_API_KEY, else
-    VLLM_API_KEY. (None, "") when neither is set.
+    The kit's own engines (loopback or VLLM_HOST, on VLLM_PORT, LLAMACPP_PORT or LLAMA_SERVER_PORT) get
+    VLLM_API_KEY: a real OpenAI key exported in the shell must not be sent there. Any other URL gets
+    OPENAI_API_KEY, else VLLM_API_KEY. (None, "") when neither is set.
     """
     kit_key, openai_key = env.get("VLLM_API_KEY") or None, env.get("OPENAI_API_KEY") or None
     parts = urlsplit(url)
     kit_hosts = {"127.0.0.1", "localhost", "::1", env.get("VLLM_HOST", "127.0.0.1")}
-    kit_ports = {env.get("VLLM_PORT", "8009"), env.get("LLAMACPP_PORT", "11434")}
+    kit_ports = {env.get(knob.env, knob.default) for knob in KNOBS
+                 if knob.env in ("VLLM_PORT", "LLAMACPP_PORT", "LLAMA_SERVER_PORT")}
     try:
         port = str(parts.port or "")
     except ValueError:

@@ -62,7 +62,7 @@ class Target:
     api_url: str
     model: str
     api_key: str
-    port_setting: str  # the variable that moves it (VLLM_PORT, LLAMACPP_PORT)
+    port_setting: str  # the variable that moves it (VLLM_PORT, LLAMACPP_PORT, LLAMA_SERVER_PORT)
 
 
 def targets(settings: Settings, engines: tuple[str, ...] | None = None) -> tuple[Target, ...]:
@@ -71,5 +71,7 @@ def targets(settings: Settings, engines: tuple[str, ...] | None = None) -> tuple
         "vllm": Target("vllm", f"{settings.base_url}/v1", settings.model_name, settings.api_key, "VLLM_PORT"),
         "llamacpp": Target("llamacpp", f"{settings.url_for(settings.llamacpp_port)}/v1", MODEL_ALIAS,
                            settings.api_key, "LLAMACPP_PORT"),
+        "llamaserver": Target("llamaserver", f"{settings.url_for(settings.llama_server_port)}/v1", MODEL_ALIAS,
+                              settings.api_key, "LLAMA_SERVER_PORT"),
     }
     return tuple(where[engine] for engine in (engines or settings.engines))
