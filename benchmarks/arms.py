@@ -154,7 +154,7 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
         runtime = LlamaCppRuntime(settings)
         try:
             served = Served(f"{runtime.base_url}/v1", MODEL_ALIAS, weight_bytes, LLAMACPP_SEQUENCES_PER_STEP,
-                            resolved, [Start(runtime.start(), "no compile step")])
+                            resolved, [Start(runtime.start().seconds_to_healthy, "no compile step")])
             yield served
         finally:
             runtime.stop(quiet=True)

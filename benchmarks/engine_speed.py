@@ -16,13 +16,13 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from labs.engine.config import EngineConfig
+from labs.engine.config import THREADS, EngineConfig, add_flags
 from labs.engine.engine import Engine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES
 from labs.engine.sequence import SamplingParams
 from serve.cli import KitArgumentParser, positive_int
-from serve.native import MODEL_DIR
+from serve.model import MODEL_DIR
 
 GOAL_RATIO = 0.70
 PROMPT = "Explain in a few sentences why a serving engine batches requests."
@@ -51,11 +51,11 @@ def hf_tok_s(hf_model: torch.nn.Module, prompt_ids: list[int], batch: int, new_t
 
 def main() -> None:
     parser = KitArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16")
+    add_flags(parser, ("dtype",), dtype={"default": "bfloat16"})
     parser.add_argument("--batches", default="16,32", help="comma-separated batch sizes")
     parser.add_argument("--new-tokens", type=positive_int, default=64)
     parser.add_argument("--repeats", type=positive_int, default=2)
-    parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads())
+    THREADS.add_to(parser, torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)

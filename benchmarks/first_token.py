@@ -9,7 +9,7 @@ Face's), runs `bash up.sh` on a free port, then runs the README's client and not
 arrives. It prints each phase's seconds (the kit's own step lines, "✓ title (N s)") and the total, writes
 results.json, and stops the server. `--stock-pip` switches this machine's pip configuration off
 (PIP_CONFIG_FILE=/dev/null) and serves torch from a stand-in for PyTorch's CPU index on 127.0.0.1
-(tests/torch_index.py), so every other package is downloaded from PyPI, as on a user's machine.
+(tests/support/torch_index.py), so every other package is downloaded from PyPI, as on a user's machine.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from serve.cli import KitArgumentParser
 from serve.process import stop_group
 from serve.progress import console, err_console
 from serve.settings import ROOT
-from tests.clone import free_port, fresh_clone, stock_pip, user_env
-from tests.torch_index import serve_index, torch_wheel, write_index
+from tests.support.clone import free_port, fresh_clone, stock_pip, user_env
+from tests.support.torch_index import serve_index, torch_wheel, write_index
 
 STEP_LINE = re.compile(r"✓ (?P<title>.+) \((?P<seconds>\d+) s\)$")
 GOAL_S = 180.0

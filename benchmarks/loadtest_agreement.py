@@ -27,7 +27,8 @@ from labs.loadtest.aggregate import summarize  # noqa: E402
 from labs.loadtest.runner import Target, run_load  # noqa: E402
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths  # noqa: E402
 from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
-from serve.native import MODEL_DIR, PYTHON  # noqa: E402
+from serve.model import MODEL_DIR  # noqa: E402
+from serve.native import PYTHON  # noqa: E402
 from serve.settings import load_env  # noqa: E402
 
 GOAL_RATIO_TOLERANCE = 0.10

@@ -14,13 +14,13 @@ import shlex
 import subprocess
 import time
 
-from serve import process
+from serve import process, system
 from serve.compose import Compose, project_name
 from serve.health import is_healthy, wait_for_kv_line, wait_healthy
 from serve.local_server import LOG_DIR, ensure_port_free
 from serve.machine import detect
-from serve.native import Started
 from serve.progress import StepFailed, console, run_logged
+from serve.runtime import Started, VllmRuntime
 from serve.settings import ROOT, Settings, SettingsError, env_file
 from serve.tracks import (CONTAINER_HOST, CONTAINER_PORT, CPU, GPU, TRACKS, Track, compose_env, container_command,
                           container_threads_bind, image_vllm_version, resolve_for_container)
@@ -35,7 +35,7 @@ QUERY_TIMEOUT_S = 60
 LOG_CATCH_UP_S = 5.0  # how long the recap waits for `compose logs` to deliver the KV-cache line
 
 
-class DockerRuntime:
+class DockerRuntime(VllmRuntime):
     """One compose service of compose.yaml; its containers belong to this clone's compose project."""
 
     def __init__(self, settings: Settings, track: Track, compose: Compose, docker: str = "docker") -> None:
@@ -72,7 +72,13 @@ class DockerRuntime:
         return (f"{self.requested.cpu_base_image}:{self.requested.cpu_image_tag}" if self.track is CPU
                 else self.requested.gpu_image)
 
-    def recap_rows(self) -> list[tuple[str, str]]:
+    def system_needs(self) -> list[system.Tool]:
+        return []  # the image brings everything; find_docker already checked the engine and Compose
+
+    def install(self) -> None:
+        """Nothing ahead of time: `start` builds or pulls the image (its cache makes later starts quick)."""
+
+    def where_rows(self) -> list[tuple[str, str]]:
         """What the recap adds for a container: its caps (and why CPU_LIMIT was capped), image and project."""
         if self.track is CPU:
             cpus = f"{self.settings.cpu_limit:g} CPUs"

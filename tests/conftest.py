@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from serve.process import stop_group
-from serve.settings import KNOBS
-from tests.clone import free_port
+from serve.settings import BUNDLED_MODEL_NAME, KNOBS
+from tests.support.clone import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-collect_ignore = ["engine"]  # the teaching engine's tests need torch: tests/run.sh runs them in .kit/vllm
+MODEL = BUNDLED_MODEL_NAME
+collect_ignore = ["labs/engine/needs_torch"]  # the teaching engine's tests need torch: tests/run.sh runs them in .kit/vllm
 
 
 def kit_env(**overrides: str) -> dict[str, str]:

@@ -11,5 +11,5 @@ bash serve/light-tools.sh test
 ENGINES=vllm,llamacpp .venv/bin/python -m serve install
 # the teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest
 .kit/vllm/bin/python -c "import pytest, hypothesis" 2>/dev/null || .kit/vllm/bin/python -m pip install -q "pytest>=8" "hypothesis>=6.100"
-.kit/vllm/bin/python -m pytest tests/engine --confcutdir=tests/engine -q -p no:cacheprovider
+.kit/vllm/bin/python -m pytest tests/labs/engine/needs_torch --confcutdir=tests/labs/engine/needs_torch -q -p no:cacheprovider
 exec .venv/bin/python -m pytest "$@"

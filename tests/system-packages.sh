@@ -6,6 +6,8 @@
 set -euo pipefail
 
 packages=(shellcheck docker-compose chromium patch gcc g++ cmake docker.io debootstrap)
+# kubectl for `kubectl kustomize` (tests/test_kube.py): any one on PATH will do, else Debian's
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

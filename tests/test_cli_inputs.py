@@ -1,13 +1,13 @@
 """Every numeric argument of every light command line: any value gives a result or one line on stderr with
 exit status 2, never a traceback (property-based: hypothesis makes the values). The teaching engine's
-command lines, which need torch, have the same test in tests/engine/test_cli_inputs.py."""
+command lines, which need torch, have the same test in tests/labs/engine/needs_torch/test_cli_inputs.py."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 
-from tests.cli_inputs import VALUES, Case, check, outcome
+from tests.support.cli_inputs import VALUES, Case, check, outcome
 
 CASES = [
     Case("client.__main__", ["Say OK."], {"--max-tokens": "positive_int", "--temperature": "non_negative_float"}),

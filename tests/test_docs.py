@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import MODEL, ROOT, Server, free_port
-from tests.docs import doc_commands, is_docker_command, retarget, run_doc
+from tests.support.docs import doc_commands, is_docker_command, retarget, run_doc
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 README = doc_commands("README.md")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import kit_env
-from tests.docs import run_doc
+from tests.support.docs import run_doc
 
 
 def alive(pid: int) -> bool:

@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from transformers import AutoTokenizer
 
 from labs.engine import workload
-from labs.engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_MODEL_LEN, DEFAULT_NUM_BLOCKS, DTYPES, EngineConfig
+from labs.engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_NUM_BLOCKS, THREADS, EngineConfig, add_flags
 from labs.engine.engine import Engine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES
@@ -33,12 +33,13 @@ from labs.engine.replay import SkipIdleClock, replay
 from labs.engine.report import RunResult, print_report, summarize
 from labs.engine.sequence import SamplingParams
 from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
-from serve.native import MODEL_DIR
+from serve.model import MODEL_DIR
 from serve.settings import ROOT
 
 DEFAULT_OUT = ROOT / "results" / "engine" / "study.json"
 REPORT_WIDTH_CHARS = 120  # when writing to a file or pipe: wide enough for the tables
 WARMUP_TOKENS = 4  # one short generation before timing: first calls pay one-off allocation costs
+ENGINE_FLAGS = ("block_size", "num_blocks", "max_model_len", "enable_prefix_caching", "dtype")  # the rest: swept
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,17 +51,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="mixed: 80%% ~24 / 20%% ~150 output tokens; uniform: all ~24")
     parser.add_argument("--short-tokens", type=positive_int, default=24, help="output tokens a short request wants (~)")
     parser.add_argument("--long-tokens", type=positive_int, default=150, help="output tokens a long request wants (~)")
+    parser.add_argument("--shared-prefix", action="store_true", help="every prompt starts with one long system prompt")
     parser.add_argument("--batches", default="2,4,8,16,32", help="max batch sizes, comma-separated")
     parser.add_argument("--policies", default="static,continuous", help="comma-separated: static, continuous")
-    parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE)
-    parser.add_argument("--num-blocks", type=positive_int, default=None,
-                        help=f"KV pool size in blocks (default: {DEFAULT_NUM_BLOCKS} blocks of 16 tokens' worth)")
-    parser.add_argument("--max-model-len", type=positive_int, default=DEFAULT_MAX_MODEL_LEN)
-    parser.add_argument("--shared-prefix", action="store_true", help="every prompt starts with one long system prompt")
-    parser.add_argument("--prefix-caching", action="store_true", help="reuse cached KV blocks of shared prefixes")
-    parser.add_argument("--dtype", choices=DTYPES, default="float32")
-    parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads(),
-                        help="torch threads (1 is faster when other work shares the cores)")
+    add_flags(parser, ENGINE_FLAGS, num_blocks={
+        "default": None, "help": f"KV pool size in blocks (default: {DEFAULT_NUM_BLOCKS} blocks of 16 tokens' worth)"})
+    THREADS.add_to(parser, torch.get_num_threads())
     parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
     return parser.parse_args(argv)
@@ -73,9 +69,7 @@ def configs(args: argparse.Namespace) -> list[EngineConfig]:
         batches = [int(value) for value in args.batches.split(",")]
     except ValueError:
         raise ValueError(f"--batches={args.batches!r} is invalid: use whole numbers separated by commas") from None
-    return [EngineConfig(policy=policy, max_batch_size=batch, block_size=args.block_size, num_blocks=num_blocks,
-                         max_model_len=args.max_model_len, enable_prefix_caching=args.prefix_caching,
-                         dtype=args.dtype)
+    return [EngineConfig.from_args(args, policy=policy, max_batch_size=batch, num_blocks=num_blocks)
             for batch in batches for policy in policies]
 
 

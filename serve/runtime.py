@@ -1,0 +1,124 @@
+"""The one shape of every engine the kit serves: what `python -m serve up|down|status|install` drives.
+
+vLLM on the native venv or in a compose service, llama.cpp's server: each is a `Runtime`. `up`, `down`,
+`status` and `install` loop over the runtimes of ENGINES (serve/runtimes.py) and never ask which is which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from serve import preflight, system
+from serve.health import kv_cache_report
+from serve.settings import Settings
+from serve.vllm_command import Resolved
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    pid: int
+    seconds_to_healthy: float
+    resolved: Resolved | None  # the `auto` settings as vLLM got them; None for an engine without any
+
+
+class Runtime(Protocol):
+    """One engine on one port, started, checked and stopped by this kit."""
+
+    engine: str  # its name in ENGINES: "vllm", "llamacpp"
+    label: str  # what users call it: "vLLM", "llama.cpp"
+    name: str  # how it runs: "native", "docker", "docker-gpu", "llama.cpp"
+    port: int
+    log_path: Path  # the engine's own output
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def served_model(self) -> str:
+        """The model name clients ask for."""
+        ...
+
+    def system_needs(self) -> list[system.Tool]:
+        """Programs this machine must have before install or start (MissingTools for a platform it cannot run on)."""
+        ...
+
+    def install(self) -> None:
+        """What `python -m serve install` readies ahead of the first start: venv, model. Nothing for an image."""
+        ...
+
+    def preflight(self) -> Resolved | None:
+        """Refuse (SettingsError) a configuration it could not start with; the plan `start` then takes."""
+        ...
+
+    def running_pid(self) -> int | None: ...
+
+    def healthy(self) -> bool: ...
+
+    def start(self, resolved: Resolved | None = None) -> Started:
+        """Start and wait until it answers; on failure it is stopped and its log shown (StepFailed)."""
+        ...
+
+    def stop(self, quiet: bool = False) -> bool:
+        """Stop what this kit started; False if nothing was running."""
+        ...
+
+    def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
+        """Rows the recap after `up` adds for this engine (`started` is None when it was already up)."""
+        ...
+
+
+class VllmRuntime:
+    """What the native and Docker runtimes share: the engine is vLLM, its `auto` settings are resolved into
+    a plan, and the preflight judges that plan before anything starts."""
+
+    engine = "vllm"
+    label = "vLLM"
+    name: str
+    settings: Settings
+    log_path: Path
+
+    @property
+    def served_model(self) -> str:
+        return self.settings.model_name
+
+    def resolve(self) -> Resolved:
+        """Every `auto` setting as this runtime will start with it."""
+        raise NotImplementedError
+
+    def preflight(self) -> Resolved:
+        resolved = self.resolve()
+        preflight.run(self.settings, resolved, self.name)  # refuses (exit 2) what vLLM could not start with
+        return resolved
+
+    def where_rows(self) -> list[tuple[str, str]]:
+        """Rows about where it runs (a container's caps); none for a local process."""
+        return []
+
+    def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
+        rows = self.where_rows()
+        resolved = started.resolved if started is not None else None
+        if resolved is not None:
+            rows += resolved_rows(resolved)
+        report = kv_cache_report(self.log_path.read_text(errors="replace")) if self.log_path.exists() else None
+        if report is not None:
+            rows.append(("KV cache", f"{report.tokens:,} tokens; max concurrency {report.max_concurrency:g}x "
+                                     f"at {report.max_model_len:,} tokens per request"))
+        return rows
+
+
+def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:
+    """The `auto` settings as vLLM got them, each with its reason."""
+    rows = [("dtype", f"{resolved.dtype} ({resolved.dtype_reason})")]
+    threads = f"{resolved.omp_threads} ({resolved.omp_threads_reason})"
+    if resolved.omp_threads_bind != "auto":  # else the reason above is the binding's
+        threads += f", binding {resolved.omp_threads_bind} ({resolved.omp_threads_bind_reason})"
+    rows.append(("threads", threads))
+    if resolved.max_num_seqs is not None:
+        rows.append(("max num seqs", f"{resolved.max_num_seqs} ({resolved.max_num_seqs_reason})"))
+    if resolved.block_size is not None:
+        rows.append(("block size", f"{resolved.block_size} tokens ({resolved.block_size_reason})"))
+    if resolved.kv_cache_space_gib is not None:
+        rows.append(("KV budget", f"{resolved.kv_cache_space_gib} GiB ({resolved.kv_cache_space_reason})"))
+    return rows

@@ -1,0 +1,163 @@
+"""The throughput benchmark (benchmarks/kit_vs_defaults.py), its lab page, and the warm-restart fix.
+
+The benchmark's smallest configuration runs against the session's real vLLM; the full comparison
+(three engines, four concurrencies, ~10 minutes) is what labs/throughput.md reports, not a test.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.arms import BUILTIN_ARMS, Arm, compile_cache_state, parse_overrides
+from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
+from benchmarks.throughput_report import comparisons
+from serve.native import PATCH_DIR, VENV
+from serve.settings import Settings
+from tests.conftest import ROOT, Server, start_server, stop_server
+from tests.support.docs import doc_commands, run_doc
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+GB = 1e9
+BUG_LINE = "loaded_fn._artifacts.compiled_fn.finalize_loading("
+# Lines as vLLM 0.32 writes them (from .kit/logs), one per compile-cache outcome.
+LOG_LOADED = ("(Worker pid=1) INFO 11-29 09:28:54 [decorators.py:321] [backbone] Directly load AOT compilation "
+              "from path /root/.cache/vllm/torch_compile_cache/torch_aot_compile/9f1d/rank_0_0/model")
+LOG_FAILED = ("(Worker pid=1) WARNING 11-29 09:21:21 [decorators.py:333] [backbone] Compiling model again due to a "
+              "load failure from /root/.cache/vllm/x/model, reason: 'function' object has no attribute "
+              "'finalize_loading'\n(Worker pid=1) INFO [decorators.py:743] [backbone] saved AOT compiled function to x")
+LOG_COLD = "(Worker pid=1) INFO 11-29 09:21:54 [decorators.py:743] [backbone] saved AOT compiled function to x"
+
+
+def test_ceiling_is_batch_times_bandwidth_over_weight_bytes() -> None:
+    bandwidth = Bandwidth(copy_bytes_per_s=27 * GB, buffer_bytes=1, threads=1, repeats=1)
+    limit = ceiling(weight_bytes=270_000_000, sequences_per_step=4, bandwidth=bandwidth,
+                    measured_output_tokens_per_s=100.0)
+    assert limit.ceiling_output_tokens_per_s == pytest.approx(400.0)
+    assert limit.fraction_of_ceiling == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="must be > 0"):
+        ceiling(0, 1, bandwidth, 1.0)
+
+
+def single_thread_copy_bytes_per_s(buffer_bytes: int, repeats: int) -> float:
+    """An independent reference: one plain numpy copy, read + write bytes over the best time."""
+    source = np.ones(buffer_bytes // 8)
+    target = np.empty_like(source)
+    target[:] = source  # touch every page first
+    best_s = min(timed_copy(source, target) for _ in range(repeats))
+    return 2 * source.nbytes / best_s
+
+
+def timed_copy(source: np.ndarray, target: np.ndarray) -> float:
+    started = time.perf_counter()
+    target[:] = source
+    return time.perf_counter() - started
+
+
+def test_bandwidth_is_measured_on_this_machine() -> None:
+    """One copying thread measures what one plain numpy copy does in the same minute (best of 5 each, read +
+    write bytes): counting the bytes once (0.5x) or twice over (2x) falls outside. Two threads split the buffer."""
+    measured = measure_bandwidth(threads=1, buffer_bytes=64 << 20, repeats=5)
+    reference = single_thread_copy_bytes_per_s(64 << 20, repeats=5)
+    assert measured.threads == 1 and measured.buffer_bytes == 64 << 20
+    assert 0.65 * reference < measured.copy_bytes_per_s < 1.5 * reference, (measured, reference)
+    assert measure_bandwidth(threads=2, buffer_bytes=16 << 20, repeats=2).threads == 2
+
+
+def test_comparisons_say_where_the_other_arm_wins_and_where_the_baseline_overtakes() -> None:
+    compared = comparisons("kit", {"llamacpp": {1: 1 / 3, 4: 80 / 55, 16: 3.4}, "eager": {1: 1.2, 8: None}})
+    assert compared["baseline"] == "kit"
+    assert compared["concurrency_where_other_wins"] == {"llamacpp": [1], "eager": []}
+    assert compared["first_concurrency_baseline_wins"] == {"llamacpp": 4, "eager": 1}
+
+
+def test_compile_cache_state_reads_vllm_log_lines() -> None:
+    settings = Settings.from_env({})
+    assert compile_cache_state(LOG_LOADED, settings) == "loaded from the compile cache"
+    assert compile_cache_state(LOG_FAILED, settings).startswith("recompiled")
+    assert compile_cache_state(LOG_COLD, settings).startswith("compiled")
+    assert compile_cache_state(LOG_COLD, Settings.from_env({"ENFORCE_EAGER": "true"})).startswith("eager")
+
+
+def test_builtin_arms_are_the_kit_vllm_out_of_the_box_and_llamacpp() -> None:
+    assert list(BUILTIN_ARMS) == ["kit", "vllm-defaults", "llamacpp"]
+    defaults = Settings.from_env(dict(BUILTIN_ARMS["vllm-defaults"].overrides))
+    assert defaults.dtype == "float32" and defaults.omp_threads_bind == "auto" and defaults.block_size == 128
+    assert parse_overrides(["VLLM_EXTRA_ARGS=--block-size 16"]) == (("VLLM_EXTRA_ARGS", "--block-size 16"),)
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_overrides(["DTYPE"])
+    with pytest.raises(ValueError, match="engine 'ollama' is unknown"):
+        Arm("x", "ollama")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--arms", "kit,fast"], "names unknown arms ['fast']"),
+    (["--attach", "vllm:8009"], "write ENGINE=URL"),
+    (["--restarts", "-1"], "argument --restarts: '-1' is not a whole number, 0 or more"),
+])
+def test_bad_input_is_one_line_naming_the_fix(args: list[str], message: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "benchmarks.kit_vs_defaults", *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert message in result.stdout + result.stderr and "Traceback" not in result.stdout + result.stderr
+
+
+def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(tmp_path: Path) -> None:
+    """patches/apply.sh (PATCH_DIR=patches/native) on a copy of the venv's own decorators.py, unpatched."""
+    installed = next(VENV.glob("lib/python3*/site-packages/vllm/compilation/decorators.py"))
+    scratch = tmp_path / "vllm" / "compilation" / "decorators.py"
+    scratch.parent.mkdir(parents=True)
+    shutil.copy(installed, scratch)
+    patch = next(PATCH_DIR.glob("*.patch"))
+    if BUG_LINE not in scratch.read_text():  # the venv is patched already: undo it to get vLLM's own file
+        subprocess.run(["patch", "-R", "-p1", "-s", "-d", str(tmp_path), "-i", str(patch)], check=True)
+    assert BUG_LINE in scratch.read_text()
+    env = {"PATH": "/usr/bin:/bin", "PATCH_DIR": str(PATCH_DIR)}
+    runs = [subprocess.run(["bash", str(ROOT / "patches" / "apply.sh"), str(tmp_path)], env=env,
+                           capture_output=True, text=True, timeout=60) for _ in range(2)]
+    assert [run.returncode for run in runs] == [0, 0], runs
+    assert f"{patch.name}: applied" in runs[0].stdout and f"{patch.name}: already applied" in runs[1].stdout
+    assert BUG_LINE not in scratch.read_text() and 'hasattr(compiled_fn, "finalize_loading")' in scratch.read_text()
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_lab_page_benchmark_runs_in_its_smallest_configuration(vllm_server: Server, tmp_path: Path) -> None:
+    commands = doc_commands("labs/throughput.md")
+    # the page's two commands: this one, and the first-token benchmark (tests/serve/test_install.py runs that)
+    assert commands == [".venv/bin/python -m benchmarks.kit_vs_defaults",
+                        ".venv/bin/python -m benchmarks.first_token --stock-pip"]
+    smallest = (f" --attach vllm={vllm_server.api_url} --concurrency 2 --rounds 1 --min-requests 2 "
+                f"--requests-per-user 1 --lengths fixed:8 --out {tmp_path}")
+    result = run_doc(commands[0] + smallest, vllm_server.env, timeout_s=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "results.json").read_text())
+    [arm] = report["arms"]
+    [point] = arm["points"]
+    assert arm["name"] == "vllm" and point["concurrency"] == 2
+    assert point["summary"]["num_ok"] == 2 and point["summary"]["total_output_tokens"] == 2 * 8
+    assert point["summary"]["output_tokens_per_s"] > 0 and point["summary"]["ttft_ms"]["median"] > 0
+    assert 0 < point["ceiling"]["fraction_of_ceiling"] and point["ceiling"]["sequences_per_step"] == 2
+    assert report["machine"]["bandwidth"]["copy_bytes_per_s"] > 0
+    assert (tmp_path / "results.png").read_bytes().startswith(PNG_MAGIC)
+    assert "Output tok/s, TTFT and the decode ceiling" in result.stdout
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_warm_restart_loads_the_compile_cache(vllm_server: Server) -> None:
+    """The session server compiled and saved the model; a second start with the same settings loads it."""
+    server = start_server()
+    try:
+        log = (ROOT / ".kit" / "logs" / f"vllm-{server.port}.log").read_text(errors="replace")
+    finally:
+        stop_server(server)
+    assert "Directly load AOT compilation" in log
+    assert "load failure" not in log

@@ -1,0 +1,38 @@
+"""Fixtures for the teaching engine's tests, run with the vLLM venv's pytest (torch lives only there):
+
+    .kit/vllm/bin/python -m pytest tests/labs/engine/needs_torch --confcutdir=tests/labs/engine/needs_torch -q
+
+The main suite's conftest (light venv) is deliberately not loaded here, nor this folder there.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from labs.engine.model import SmolLM2
+from serve.model import MODEL_DIR
+
+ROOT = Path(__file__).resolve().parents[4]
+TEST_THREADS = 1  # these tests share two cores with everything else; one thread avoids OpenMP stalls
+torch.set_num_threads(TEST_THREADS)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def model() -> SmolLM2:
+    return SmolLM2(MODEL_DIR, torch.float32)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():  # noqa: ANN201 - a Hugging Face tokenizer
+    return AutoTokenizer.from_pretrained(MODEL_DIR)

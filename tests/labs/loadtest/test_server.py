@@ -1,0 +1,117 @@
+"""The load tester against the real engines (small N): every output, checked against vLLM's own counters."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import matplotlib.image
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from labs.loadtest.runner import Target, run_load
+from labs.loadtest.workload import WorkloadSpec, parse_lengths
+from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server
+from tests.support.loadtest_browser import check_page
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+OUTPUTS = ("summary.json", "requests.json", "requests.csv", "summary.csv", "latency_cdf.png", "report.html")
+
+
+def loadtest(env: dict[str, str], *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "labs.loadtest", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def vllm_counters(server: Server) -> dict[str, float]:
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_server: Server,
+                                                                         tmp_path: Path) -> None:
+    before = vllm_counters(vllm_server)
+    # /metrics read every 0.1 s while five 512-token answers stream for ~10 s: the series must catch one running,
+    # even past a few seconds' stall of the shared machine (one froze client and server for 3.7 s of a 4 s run)
+    result = loadtest(vllm_server.client_env(), "--requests", "6", "--rate", "4", "--lengths", "mix:6@0.5,512@0.5",
+                      "--warmup", "0", "--scrape-interval-s", "0.1", "--out", str(tmp_path))
+    after = vllm_counters(vllm_server)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Load test" in result.stdout and f"wrote {tmp_path / 'report.html'}" in result.stdout
+    for name in OUTPUTS + ("metrics_timeseries.png",):
+        assert (tmp_path / name).stat().st_size > 0, name
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (run,) = summary["runs"]
+    assert run["endpoint"] == {"name": "engine", "api_url": vllm_server.api_url, "model": MODEL}
+    numbers = run["summary"]
+    assert (numbers["num_ok"], numbers["num_truncated"], numbers["num_failed"]) == (6, 0, 0)
+    requests = json.loads((tmp_path / "requests.json").read_text())
+    assert len(requests) == 6 and {r["max_tokens"] for r in requests} <= {6, 512}
+    # ignore_eos honoured: every answer delivered exactly what it asked for, and vLLM counted the same tokens
+    assert all(r["output_tokens"] == r["max_tokens"] for r in requests)
+    assert numbers["total_output_tokens"] == sum(r["max_tokens"] for r in requests)
+    generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+    assert generated == numbers["total_output_tokens"]
+    assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == numbers["total_prompt_tokens"]
+    for r in requests:
+        assert r["scheduled_s"] <= r["sent_s"] < r["first_token_s"] <= r["chunk_times_s"][-1] <= r["done_s"]
+    assert 0 < numbers["ttft_ms"]["median"] <= numbers["e2e_ms"]["median"]
+    assert numbers["tpot_ms"]["count"] == 6 and numbers["itl_ms"]["count"] > 0
+    assert numbers["output_tokens_per_s"] == pytest.approx(numbers["total_output_tokens"] / numbers["duration_s"])
+
+    series = run["metrics_series"]
+    assert run["metrics_note"] is None and len(series) >= 2 and {s["format"] for s in series} == {"v1"}
+    assert max(s["running"] for s in series) >= 1 and all(0 <= s["kv_usage"] <= 1 for s in series)
+
+    with (tmp_path / "requests.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["outcome"] for row in rows] == ["ok"] * 6 and all(float(row["ttft_ms"]) > 0 for row in rows)
+    with (tmp_path / "summary.csv").open() as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert float(row["ttft_ms_median"]) == pytest.approx(numbers["ttft_ms"]["median"])
+    for png in tmp_path.glob("*.png"):
+        assert matplotlib.image.imread(png).shape[0] > 100, png
+
+
+def test_a_concurrency_cap_queues_on_the_client_not_inside_ttft(vllm_server: Server) -> None:
+    spec = WorkloadSpec(num_requests=4, rate_rps=50.0, concurrency=1, lengths=parse_lengths("fixed:8"))
+    result = asyncio.run(run_load(Target("vllm", vllm_server.api_url, MODEL), spec, scrape_interval_s=None))
+    records = sorted(result.records, key=lambda record: record.sent_s)
+    assert all(record.ok for record in records)
+    for earlier, later in zip(records, records[1:]):  # one at a time: each is sent after the previous ended
+        assert later.sent_s >= earlier.done_s
+    assert records[-1].sent_s - records[-1].scheduled_s > records[0].done_s - records[0].sent_s
+    assert all(record.first_token_s - record.sent_s < 5.0 for record in records)
+
+
+def test_sweep_side_by_side_with_llamacpp_and_the_report_in_chromium(vllm_server: Server, llamacpp_server: Server,
+                                                                     tmp_path: Path) -> None:
+    result = loadtest(vllm_server.client_env(), "--endpoint", f"vllm={vllm_server.api_url}",
+                      "--endpoint", f"llamacpp={llamacpp_server.api_url}", "--sweep-concurrency", "1,2",
+                      "--requests", "3", "--lengths", "fixed:8", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = json.loads((tmp_path / "summary.json").read_text())["runs"]
+    assert [(run["endpoint"]["name"], run["load"]) for run in runs] == [
+        ("vllm", "1 user"), ("vllm", "2 users"), ("llamacpp", "1 user"), ("llamacpp", "2 users")]
+    assert runs[2]["endpoint"]["model"] == LLAMACPP_MODEL
+    assert all(run["metrics_series"] and run["metrics_note"] is None for run in runs[:2])
+    assert all(not run["metrics_series"] and "no vLLM /metrics" in run["metrics_note"] for run in runs[2:])
+    assert runs[0]["summary"]["num_ok"] == 3 and runs[2]["summary"]["num_failed"] == 0
+    assert "llamacpp: " in result.stdout and "no vLLM /metrics" in result.stdout  # a note, not an error
+
+    page = check_page(tmp_path / "report.html")
+    assert page.title == "Load test report"
+    assert len(page.images) == 3 and not page.broken_images, page.images  # CDFs, load curves, /metrics
+    assert page.errors == []
+    for text in ("vllm", "llamacpp", "2 users", "ttft_ms", "time to first token", "no vLLM /metrics"):
+        assert text in page.text, text

@@ -1,0 +1,170 @@
+"""`auto` settings: MAX_NUM_SEQS and VLLM_CPU_KVCACHE_SPACE sized from the cores, the model and the memory.
+
+Pure: each case states the machine (cores, BF16, RAM free) and checks what vLLM would be given and why.
+The session's real server shows the same values in up.sh's recap (tests/serve/test_server.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from serve.docker import CPU, GPU, compose_env, container_command, resolve_for_container
+from serve.machine import Machine
+from serve.model import bundled_model_facts
+from serve.settings import KNOBS, Settings
+from serve.sizing import AUTO_SEQS_CAP, SEQS_PER_CORE, GiB, kv_pool
+from serve.vllm_command import resolve, vllm_args, vllm_env
+from tests.serve.test_preflight import LLAMA_8B
+
+SMOL = bundled_model_facts()
+
+
+def settings(**overrides: str) -> Settings:
+    return Settings.from_env({**{knob.env: knob.default for knob in KNOBS}, **overrides})
+
+
+def machine(cores: int = 2, free_gib: float = 20) -> Machine:
+    return Machine(cores, frozenset({"avx512_bf16"}), int(free_gib * GiB))
+
+
+def test_defaults_on_a_two_core_machine_give_16_sequences_and_1_gib() -> None:
+    resolved = resolve(settings(), machine(), SMOL)
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (16, 1)
+    assert resolved.max_num_seqs_reason == "auto: 8 per core x 2 cores"
+    assert resolved.kv_cache_space_reason == ("auto: 16 sequences x 1,024 tokens need 0.35 GiB of bfloat16 KV, "
+                                              "rounded up to whole GiB")
+    args = vllm_args(settings(), resolved, "m", (0, 32))
+    assert args[args.index("--max-num-seqs") + 1] == "16"
+    assert vllm_env(settings(), resolved)["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+@pytest.mark.parametrize(("cores", "seqs", "kv_gib"), [(1, 8, 1), (4, 32, 1), (16, 128, 3), (64, 256, 6)])
+def test_the_batch_grows_with_the_cores_and_the_kv_budget_with_the_batch(cores: int, seqs: int,
+                                                                          kv_gib: int) -> None:
+    resolved = resolve(settings(), machine(cores, free_gib=64), SMOL)
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (seqs, kv_gib)
+    assert seqs == min(SEQS_PER_CORE * cores, AUTO_SEQS_CAP)
+    pool = kv_pool(SMOL, "bfloat16", kv_gib * GiB)
+    assert pool.max_num_seqs(1024) >= seqs  # every sequence has full-length room ...
+    assert kv_pool(SMOL, "bfloat16", (kv_gib - 1) * GiB).max_num_seqs(1024) < seqs or kv_gib == 1  # ... no more
+
+
+def test_many_cores_stop_at_vllms_own_default() -> None:
+    assert resolve(settings(), machine(64, free_gib=64), SMOL).max_num_seqs_reason.endswith("capped at vLLM's 256")
+
+
+def test_a_longer_context_gets_a_bigger_kv_budget_not_a_smaller_batch() -> None:
+    resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(), SMOL)  # labs/sizing.md quotes this
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (16, 3)  # 16 x 8,192 x 23,040 B = 2.8 GiB
+
+
+def test_float32_doubles_the_kv_bytes() -> None:
+    long = settings(DTYPE="float32", MAX_MODEL_LEN="8192")
+    resolved = resolve(long, machine(free_gib=64), SMOL)
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (16, 6)  # 16 x 8,192 x 46,080 B = 5.6 GiB
+
+
+def test_short_memory_caps_the_kv_and_cuts_the_batch_to_what_fits() -> None:
+    # 7 GiB free: auto takes at most half (3.5) minus weights (0.25) and runtime (2): 1 GiB of KV,
+    # which holds 5 sequences of 8,192 tokens.
+    resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(free_gib=7), SMOL)
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (5, 1)
+    assert "the memory left for KV is 1.2 GiB" in resolved.kv_cache_space_reason
+    assert resolved.max_num_seqs_reason == ("auto: 8 per core x 2 cores, cut to the 5 full-length sequences the KV "
+                                            "pool holds")
+
+
+def test_values_set_in_env_are_kept_as_set() -> None:
+    resolved = resolve(settings(MAX_NUM_SEQS="4", VLLM_CPU_KVCACHE_SPACE="3"), machine(free_gib=1), SMOL)
+    assert (resolved.max_num_seqs, resolved.max_num_seqs_reason) == (4, "set in MAX_NUM_SEQS")
+    assert (resolved.kv_cache_space_gib, resolved.kv_cache_space_reason) == (3, "set in VLLM_CPU_KVCACHE_SPACE")
+
+
+def test_a_set_kv_budget_bounds_the_auto_batch() -> None:
+    resolved = resolve(settings(VLLM_CPU_KVCACHE_SPACE="1", MAX_MODEL_LEN="4096"), machine(cores=8), SMOL)
+    assert resolved.max_num_seqs == 11  # 364 blocks / 32 per 4,096-token sequence, not 8 x 8 cores
+
+
+def test_an_unknown_model_gets_the_core_rule_and_vllms_cpu_default() -> None:
+    resolved = resolve(settings(), machine(), None)
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (16, 4)
+    assert "no local config.json" in resolved.kv_cache_space_reason
+
+
+def test_docker_cpu_track_sizes_for_cpu_limit_and_memory_limit() -> None:
+    host = machine(cores=16, free_gib=64)
+    small = settings(CPU_LIMIT="2", MEMORY_LIMIT="3g")
+    resolved = resolve_for_container(small, host, CPU)
+    assert (resolved.omp_threads, resolved.max_num_seqs, resolved.kv_cache_space_gib) == (2, 16, 1)
+    big = resolve_for_container(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), host, CPU)
+    assert (big.max_num_seqs, big.kv_cache_space_gib) == (128, 3)
+    exported = compose_env(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), big, CPU)
+    assert (exported["RESOLVED_MAX_NUM_SEQS"], exported["RESOLVED_KVCACHE_SPACE"]) == ("128", "3")
+    assert (exported["MAX_NUM_SEQS"], exported["VLLM_CPU_KVCACHE_SPACE"]) == ("auto", "auto")
+
+
+def test_a_llama_under_a_tight_container_cap_gets_one_full_length_sequence() -> None:
+    # the Docker track's resolution, with this model's facts and an 18 GiB MEMORY_LIMIT
+    resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(cores=4), LLAMA_8B, memory_cap_bytes=18 * GiB)
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (1, 1)
+
+
+def test_gpu_track_leaves_max_num_seqs_to_vllm_unless_set() -> None:
+    auto = resolve_for_container(settings(), machine(), GPU)
+    assert auto.max_num_seqs is None and "--max-num-seqs" not in container_command(settings(), auto, GPU)
+    assert compose_env(settings(), auto, GPU)["RESOLVED_MAX_NUM_SEQS_ARGS"] == ""
+    set_ = settings(MAX_NUM_SEQS="64")
+    fixed = resolve_for_container(set_, machine(), GPU)
+    command = container_command(set_, fixed, GPU)
+    assert command[command.index("--max-num-seqs") + 1] == "64"
+    assert compose_env(set_, fixed, GPU)["RESOLVED_MAX_NUM_SEQS_ARGS"] == "--max-num-seqs 64"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in vllm_env(set_, fixed)
+
+
+@pytest.mark.parametrize(("logical", "physical", "bind", "threads"), [
+    (2, 2, "auto", 1),  # this machine: one core computes, one is left to the scheduler and API server
+    (8, 4, "auto", 3),  # SMT: vLLM binds one thread per physical core
+    (1, 1, "nobind", 1),  # nothing to reserve on one core
+])
+def test_binding_auto_is_vllms_own_where_a_core_can_be_spared(logical: int, physical: int, bind: str,
+                                                             threads: int) -> None:
+    host = Machine(logical, frozenset(), 20 * GiB, physical)
+    resolved = resolve(settings(), host, SMOL)
+    assert (resolved.omp_threads_bind, resolved.omp_threads) == (bind, threads)
+    assert vllm_env(settings(), resolved)["VLLM_CPU_OMP_THREADS_BIND"] == bind
+
+
+def test_binding_set_by_hand_or_in_a_container_lets_omp_threads_compute() -> None:
+    host = Machine(4, frozenset(), 20 * GiB, 4)
+    by_hand = resolve(settings(VLLM_CPU_OMP_THREADS_BIND="nobind"), host, SMOL)
+    assert (by_hand.omp_threads_bind, by_hand.omp_threads) == ("nobind", 4)
+    container = resolve_for_container(settings(CPU_LIMIT="2"), host, CPU)
+    assert (container.omp_threads_bind, container.omp_threads) == ("nobind", 2)
+    assert "CPU_LIMIT caps CPU time" in container.omp_threads_bind_reason
+
+
+def test_block_size_auto_is_32_where_vllm_v1_runs_on_cpu() -> None:
+    resolved = resolve(settings(), machine(), SMOL)
+    assert (resolved.block_size, resolved.kv_block_size) == (32, 32)
+    args = vllm_args(settings(), resolved, "m", (0, 32))
+    assert args[args.index("--block-size") + 1] == "32"
+    # 32-token blocks cut the same GiB into 4x the blocks: the same tokens, the same auto budget
+    assert kv_pool(SMOL, "bfloat16", GiB, 32).num_tokens == kv_pool(SMOL, "bfloat16", GiB, 128).num_tokens
+
+
+@pytest.mark.parametrize(("tag", "flag", "kv_block"), [("0.9.1-oe2403lts", None, 16), ("0.14.0", 32, 32)])
+def test_docker_cpu_track_passes_a_block_size_only_to_a_v1_image(tag: str, flag: int | None, kv_block: int) -> None:
+    config = settings(CPU_IMAGE_TAG=tag)
+    resolved = resolve_for_container(config, machine(), CPU)
+    assert (resolved.block_size, resolved.kv_block_size) == (flag, kv_block)
+    command = container_command(config, resolved, CPU)
+    assert ("--block-size" in command) == (flag is not None)
+    expected = "" if flag is None else f"--block-size {flag}"
+    assert compose_env(config, resolved, CPU)["RESOLVED_BLOCK_SIZE_ARGS"] == expected
+
+
+def test_block_size_set_by_hand_goes_to_every_track() -> None:
+    config = settings(BLOCK_SIZE="64")
+    for resolved in (resolve(config, machine(), SMOL), resolve_for_container(config, machine(), GPU)):
+        assert (resolved.block_size, resolved.block_size_reason) == (64, "set in BLOCK_SIZE")
+    assert resolve_for_container(settings(), machine(), GPU).block_size is None  # GPU: vLLM's own 16

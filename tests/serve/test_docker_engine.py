@@ -1,0 +1,193 @@
+"""The Docker tracks' control paths and faults, on a real Docker engine (started by the harness if none answers):
+which Compose drives it, RUNTIME=auto, a build or pull that fails, a container that dies at start, the CPU cap,
+the memory a capped container sees. The CPU track served end to end is tests/serve/test_docker_cpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from serve import process
+from serve.compose import ComposeUnavailable, find, project_name
+from serve.docker import CPU, compose_env, resolve_for_container
+from serve.machine import detect
+from serve.settings import Settings
+from tests.conftest import ROOT, free_port, kit_env, run_bounded, run_script
+from tests.support.docker.engine import Engine, docker_engine  # noqa: F401  (fixture)
+from tests.support.docker.standin import standin_image  # noqa: F401  (fixture)
+from tests.support.docs import doc_commands
+
+ABSENT_REPOSITORY = "vllm-lab-kit/no-such-image"  # on no registry and not built here: pulling it always fails
+
+
+def project_containers() -> list[str]:
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project_name()}"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return out.split()
+
+
+def errors(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("error:")]
+
+
+def write_tool(folder: Path, name: str, script: str) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(f"#!/bin/sh\n{script}\n")
+    (folder / name).chmod(0o755)
+
+
+# --- Which Compose: the real one here, and the choices the machine cannot show (fake executables on PATH) ---
+
+def test_the_compose_found_here_answers(docker_engine: Engine) -> None:  # noqa: F811
+    compose = find("docker")
+    result = subprocess.run([*compose.argv, "version"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and compose.version in result.stdout
+
+
+@pytest.mark.parametrize(("plugin", "standalone", "expected"), [
+    ("echo 'Docker Compose version v2.29.7'", "echo 'docker-compose version 1.29.2, build x'", "plugin 2.29.7"),
+    ("echo \"docker: 'compose' is not a docker command.\" >&2; exit 1", "echo 'docker-compose version 1.29.2, build x'",
+     "standalone 1.29.2"),
+    ("exit 1", "echo 'docker-compose version 1.25.0, build x'", "1.25.0: the kit needs 1.28 or newer"),
+    ("exit 1", None, "docker-compose is not installed"),
+], ids=["v2-preferred", "v1-fallback", "v1-too-old", "none"])
+def test_compose_v2_is_preferred_then_docker_compose_1_28(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         plugin: str, standalone: str | None, expected: str) -> None:
+    bin_dir = tmp_path / "bin"
+    write_tool(bin_dir, "docker", f'[ "$1" = compose ] && {{ {plugin}; }}')
+    if standalone is not None:
+        write_tool(bin_dir, "docker-compose", standalone)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    if expected.startswith(("plugin", "standalone")):
+        kind, version = expected.split()
+        compose = find(str(bin_dir / "docker"))
+        assert compose.version == version
+        assert compose.argv == ((str(bin_dir / "docker"), "compose") if kind == "plugin"
+                                else (str(bin_dir / "docker-compose"),))
+    else:
+        with pytest.raises(ComposeUnavailable, match=expected):
+            find(str(bin_dir / "docker"))
+
+
+def test_two_clones_in_folders_with_the_same_name_get_their_own_project(tmp_path: Path) -> None:
+    first, second = tmp_path / "a" / "vllm-lab-kit", tmp_path / "b" / "vllm-lab-kit"
+    assert project_name(first) != project_name(second)
+    assert project_name(first).startswith("vllm-lab-kit-") and project_name(first) == project_name(first)
+
+
+def test_swap_space_reaches_compose_only_below_vllm_0_18() -> None:
+    for tag, expected in (("0.9.1-oe2403lts", "--swap-space 4"), ("0.32.0-standin", "")):
+        settings = Settings.from_env({"CPU_IMAGE_TAG": tag})
+        exported = compose_env(settings, resolve_for_container(settings, detect(), CPU), CPU)
+        assert exported["RESOLVED_SWAP_SPACE_ARGS"] == expected, tag
+
+
+def test_a_tag_in_cpu_base_image_wins_over_cpu_image_tag() -> None:
+    settings = Settings.from_env({"CPU_BASE_IMAGE": "localhost:5000/kit/standin:0.32.0-standin"})
+    assert (settings.cpu_base_image, settings.cpu_image_tag) == ("localhost:5000/kit/standin", "0.32.0-standin")
+    plain = Settings.from_env({"CPU_BASE_IMAGE": "localhost:5000/kit/standin"})
+    assert (plain.cpu_base_image, plain.cpu_image_tag) == ("localhost:5000/kit/standin", "0.9.1-oe2403lts")
+
+
+# --- The real engine ---
+
+def test_auto_picks_docker_and_a_failing_build_surfaces_its_error(docker_engine: Engine) -> None:  # noqa: F811
+    env = kit_env(RUNTIME="auto", VLLM_PORT=str(free_port()), CPU_BASE_IMAGE=ABSENT_REPOSITORY)
+    up = run_script("up.sh", env, timeout_s=300)
+    assert up.returncode == 1, up.stdout + up.stderr
+    assert "(runtime docker)" in up.stdout  # an engine and a Compose answer: auto picks Docker
+    assert "Building the patched CPU image" in up.stdout and len(errors(up.stderr)) == 1  # errors: stderr
+    assert ABSENT_REPOSITORY in up.stdout + up.stderr  # compose's own words name the image it could not get
+    assert project_containers() == []
+
+
+def test_a_failing_gpu_pull_surfaces_its_error_and_starts_nothing(docker_engine: Engine) -> None:  # noqa: F811
+    env = kit_env(RUNTIME="docker-gpu", GPU_PORT=str(free_port()), GPU_IMAGE=f"{ABSENT_REPOSITORY}:v0.11.0")
+    up = run_script("up.sh", env, timeout_s=300)
+    assert up.returncode == 1, up.stdout + up.stderr
+    assert f"Pulling {ABSENT_REPOSITORY}:v0.11.0" in up.stdout and len(errors(up.stderr)) == 1
+    assert project_containers() == []
+    down = run_script("down.sh", env, timeout_s=120)
+    assert down.returncode == 0 and "Nothing to stop" in down.stdout
+
+
+def test_a_container_that_dies_at_start_shows_its_log_and_is_removed(docker_engine: Engine,  # noqa: F811
+                                                                     standin_image: str) -> None:  # noqa: F811
+    engine_cpus = int(subprocess.run(["docker", "info", "--format", "{{.NCPU}}"], capture_output=True, text=True,
+                                     timeout=60, check=True).stdout)
+    port = free_port()
+    env = kit_env(RUNTIME="docker", VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image,
+                  CPU_LIMIT=str(engine_cpus + 2),  # more than the engine has: capped, else it refuses the container
+                  VLLM_EXTRA_ARGS="--no-such-flag")
+    up = run_script("up.sh", env, timeout_s=600)
+    assert up.returncode == 1, up.stdout + up.stderr
+    assert "the server exited during start" in up.stderr
+    assert "--no-such-flag" in up.stderr  # vLLM's own last words, from the container's log
+    assert "Range of CPUs" not in up.stdout + up.stderr
+    assert project_containers() == [] and process.port_is_free("127.0.0.1", port)
+
+
+def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: Engine,  # noqa: F811
+                                                               standin_image: str) -> None:  # noqa: F811
+    cap_bytes = 1024**3
+    script = "import json; from serve.machine import detect; print(json.dumps(detect().memory_available_bytes))"
+    result = subprocess.run(["docker", "run", "--rm", "--memory", str(cap_bytes),
+                             "-v", f"{ROOT / 'serve'}:/kit/serve:ro", "-w", "/kit",
+                             "--entrypoint", "python3", standin_image, "-c", script],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert 0 < seen <= cap_bytes, f"the container sees {seen} bytes available under a {cap_bytes}-byte cap"
+
+
+def test_the_readme_ollama_commands_select_the_profile_here(docker_engine: Engine) -> None:  # noqa: F811
+    """The README's Ollama commands with the Compose found here (v1 reads the same arguments as `docker compose`),
+    in a project of their own, on an image no registry has: the profile's service is selected, published on
+    127.0.0.1:11434, fails with compose's own words naming the image, and `down` leaves nothing."""
+    compose = find("docker")
+    commands = [command for command in doc_commands("README.md")
+                if command.startswith("docker compose --profile ollama")]
+    assert [command.split()[4] for command in commands] == ["up", "exec", "down"], commands
+    project = f"{project_name()}-readme-ollama"
+    env = {**kit_env(OLLAMA_IMAGE=f"{ABSENT_REPOSITORY}:0.12.3"), "COMPOSE_PROJECT_NAME": project}
+    as_here = [[*compose.argv, *command.split()[2:]] for command in commands]
+    config = subprocess.run([*as_here[0][:-3], "config"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                            env=env)
+    assert config.returncode == 0 and "127.0.0.1:11434:11434" in config.stdout.replace('"', ""), config.stderr
+    try:
+        up = run_bounded(as_here[0], env, 300)
+        assert up.returncode != 0 and ABSENT_REPOSITORY in up.stdout + up.stderr, up.stdout + up.stderr
+    finally:
+        down = run_bounded(as_here[2], env, 300)
+        run_bounded([*as_here[2], "--volumes"], env, 300)  # the project's volumes, which `up` created
+    assert down.returncode == 0, down.stdout + down.stderr
+    leftovers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+                               capture_output=True, text=True, timeout=60, check=True).stdout
+    assert leftovers.split() == []
+
+
+def test_a_key_guards_every_model_route_in_the_container(docker_engine: Engine,  # noqa: F811
+                                                          standin_image: str) -> None:  # noqa: F811
+    """vLLM guards /v1 only; in the image the kit's middleware (copied in by Dockerfile.cpu) guards the rest."""
+    port, key = free_port(), "container-test-key"
+    env = kit_env(RUNTIME="docker", VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image, VLLM_API_KEY=key,
+                  ENFORCE_EAGER="true")
+    base = f"http://127.0.0.1:{port}"
+    body = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "prompt": "The capital of France is", "max_tokens": 4}
+    try:
+        up = run_script("up.sh", env, timeout_s=900)
+        assert up.returncode == 0, up.stdout + up.stderr
+        for path in ("/invocations", "/tokenize", "/v1/completions"):
+            assert httpx.post(f"{base}{path}", json=body, timeout=60).status_code == 401, path
+        keyed = httpx.post(f"{base}/invocations", json=body, timeout=120, headers={"Authorization": f"Bearer {key}"})
+        assert keyed.status_code == 200, keyed.text
+        assert httpx.get(f"{base}/health", timeout=10).status_code == 200
+    finally:
+        down = run_script("down.sh", env, timeout_s=300)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert project_containers() == []

@@ -1,0 +1,137 @@
+"""up.sh / down.sh on the Docker tracks where a real engine cannot answer here, through a stand-in `docker`
+with the Compose v2 plugin (tests/support/fake_docker.py): the GPU track's happy path (no GPU, no GPU image), the
+Ollama profile's README commands (no ollama image), and the v2 plugin's argv (Debian ships only v1).
+
+The CPU track, compose's errors, a crashing container, RUNTIME=auto and the stop paths run on a real engine:
+tests/serve/test_docker_cpu.py and tests/serve/test_docker_engine.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serve.compose import project_name
+from serve.docker import COMPOSE_FILE
+from serve.local_server import RUN_DIR
+from tests.conftest import ROOT, free_port, kit_env
+from tests.support.docs import doc_commands, is_docker_command, retarget, run_doc
+from tests.support.fake_docker import install
+
+pytestmark = pytest.mark.slow  # each case runs up.sh/down.sh a few times (seconds each)
+PYTHON = ROOT / ".venv" / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class FakeDocker:
+    state: Path
+    env: dict[str, str]
+
+    def calls(self) -> list[dict]:
+        path = self.state / "calls.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def compose_calls(self, verb: str) -> list[dict]:
+        return [call for call in self.calls() if call["argv"][:1] == ["compose"] and verb in call["argv"]]
+
+    def run(self, *argv: str, **overrides: str) -> subprocess.CompletedProcess[str]:
+        """`bash up.sh`, `bash down.sh --volumes`, `python -m serve status` ... with the stand-in on PATH."""
+        command = ["bash", str(ROOT / argv[0])] if argv[0].endswith(".sh") else [str(PYTHON), "-m", argv[0]]
+        return subprocess.run([*command, *argv[1:]], env={**self.env, **overrides}, capture_output=True,
+                              text=True, timeout=180, cwd=ROOT)
+
+
+@pytest.fixture
+def docker(tmp_path: Path) -> Iterator[FakeDocker]:
+    state = tmp_path / "docker-state"
+    state.mkdir()
+    install(tmp_path / "bin")
+    env = kit_env(RUNTIME="docker", VLLM_PORT=str(free_port()), GPU_PORT=str(free_port()), START_TIMEOUT="60",
+                  FAKE_DOCKER_STATE=str(state), PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    fake = FakeDocker(state, env)
+    yield fake
+    fake.run("down.sh")  # never leave a stand-in engine behind
+
+
+def compose_prefix() -> list[str]:
+    return ["compose", "-p", project_name(), "--env-file", str(ROOT / ".env.example"), "-f", str(COMPOSE_FILE)]
+
+
+def test_gpu_track_uses_its_profile_image_port_and_quantization(docker: FakeDocker) -> None:
+    gpu_port = docker.env["GPU_PORT"]
+    up = docker.run("up.sh", RUNTIME="docker-gpu", QUANTIZATION="awq", ENFORCE_EAGER="true")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert docker.compose_calls("build") == []
+    pull, = docker.compose_calls("pull")
+    assert pull["argv"] == [*compose_prefix(), "--profile", "gpu", "pull", "vllm-gpu"]
+    assert pull["env"]["GPU_IMAGE"] == "vllm/vllm-openai:v0.11.0"
+    assert pull["env"]["RESOLVED_OPTIONAL_ARGS"] == "--enforce-eager --quantization awq"
+    assert docker.compose_calls("up")[0]["argv"][-4:] == ["up", "-d", "--no-build", "vllm-gpu"]
+    assert f"http://127.0.0.1:{gpu_port}/v1" in up.stdout
+
+    down = docker.run("down.sh", "--volumes", RUNTIME="docker-gpu")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert docker.compose_calls("down")[-1]["argv"] == [*compose_prefix(), "--profile", "gpu", "down", "--volumes"]
+    assert "model cache volume is removed" in down.stdout
+
+
+def test_readme_docker_commands_run_as_documented(docker: FakeDocker) -> None:
+    # The CPU track's commands run on the real engine (tests/serve/test_docker_cpu.py); these are the GPU's and Ollama's.
+    commands = [command for command in doc_commands("README.md")
+                if is_docker_command(command) and "RUNTIME=docker " not in command]
+    assert len(commands) >= 5, commands
+    for command in commands:
+        result = run_doc(retarget(command, {8009: int(docker.env["VLLM_PORT"])}), docker.env, timeout_s=180)
+        assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+        if command.endswith("up.sh"):
+            assert "vLLM is up" in result.stdout and "KV cache" in result.stdout, command
+        elif command.endswith("down.sh --volumes"):
+            assert "model cache volume is removed" in result.stdout, command
+        elif command.endswith("down.sh"):
+            assert "stopped" in result.stdout and "volume is kept" in result.stdout, command
+        else:
+            argv = shlex.split(command)[1:]
+            assert docker.calls()[-1]["argv"] == argv, command
+            profiles = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--profile"]
+            services = compose_services(*profiles)
+            assert not {"up", "exec"} & set(argv) or set(argv) & services, f"{command} names no service of {services}"
+
+
+def compose_services(*profiles: str) -> set[str]:
+    document = yaml.safe_load(COMPOSE_FILE.read_text())
+    return {name for name, service in document["services"].items()
+            if not service.get("profiles") or set(service["profiles"]) & set(profiles)}
+
+
+def test_volumes_on_the_native_runtime_is_one_clear_error(docker: FakeDocker) -> None:
+    down = docker.run("down.sh", "--volumes", RUNTIME="native")
+    assert down.returncode == 2
+    errors = [line for line in down.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--volumes is for RUNTIME=docker|docker-gpu" in errors[0], down.stdout + down.stderr
+    assert docker.calls() == []  # the native runtime never asks docker anything
+
+
+def test_auto_follows_what_up_recorded_not_a_fresh_guess(docker: FakeDocker) -> None:
+    """A native `up` recorded on this port: with an engine answering now, RUNTIME=auto must still look at the
+    native server (decided again, it would ask Docker and report "Nothing to stop" while vLLM keeps the port)."""
+    port = docker.env["VLLM_PORT"]
+    record = RUN_DIR / f"vllm-{port}.runtime"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text("native\n")
+    try:
+        status = docker.run("serve", "status", RUNTIME="auto")
+        assert status.returncode == 3 and "down: no vLLM" in status.stdout, status.stdout + status.stderr
+        assert docker.calls() == []  # the recorded runtime is asked, not Docker
+        down = docker.run("down.sh", RUNTIME="auto")
+        assert down.returncode == 0 and "Nothing to stop" in down.stdout, down.stdout + down.stderr
+        assert docker.calls() == [] and not record.exists()  # nothing of it runs: the record goes
+    finally:
+        record.unlink(missing_ok=True)
