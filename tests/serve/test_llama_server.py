@@ -17,7 +17,7 @@ from serve import llama_server, process
 from serve.llama_server import LlamaServerRuntime
 from serve.llamacpp import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS
 from serve.settings import CACHE_DIR, KNOBS, Settings, SettingsError
-from tests.conftest import LLAMACPP_MODEL, ROOT, free_port, kit_env
+from tests.conftest import LLAMACPP_MODEL, ROOT, free_port, kit_env, run_script
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 SLOTS = 3  # not the default (4): the server reporting 3 proves the setting reached it
@@ -125,3 +125,21 @@ def test_the_benchmark_arms_give_one_slot_and_a_slot_per_user() -> None:
     assert arm_settings(per_user.for_users(16)).llama_server_slots == 16
     assert arm_settings(per_user.for_users(8)).llama_server_slots == 8
     assert {one.engine, per_user.engine} == {"llamaserver"}
+
+
+def test_up_status_and_down_drive_it_through_engines() -> None:
+    port = free_port()
+    env = kit_env(ENGINES="llamaserver", LLAMA_SERVER_PORT=str(port), LLAMA_SERVER_SLOTS="2",
+                  VLLM_PORT=str(free_port()))
+    try:
+        up = run_script("up.sh", env, timeout_s=300)
+        assert up.returncode == 0 and "llama-server is up" in up.stdout and "Starting vLLM" not in up.stdout, \
+            up.stdout + up.stderr
+        status = subprocess.run([sys.executable, "-m", "serve", "status"], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=60)
+        assert status.returncode == 0 and "llama-server up: pid" in status.stdout, status.stdout
+        assert httpx.get(f"http://127.0.0.1:{port}/props", timeout=10).json()["total_slots"] == 2
+    finally:
+        down = run_script("down.sh", env, timeout_s=120)
+    assert down.returncode == 0 and f"port {port} is free" in down.stdout, down.stdout
+    assert process.port_is_free("127.0.0.1", port)
