@@ -7,6 +7,7 @@ and is stopped before the next one starts: only one engine uses the CPUs at a ti
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from serve import llama_server
+from serve.llama_server import LlamaServerRuntime
 from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
 from serve.machine import detect
 from serve.model import bundled_model_facts
@@ -22,8 +25,9 @@ from serve.settings import Settings, load_env
 from serve.sizing import V1_CPU_BLOCK_SIZE
 from serve.vllm_command import Resolved, resolve, resolve_threads
 
-ENGINES = ("vllm", "llamacpp")
+ENGINES = ("vllm", "llamacpp", "llamaserver")
 LLAMACPP_SEQUENCES_PER_STEP = 1  # its server runs one request at a time; the others wait
+SLOTS = "LLAMA_SERVER_SLOTS"
 # What vLLM's log says about the compile cache at start, in the order they are checked.
 COMPILE_CACHE_LOG = (
     ("Directly load AOT compilation", "loaded from the compile cache"),
@@ -41,6 +45,14 @@ class Arm:
     overrides: tuple[tuple[str, str], ...] = ()
     why: str = ""
     attach_url: str | None = None  # measure a server that is already running instead of starting one
+    slot_per_user: bool = False  # llama-server with as many slots as the run's most users
+
+    def for_users(self, max_users: int) -> Arm:
+        """The arm as it runs for a benchmark of up to `max_users` users at once."""
+        if not self.slot_per_user:
+            return self
+        return dataclasses.replace(self, overrides=(*self.overrides, (SLOTS, str(max_users))),
+                                   why=f"{self.why} ({max_users})")
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -56,6 +68,11 @@ BUILTIN_ARMS = {
                          f"{V1_CPU_BLOCK_SIZE}-token blocks"),
     "llamacpp": Arm("llamacpp", "llamacpp", (("LLAMACPP_INTERRUPT_REQUESTS", "false"),),
                     "the Ollama-class engine: llama.cpp's server, Q4_1 GGUF, requests wait their turn"),
+    "llamaserver-1": Arm("llamaserver-1", "llamaserver", ((SLOTS, "1"),),
+                         "llama.cpp's own llama-server, Q4_1 GGUF, one slot: requests queue (Ollama's default)"),
+    "llamaserver-n": Arm("llamaserver-n", "llamaserver", (),
+                         "llama.cpp's own llama-server, Q4_1 GGUF, a slot per user, batched continuously",
+                         slot_per_user=True),
 }
 
 
@@ -98,7 +115,7 @@ def arm_settings(arm: Arm) -> Settings:
     """The kit's settings with the arm's overrides, on ports nobody uses (SettingsError names a bad value)."""
     env = {**load_env(), **dict(arm.overrides)}
     if arm.attach_url is None:
-        env |= {"VLLM_PORT": str(free_port()), "LLAMACPP_PORT": str(free_port())}
+        env |= {"VLLM_PORT": str(free_port()), "LLAMACPP_PORT": str(free_port()), "LLAMA_SERVER_PORT": str(free_port())}
     return Settings.from_env(env)
 
 
@@ -125,6 +142,9 @@ def _vllm_facts(settings: Settings) -> tuple[int, Resolved, dict[str, Any]]:
 def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
     """Bring the arm's engine up (then stop and start it `restarts` more times), yield it, stop it."""
     settings = arm_settings(arm)
+    if arm.engine == "llamaserver":
+        yield from _llama_server(arm, settings)
+        return
     if arm.engine == "llamacpp":
         weight_bytes = os.path.getsize(gguf_path())
         resolved = {"gguf": os.path.basename(gguf_path()), "threads": resolve_threads(settings, detect())[0]}
@@ -154,5 +174,22 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
             log_text = runtime.log_path.read_text(errors="replace")
             served.starts.append(Start(started.seconds_to_healthy, compile_cache_state(log_text, settings)))
         yield served
+    finally:
+        runtime.stop(quiet=True)
+
+
+def _llama_server(arm: Arm, settings: Settings) -> Iterator[Served]:
+    """serving() for llama-server: it decodes up to LLAMA_SERVER_SLOTS sequences per step."""
+    llama_server.install()  # the GGUF it serves, and the binary
+    resolved = {"gguf": llama_server.GGUF.name, "threads": resolve_threads(settings, detect())[0],
+                "slots": settings.llama_server_slots, "ctx_size": settings.llama_server_slots * settings.max_model_len}
+    weight_bytes = os.path.getsize(llama_server.GGUF)
+    if arm.attach_url:
+        yield Served(arm.attach_url, MODEL_ALIAS, weight_bytes, settings.llama_server_slots, resolved)
+        return
+    runtime = LlamaServerRuntime(settings)
+    try:
+        yield Served(f"{runtime.base_url}/v1", MODEL_ALIAS, weight_bytes, settings.llama_server_slots, resolved,
+                     [Start(runtime.start(), "no compile step")])
     finally:
         runtime.stop(quiet=True)

@@ -41,7 +41,7 @@ from serve.machine import detect
 from serve.progress import StepFailed, console, fail
 from serve.settings import ROOT, SettingsError
 
-DEFAULT_ARMS = "kit,vllm-defaults,llamacpp"
+DEFAULT_ARMS = "kit,vllm-defaults,llamacpp,llamaserver-1,llamaserver-n"
 DEFAULT_CONCURRENCY = "1,4,8,16"
 DEFAULT_LENGTHS = "uniform:48-80"  # mean 64 output tokens, as in the measurements
 DEFAULT_REQUESTS_PER_USER = 2
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--arm", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
                         help="one more vLLM arm: the kit's settings with these overrides (repeatable)")
     parser.add_argument("--attach", action="append", default=[], metavar="ENGINE=URL",
-                        help="measure a running vllm or llamacpp server at this /v1 URL (replaces --arms)")
+                        help="measure a running vllm, llamacpp or llamaserver server at this /v1 URL (replaces --arms)")
     parser.add_argument("--concurrency", type=positive_ints, default=positive_ints(DEFAULT_CONCURRENCY))
     parser.add_argument("--lengths", default=DEFAULT_LENGTHS, help="output lengths: fixed:64, uniform:48-80, "
                         "mix:24@0.8,150@0.2")
@@ -107,7 +107,7 @@ def chosen_arms(args: argparse.Namespace) -> list[Arm]:
     if unknown:
         raise ValueError(f"--arms {args.arms!r} names unknown arms {unknown}: use {', '.join(BUILTIN_ARMS)}")
     extra = [Arm(name, "vllm", parse_overrides(pairs), "explored: " + " ".join(pairs)) for name, *pairs in args.arm]
-    return [BUILTIN_ARMS[name] for name in names] + extra
+    return [BUILTIN_ARMS[name].for_users(max(args.concurrency)) for name in names] + extra
 
 
 def workload(args: argparse.Namespace, concurrency: int) -> WorkloadSpec:

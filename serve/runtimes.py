@@ -15,6 +15,7 @@ from pathlib import Path
 
 from serve import compose, replicas
 from serve.docker import CPU, TRACKS, DockerRuntime
+from serve.llama_server import LlamaServerRuntime
 from serve.llamacpp import LlamaCppRuntime
 from serve.local_server import RUN_DIR
 from serve.native import NativeRuntime
@@ -115,7 +116,8 @@ def vllm_installs(settings: Settings) -> list[Runtime]:
 
 # Every engine ENGINES may name, in the order `up` starts them: its runtimes for these settings.
 ENGINES: dict[str, Callable[[Settings], list[Runtime]]] = {
-    "vllm": vllm_runtimes, "llamacpp": lambda settings: [LlamaCppRuntime(settings)]}
+    "vllm": vllm_runtimes, "llamacpp": lambda settings: [LlamaCppRuntime(settings)],
+    "llamaserver": lambda settings: [LlamaServerRuntime(settings)]}
 # What `python -m serve install` readies.
 INSTALLS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_installs}
 

@@ -31,7 +31,9 @@ CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit ships and serves by default
-ENGINES = ("vllm", "llamacpp")  # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py)
+# llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py); llamaserver: llama.cpp's own C++ server with
+# parallel slots (serve/llama_server.py)
+ENGINES = ("vllm", "llamacpp", "llamaserver")
 QUANTIZATIONS = ("", "awq", "gptq", "fp8")
 # vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
@@ -45,6 +47,7 @@ KIT_OWNED_FLAGS = {
     "--port": ("VLLM_PORT", "the kit waits for /health and points the client there"),
     "--api-key": ("VLLM_API_KEY", "the kit passes it in the environment; on the command line `ps` shows it"),
 }
+MAX_SERVER_SLOTS = 256  # vLLM's own cap on sequences in one batch (max_num_seqs)
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 
 
@@ -186,12 +189,24 @@ def host(name: str, raw: str) -> str:
     return raw
 
 
+def server_slots(name: str, raw: str) -> int:
+    """llama-server's parallel slots: each holds a MAX_MODEL_LEN context, so thousands would not fit in memory."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_SERVER_SLOTS:
+        raise _bad(name, raw, f"use a whole number of parallel slots from 1 to {MAX_SERVER_SLOTS}, e.g. 4 "
+                              "(1 queues requests as Ollama does by default)")
+    return value
+
+
 def engine_list(name: str, raw: str) -> tuple[str, ...]:
     engines = tuple(part.strip() for part in raw.split(",") if part.strip())
     unknown = [engine for engine in engines if engine not in ENGINES]
     if not engines or unknown or len(set(engines)) != len(engines):
         raise _bad(name, raw, f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
-                              "e.g. vllm or vllm,llamacpp")
+                              "e.g. vllm or vllm,llamacpp or vllm,llamacpp,llamaserver")
     return engines
 
 
@@ -331,8 +346,14 @@ KNOBS: tuple[Knob, ...] = (
     Knob("LLAMACPP_PORT", "llamacpp_port", "11434", port,
          "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no "
          "change; Ollama's own /api routes are not served)"),
-    Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "true", boolean,
-         "llama.cpp's default: a new request cuts the running stream short; false makes it wait its turn"),
+    Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "false", boolean,
+         "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
+         "llama-cpp-python's own default: a new request cuts the running stream short"),
+    Knob("LLAMA_SERVER_PORT", "llama_server_port", "8089", port,
+         "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)"),
+    Knob("LLAMA_SERVER_SLOTS", "llama_server_slots", "4", server_slots,
+         "requests llama-server decodes together, batched continuously (-np, like OLLAMA_NUM_PARALLEL; 4 was "
+         "Ollama's own before v0.10); each slot gets MAX_MODEL_LEN tokens of context"),
     Knob("REPLICAS", "replicas", "1", positive_int,
          "vLLM engines serving the model; above 1 vllm-router spreads requests over them (ROUTER_POLICY)"),
     Knob("ROUTER_POLICY", "router_policy", "cache_aware", choice(*ROUTER_POLICIES),
@@ -383,6 +404,8 @@ class Settings:
     engines: tuple[str, ...]
     llamacpp_port: int
     llamacpp_interrupt_requests: bool
+    llama_server_port: int
+    llama_server_slots: int
     replicas: int
     router_policy: str
     keda_min_replicas: int
@@ -413,7 +436,7 @@ class Settings:
 
     def engine_port(self, engine: str) -> int:
         """The port users reach an engine of ENGINES on (`up` and `down` lock it while they work)."""
-        return {"vllm": self.port, "llamacpp": self.llamacpp_port}[engine]
+        return {"vllm": self.port, "llamacpp": self.llamacpp_port, "llamaserver": self.llama_server_port}[engine]
 
     def url_for(self, port: int) -> str:
         """http://host:port for an engine bound to VLLM_HOST (0.0.0.0 binds are reached on loopback)."""
@@ -441,14 +464,15 @@ def env_file() -> Path:
 def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
     """The key to send to `url` and the variable it came from.
 
-    The kit's own engines (loopback or VLLM_HOST, on VLLM_PORT or LLAMACPP_PORT) get VLLM_API_KEY: a real
-    OpenAI key exported in the shell must not be sent there. Any other URL gets OPENAI_API_KEY, else
-    VLLM_API_KEY. (None, "") when neither is set.
+    The kit's own engines (loopback or VLLM_HOST, on VLLM_PORT, LLAMACPP_PORT or LLAMA_SERVER_PORT) get
+    VLLM_API_KEY: a real OpenAI key exported in the shell must not be sent there. Any other URL gets
+    OPENAI_API_KEY, else VLLM_API_KEY. (None, "") when neither is set.
     """
     kit_key, openai_key = env.get("VLLM_API_KEY") or None, env.get("OPENAI_API_KEY") or None
     parts = urlsplit(url)
     kit_hosts = {"127.0.0.1", "localhost", "::1", env.get("VLLM_HOST", "127.0.0.1")}
-    kit_ports = {env.get("VLLM_PORT", "8009"), env.get("LLAMACPP_PORT", "11434")}
+    kit_ports = {env.get(knob.env, knob.default) for knob in KNOBS
+                 if knob.env in ("VLLM_PORT", "LLAMACPP_PORT", "LLAMA_SERVER_PORT")}
     try:
         port = str(parts.port or "")
     except ValueError:

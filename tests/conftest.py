@@ -131,7 +131,7 @@ def start_llamacpp(**overrides: str) -> Server:
 
 @pytest.fixture(scope="session")
 def llamacpp_server() -> Iterator[Server]:
-    """One real llama.cpp server (default settings: interrupt_requests on) for the whole session."""
+    """One real llama.cpp server (default settings: requests queue, as in Ollama) for the whole session."""
     server = start_llamacpp()
     yield server
     stop_server(server)

@@ -6,10 +6,11 @@ cd "$(dirname "$0")/.."
 
 bash tests/system-packages.sh
 bash serve/light-tools.sh test
-# the native vLLM venv and prepared model, and the llama.cpp venv, all in .kit/ (the llama.cpp wheel is built
-# portably once, ~6 min, and kept in ~/.cache/vllm-lab-kit/wheels/ for other clones on this machine)
-# REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that tests/test_replicas.py starts
-REPLICAS=2 ENGINES=vllm,llamacpp .venv/bin/python -m serve install
+# the native vLLM venv and prepared model, the llama.cpp venv and llama-server's GGUF, all in .kit/ (the llama.cpp
+# wheel, ~6 min, and llama-server, ~11 min, are built portably once and kept in ~/.cache/vllm-lab-kit/ for other
+# clones on this machine); REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that
+# tests/serve/test_replicas.py starts
+REPLICAS=2 ENGINES=vllm,llamacpp,llamaserver .venv/bin/python -m serve install
 # the teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest
 .kit/vllm/bin/python -c "import pytest, hypothesis" 2>/dev/null || .kit/vllm/bin/python -m pip install -q "pytest>=8" "hypothesis>=6.100"
 .kit/vllm/bin/python -m pytest tests/labs/engine/needs_torch --confcutdir=tests/labs/engine/needs_torch -q -p no:cacheprovider

@@ -48,7 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=positive("--max-tokens"), default=MAX_TOKENS,
                         help=f"longest answer per request (default {MAX_TOKENS})")
     parser.add_argument("--engines", default=None,
-                        help="engines to compare, e.g. vllm,llamacpp (default: the ENGINES setting)")
+                        help="engines to compare, e.g. vllm,llamacpp or vllm,llamacpp,llamaserver (default: the "
+                             "ENGINES setting)")
     parser.add_argument("--results", type=Path, default=None,
                         help="folder for the results (default results/compare-<UTC time>)")
     return parser.parse_args(argv)
@@ -59,7 +60,9 @@ def engine_settings(settings: Settings) -> dict[str, str]:
     return {"vllm": f"(as configured: DTYPE={settings.dtype}, MAX_NUM_SEQS={settings.max_num_seqs or 'auto'}, "
                     f"VLLM_CPU_OMP_THREADS_BIND={settings.omp_threads_bind})",
             "llamacpp": f"(as configured: llama-cpp-python {LLAMACPP_VERSION}, Q4_1 GGUF, "
-                        f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()})"}
+                        f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()})",
+            "llamaserver": f"(as configured: llama.cpp's llama-server from llama-cpp-python {LLAMACPP_VERSION}'s "
+                           f"source, Q4_1 GGUF, LLAMA_SERVER_SLOTS={settings.llama_server_slots})"}
 
 
 async def compare(chosen: tuple[Endpoint, ...], plan: tuple[Phase, ...], max_tokens: int,

@@ -59,7 +59,8 @@ def phases(n: int) -> tuple[Phase, ...]:
 def targets(settings: Settings, engines: tuple[str, ...] | None = None) -> tuple[Endpoint, ...]:
     """The configured engines (ENGINES), each at its configured port, with the key the kit sends there."""
     where = {"vllm": (settings.base_url, settings.model_name, "VLLM_PORT"),
-             "llamacpp": (settings.url_for(settings.llamacpp_port), MODEL_ALIAS, "LLAMACPP_PORT")}
+             "llamacpp": (settings.url_for(settings.llamacpp_port), MODEL_ALIAS, "LLAMACPP_PORT"),
+             "llamaserver": (settings.url_for(settings.llama_server_port), MODEL_ALIAS, "LLAMA_SERVER_PORT")}
     env = load_env()
     endpoints = []
     for engine in engines or settings.engines:

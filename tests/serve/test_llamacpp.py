@@ -96,19 +96,21 @@ async def _two_overlapping_streams(server: Server) -> list[RequestRecord]:
     return records
 
 
-def test_default_server_cuts_a_running_stream_short_and_it_is_counted(llamacpp_server: Server) -> None:
+def test_default_server_queues_so_both_overlapping_streams_finish(llamacpp_server: Server) -> None:
+    """The kit's default is Ollama's: a request that arrives while another runs waits its turn."""
+    assert "interrupt_requests False" in llamacpp_server.up_output
     first, second = asyncio.run(_two_overlapping_streams(llamacpp_server))
-    assert first.status == 200 and first.text  # a 200 with text: a naive benchmark calls it a success
-    assert first.outcome == "truncated" and first.finish_reason is None
-    assert second.ok
+    assert first.ok and second.ok, (first.to_dict(), second.to_dict())
 
 
-def test_interrupt_requests_off_lets_both_finish() -> None:
-    server = start_llamacpp(LLAMACPP_INTERRUPT_REQUESTS="false")
+def test_interrupt_requests_on_cuts_a_running_stream_short_and_it_is_counted() -> None:
+    server = start_llamacpp(LLAMACPP_INTERRUPT_REQUESTS="true")
     try:
-        assert "interrupt_requests False" in server.up_output
+        assert "interrupt_requests True" in server.up_output
         first, second = asyncio.run(_two_overlapping_streams(server))
-        assert first.ok and second.ok, (first.to_dict(), second.to_dict())
+        assert first.status == 200 and first.text  # a 200 with text: a naive benchmark calls it a success
+        assert first.outcome == "truncated" and first.finish_reason is None
+        assert second.ok
     finally:
         result = run_script("down.sh", server.env, timeout_s=120)
     assert result.returncode == 0 and f"port {server.port} is free" in result.stdout, result.stdout

@@ -183,8 +183,10 @@ def test_runtime_docker_without_an_engine_says_so(tmp_path: Path) -> None:
 
 def test_every_engine_the_settings_accept_has_a_runtime_and_a_port() -> None:
     """ENGINES is validated in serve/settings.py and served through serve/runtimes.py: the two lists agree."""
-    settings = Settings.from_env({"ENGINES": ",".join(ENGINES), "VLLM_PORT": "8101", "LLAMACPP_PORT": "8102"})
+    settings = Settings.from_env({"ENGINES": ",".join(ENGINES), "VLLM_PORT": "8101", "LLAMACPP_PORT": "8102",
+                                  "LLAMA_SERVER_PORT": "8103"})
     assert list(runtimes.ENGINES) == list(ENGINES)
     built = runtimes.for_engines(dataclasses.replace(settings, runtime="native"))
-    assert [(runtime.engine, runtime.port) for runtime in built] == [("vllm", 8101), ("llamacpp", 8102)]
-    assert [settings.engine_port(engine) for engine in ENGINES] == [8101, 8102]
+    assert [(runtime.engine, runtime.port) for runtime in built] == [("vllm", 8101), ("llamacpp", 8102),
+                                                                     ("llamaserver", 8103)]
+    assert [settings.engine_port(engine) for engine in ENGINES] == [8101, 8102, 8103]

@@ -38,9 +38,11 @@ def is_docker_command(command: str) -> bool:
     return "RUNTIME=docker" in command or command.startswith("docker ")
 
 
-def run_doc(command: str, env: dict[str, str], timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
-    """A documented command in bash; a hang fails the test and stops all it started (background clients too)."""
-    return run_bounded(["bash", "-c", command], env, timeout_s)
+def run_doc(command: str, env: dict[str, str], timeout_s: float = 900,
+            cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """A documented command in bash (in `cwd`, a clone's root for instance); a hang fails the test and stops all
+    it started (background clients too)."""
+    return run_bounded(["bash", "-c", command], env, timeout_s, cwd=cwd)
 
 
 def all_doc_files() -> list[Path]:

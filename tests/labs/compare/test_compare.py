@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from labs.compare.workload import MATCHED_PROMPTS, SEED_PROMPTS, matched_prompts
 from labs.results import load
+from tests.support.clone import fresh_clone, user_env
 from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server, free_port, start_llamacpp, stop_server
 from tests.support.docs import doc_commands, run_doc
 
@@ -81,10 +81,10 @@ def test_both_engines_end_to_end(vllm_server: Server, llamacpp_server: Server, t
         assert summary["output_tokens"] == ok_tokens
         assert summary["output_tokens_per_s"] == pytest.approx(ok_tokens / summary["wall_s"])
     assert all(summary["tokens_source"] == "usage" for (engine, _), summary in summaries.items() if engine == "vllm")
-    # llama.cpp's default server cuts the running stream when the next request arrives: counted, not hidden
+    # the kit's llama.cpp queues, as Ollama does by default: every concurrent answer completes
     llamacpp_concurrent = summaries[("llamacpp", "matched concurrent")]
-    assert llamacpp_concurrent["num_truncated"] >= 1 and llamacpp_concurrent["tokens_source"] == "chunks"
-    assert "TRUNCATED" in result.stdout and "cut short" in result.stdout
+    assert llamacpp_concurrent["num_ok"] == SMALL_N and llamacpp_concurrent["tokens_source"] == "chunks"
+    assert "TRUNCATED" not in result.stdout and "cut short" not in result.stdout
     for engine in ("vllm", "llamacpp"):
         sequential = summaries[(engine, "matched sequential")]["wall_s"]
         concurrent = summaries[(engine, "matched concurrent")]["wall_s"]
@@ -93,6 +93,22 @@ def test_both_engines_end_to_end(vllm_server: Server, llamacpp_server: Server, t
     text = (folder / "comparison-results.txt").read_text()
     assert "matched concurrent" in text and "scaling" in text and "time_total" in text
     assert (folder / "comparison-wall-time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_cut_short_option_is_counted_not_hidden(tmp_path: Path) -> None:
+    """LLAMACPP_INTERRUPT_REQUESTS=true (llama-cpp-python's own default): the next request cuts the running
+    stream short with HTTP 200; the lab counts it as truncated and says its scaling is not a speed-up."""
+    server = start_llamacpp(LLAMACPP_INTERRUPT_REQUESTS="true")
+    try:
+        result = compare(server.env, "--engines", "llamacpp", "--n", str(SMALL_N), "--max-tokens", SHORT_MAX_TOKENS,
+                         "--results", str(tmp_path / "results"))
+    finally:
+        stop_server(server)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads((tmp_path / "results" / "comparison-results.json").read_text())
+    concurrent = next(summary for summary in document["summaries"] if summary["mode"] == "matched concurrent")
+    assert concurrent["num_truncated"] >= 1
+    assert "TRUNCATED" in result.stdout and "not a speed-up" in result.stdout and "cut short" in result.stdout
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
@@ -155,20 +171,36 @@ def test_a_dead_engine_mid_run_keeps_the_results(tmp_path: Path) -> None:
     assert (folder / "comparison-results.txt").exists() and (folder / "comparison-wall-time.png").exists()
 
 
-def test_lab_page_commands_run(vllm_server: Server, llamacpp_server: Server) -> None:
+def test_lab_page_commands_run_verbatim_in_a_clone_with_an_untouched_env(vllm_server: Server,
+                                                                          llamacpp_server: Server,
+                                                                          tmp_path: Path) -> None:
+    """As a user runs the page: a fresh clone, .env made by up.sh from .env.example (ENGINES=vllm), nothing
+    exported but the ports of the test's servers. `ENGINES=... bash up.sh` sets ENGINES for up.sh alone,
+    so the lab's own commands must name both engines; its default run shows llama.cpp queueing (scaling about
+    1, nothing cut short) and vLLM batching (scaling above 2 at N=8)."""
     commands = doc_commands("labs/compare.md")
     assert commands[0] == "ENGINES=vllm,llamacpp bash up.sh" and commands[-1] == "ENGINES=vllm,llamacpp bash down.sh"
-    env = both_env(vllm_server, llamacpp_server)
-    up = run_doc(commands[0], env, timeout_s=300)
+    clone = fresh_clone(tmp_path / "kit")
+    for shared in (".kit", ".venv"):  # the engines' installs and the servers' pidfiles; the light tools
+        (clone / shared).symlink_to(ROOT / shared)
+    env = {**user_env(vllm_server.port), "LLAMACPP_PORT": str(llamacpp_server.port)}
+    up = run_doc(commands[0], env, timeout_s=300, cwd=clone)
     assert up.returncode == 0 and "already up" in up.stdout and "llama.cpp already up" in up.stdout, up.stdout
+    assert (clone / ".env").read_text() == (clone / ".env.example").read_text()
+    scalings: dict[str, dict[str, float]] = {}
     for command in commands[1:-1]:
-        result = run_doc(command, env, timeout_s=600)
+        result = run_doc(command, env, timeout_s=600, cwd=clone)
         assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
-        assert "matched sequential / concurrent" in result.stdout, result.stdout
+        factors = dict(re.findall(r"^(\w+): matched sequential / concurrent = ([\d.]+)x", result.stdout, re.M))
+        assert set(factors) == {"vllm", "llamacpp"}, result.stdout
+        assert "cut short" not in result.stdout and "TRUNCATED" not in result.stdout, result.stdout
         written = re.search(r"Wrote (\S+comparison-results\.txt)", result.stdout)
-        assert written and Path(written.group(1)).exists()
-        shutil.rmtree(Path(written.group(1)).parent)  # results/ is the user's; leave it as it was
+        assert written and Path(written.group(1)).is_relative_to(clone)
+        scalings[command] = {engine: float(factor) for engine, factor in factors.items()}
+    at_8 = next(factors for command, factors in scalings.items() if "--n 8" in command)
+    assert 0.7 < at_8["llamacpp"] < 1.4 and at_8["vllm"] > 2, scalings
     # down.sh stops what up.sh started; run against a fresh llama.cpp so the shared servers live on
     spare = start_llamacpp()
-    down = run_doc(commands[-1], {**spare.env, "VLLM_PORT": str(free_port())}, timeout_s=120)
+    down = run_doc(commands[-1], {**user_env(free_port()), "LLAMACPP_PORT": str(spare.port)}, timeout_s=120,
+                   cwd=clone)
     assert down.returncode == 0 and f"port {spare.port} is free" in down.stdout, down.stdout
