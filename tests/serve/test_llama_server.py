@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from benchmarks.arms import BUILTIN_ARMS, arm_settings
-from labs.common.stream import RequestRecord, chat_payload, stream_chat
+from client.stream import RequestRecord, chat_payload, stream_chat
 from serve import llama_server, process
 from serve.llama_server import LlamaServerRuntime
 from serve.llamacpp import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS
