@@ -25,16 +25,15 @@ import time
 import zipfile
 from pathlib import Path
 
-from serve import process, system
+from serve import process
 from serve.health import is_healthy
-from serve.llamacpp import LLAMACPP_VERSION, MODEL_ALIAS, PORTABLE_CMAKE_ARGS, SIGILL_EXIT, pip_detail
-from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
-from serve.machine import detect
+from serve.llamacpp import (LLAMACPP_VERSION, MODEL_ALIAS, PORTABLE_CMAKE_ARGS, SIGILL_EXIT, GgufRuntime,
+                            pip_detail)
+from serve.local_server import LOG_DIR, LocalServer
 from serve.model import GGUF_NAME, MODEL_PACKAGE
 from serve.progress import StepFailed, run_logged, step, tail
 from serve.runtime import Started
 from serve.settings import CACHE_DIR, STATE_DIR, Settings
-from serve.vllm_command import resolve_threads
 
 # The sdist's vendored llama.cpp, configured as the wheel is (PORTABLE_CMAKE_ARGS) and for one static binary:
 # no tests or examples, no HTTPS client (the server needs none), no web UI fetched from the hub at build time.
@@ -147,13 +146,12 @@ def check_runs(binary: Path) -> None:
                      f"{tail(INSTALL_LOG)}")
 
 
-class LlamaServerRuntime(LocalRuntime):
+class LlamaServerRuntime(GgufRuntime):
     """One llama-server per port (LLAMA_SERVER_PORT) with LLAMA_SERVER_SLOTS parallel slots."""
 
     engine = "llamaserver"
     label = "llama-server"
     name = "llama-server"
-    served_model = MODEL_ALIAS
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -162,17 +160,11 @@ class LlamaServerRuntime(LocalRuntime):
         self.server = LocalServer("llama-server", "llamaserver", str(BINARY), settings.host, self.port,
                                   "LLAMA_SERVER_PORT", settings.url_for(self.port), health_path=HEALTH_PATH)
 
-    def system_needs(self) -> list[system.Tool]:
-        return system.llamacpp_build_needs() if will_build() else []
+    def will_build(self) -> bool:
+        return will_build()
 
     def install(self) -> None:
         install()
-
-    def preflight(self) -> None:
-        """Nothing to judge ahead: it loads in seconds, and a bad LLAMA_SERVER_SLOTS never got this far."""
-
-    def threads(self) -> int:
-        return resolve_threads(self.settings, detect())[0]
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         argv = [str(BINARY),
@@ -189,14 +181,6 @@ class LlamaServerRuntime(LocalRuntime):
         if self.settings.api_key:
             env["LLAMA_API_KEY"] = self.settings.api_key  # llama-server reads it; argv would show in `ps`
         return argv, env
-
-    def start(self, resolved: None = None) -> Started:
-        """Start the server and wait until /health answers. On failure it is stopped."""
-        self.server.ensure_port_free()
-        install()
-        argv, env = self.command(self.threads())
-        pid, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
-        return Started(pid, waited, None)
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         return [("threads", str(self.threads())),

@@ -103,13 +103,49 @@ def install() -> bool:
     return True
 
 
-class LlamaCppRuntime(LocalRuntime):
+class GgufRuntime(LocalRuntime):
+    """What llama.cpp's two servers share: the GGUF under Ollama's model name, the kit's threads, no `auto`
+    plan to judge, and a start that installs what is missing and loads the model in seconds."""
+
+    served_model = MODEL_ALIAS
+    settings: Settings
+    port_hint = ""  # what else may hold the port, for the port-in-use line
+
+    def will_build(self) -> bool:
+        """Whether the next install compiles llama.cpp (it needs a C/C++ toolchain and CMake then)."""
+        raise NotImplementedError
+
+    def install(self) -> None:
+        raise NotImplementedError
+
+    def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def system_needs(self) -> list[system.Tool]:
+        return system.llamacpp_build_needs() if self.will_build() else []
+
+    def preflight(self) -> None:
+        """Nothing to judge ahead: no `auto` settings but the threads, and the GGUF loads in seconds."""
+
+    def threads(self) -> int:
+        return resolve_threads(self.settings, detect())[0]
+
+    def start(self, resolved: None = None) -> Started:
+        """Start the server and wait until it answers. On failure it is stopped."""
+        self.server.ensure_port_free(hint=self.port_hint)
+        self.install()
+        argv, env = self.command(self.threads())
+        pid, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
+        return Started(pid, waited, None)
+
+
+class LlamaCppRuntime(GgufRuntime):
     """One llama.cpp server per port (LLAMACPP_PORT), started from the project's llama venv."""
 
     engine = "llamacpp"
     label = "llama.cpp"
     name = "llama.cpp"
-    served_model = MODEL_ALIAS
+    port_hint = " (an Ollama?)"
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -117,17 +153,11 @@ class LlamaCppRuntime(LocalRuntime):
         self.server = LocalServer("llama.cpp", "llamacpp", SERVER_MODULE, settings.host, self.port,
                                   "LLAMACPP_PORT", settings.url_for(self.port), health_path=HEALTH_PATH)
 
-    def system_needs(self) -> list[system.Tool]:
-        return system.llamacpp_build_needs() if will_build() else []
+    def will_build(self) -> bool:
+        return will_build()
 
     def install(self) -> None:
         install()
-
-    def preflight(self) -> None:
-        """Nothing to judge ahead: it has no `auto` settings but its threads, and it loads in seconds."""
-
-    def threads(self) -> int:
-        return resolve_threads(self.settings, detect())[0]
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", SERVER_MODULE,
@@ -143,14 +173,6 @@ class LlamaCppRuntime(LocalRuntime):
         if self.settings.api_key:
             env["API_KEY"] = self.settings.api_key  # the server's settings read it; argv would show in `ps`
         return argv, env
-
-    def start(self, resolved: None = None) -> Started:
-        """Start the server and wait until /v1 answers. On failure it is stopped."""
-        self.server.ensure_port_free(hint=" (an Ollama?)")
-        install()
-        argv, env = self.command(self.threads())
-        pid, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
-        return Started(pid, waited, None)
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         interrupt = self.settings.llamacpp_interrupt_requests

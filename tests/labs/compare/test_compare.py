@@ -20,6 +20,7 @@ from tests.support.docs import doc_commands, run_doc
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 SMALL_N = 2
+QUEUED_OVERLAP_S = 0.05  # how far one queued answer's end may trail the next one's first token (client clocks)
 SHORT_MAX_TOKENS = "16"
 REQUEST_LINE = re.compile(r"^(vllm|llamacpp)\s+(seed sequential|matched sequential|matched concurrent)\s+#\d+\s+"
                           r"(HTTP \d+|no answer)\s+time_total\s+[\d.]+ s", re.M)
@@ -197,8 +198,15 @@ def test_lab_page_commands_run_verbatim_in_a_clone_with_an_untouched_env(vllm_se
         written = re.search(r"Wrote (\S+comparison-results\.txt)", result.stdout)
         assert written and Path(written.group(1)).is_relative_to(clone)
         scalings[command] = {engine: float(factor) for engine, factor in factors.items()}
+        # llama.cpp queues: its concurrent answers stream one after another, never side by side (a structural
+        # fact, unlike its scaling ratio, which a machine whose load changes between the phases moves)
+        _, document = load(Path(written.group(1)).with_name("comparison-results.json"))
+        [queued] = [phase for phase in document["phases"] if phase["engine"] == "llamacpp" and phase["concurrent"]]
+        streams = sorted((record["first_token_s"], record["done_s"]) for record in queued["records"])
+        overlaps_s = [previous_done - first_token for (_, previous_done), (first_token, _) in zip(streams, streams[1:])]
+        assert len(streams) > 1 and max(overlaps_s) < QUEUED_OVERLAP_S, (command, overlaps_s)
     at_8 = next(factors for command, factors in scalings.items() if "--n 8" in command)
-    assert 0.7 < at_8["llamacpp"] < 1.4 and at_8["vllm"] > 2, scalings
+    assert at_8["vllm"] > 2, scalings  # vLLM batches: 3.75x at N=8 even on a loaded machine
     # down.sh stops what up.sh started; run against a fresh llama.cpp so the shared servers live on
     spare = start_llamacpp()
     down = run_doc(commands[-1], {**user_env(free_port()), "LLAMACPP_PORT": str(spare.port)}, timeout_s=120,
