@@ -86,8 +86,8 @@ def test_compile_cache_state_reads_vllm_log_lines() -> None:
     assert compile_cache_state(LOG_COLD, Settings.from_env({"ENFORCE_EAGER": "true"})).startswith("eager")
 
 
-def test_builtin_arms_are_the_kit_vllm_out_of_the_box_and_llamacpp() -> None:
-    assert list(BUILTIN_ARMS) == ["kit", "vllm-defaults", "llamacpp"]
+def test_builtin_arms_are_the_kit_vllm_out_of_the_box_llamacpp_and_llama_server() -> None:
+    assert list(BUILTIN_ARMS) == ["kit", "vllm-defaults", "llamacpp", "llamaserver-1", "llamaserver-n"]
     defaults = Settings.from_env(dict(BUILTIN_ARMS["vllm-defaults"].overrides))
     assert defaults.dtype == "float32" and defaults.omp_threads_bind == "auto" and defaults.block_size == 128
     assert parse_overrides(["VLLM_EXTRA_ARGS=--block-size 16"]) == (("VLLM_EXTRA_ARGS", "--block-size 16"),)
