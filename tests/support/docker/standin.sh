@@ -14,7 +14,7 @@
 # Usage: CPU_BASE_IMAGE=$(bash tests/support/docker/standin.sh | tail -1) RUNTIME=docker bash up.sh
 # Needs root (debootstrap), a Docker engine, and `python -m serve install` done. Prints the image reference last.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 
 repository="vllm-lab-kit/vllm-cpu-standin"
 cache=.kit/cache/standin
