@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     # an engine that exposes vLLM's /metrics names is a vLLM; nothing else here tells the kind for sure
     with_vllm_metrics = {result.target.name for result, _ in results if result.snapshots}
     targets = {result.target.name: result.target for result, _ in results}
-    envelope = Envelope.now(command, [MeasuredEngine(target.model, target.base_url,
+    envelope = Envelope.now(command, [MeasuredEngine(target.model, target.root_url,
                                                      "vllm" if name in with_vllm_metrics else None)
                                       for name, target in targets.items()])
     data_paths = write_data(args.out, results, envelope)
