@@ -21,7 +21,7 @@ from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
 from serve.machine import detect
 from serve.model import bundled_model_facts
 from serve.native import NativeRuntime
-from serve.settings import Settings, load_env
+from serve.settings import KNOBS, Settings, load_env
 from serve.sizing import V1_CPU_BLOCK_SIZE
 from serve.vllm_command import Resolved, resolve, resolve_threads
 
@@ -103,12 +103,40 @@ class Served:
     max_sequences_per_step: int
     resolved: dict[str, Any]
     starts: list[Start] = field(default_factory=list)
+    pid: int | None = None  # the server's process, where this benchmark started it
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def engine_environ(arm: Arm) -> dict[str, str]:
+    """The arm's overrides that are vLLM environment variables rather than kit settings (VLLM_USE_SPINLOOP_EXT=1):
+    they reach the engine's processes only. Any other unknown name is a typo, refused with the fix."""
+    known = {knob.env for knob in KNOBS}
+    extra = {key: value for key, value in arm.overrides if key not in known}
+    typos = [key for key in extra if not key.startswith("VLLM_")]
+    if typos:
+        raise ValueError(f"arm {arm.name!r}: {', '.join(typos)} is neither a setting of .env.example nor a vLLM "
+                         "environment variable (VLLM_...): check the spelling")
+    return extra
+
+
+@contextmanager
+def exported(env: dict[str, str]) -> Iterator[None]:
+    """`env` in this process's environment while the engine starts (its processes inherit it), then as before."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def arm_settings(arm: Arm) -> Settings:
@@ -170,7 +198,9 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
         for attempt in range(restarts + 1):
             if attempt:
                 runtime.stop(quiet=True)
-            started = runtime.start(plan)
+            with exported(engine_environ(arm)):
+                started = runtime.start(plan)
+            served.pid = started.pid
             log_text = runtime.log_path.read_text(errors="replace")
             served.starts.append(Start(started.seconds_to_healthy, compile_cache_state(log_text, settings)))
         yield served

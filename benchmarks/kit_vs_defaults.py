@@ -27,7 +27,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from benchmarks.arms import BUILTIN_ARMS, Arm, Served, parse_overrides, serving
+from benchmarks.arms import BUILTIN_ARMS, Arm, Served, engine_environ, parse_overrides, serving
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons, print_report, write_plot
 from client.endpoint import Endpoint, EndpointError
@@ -107,6 +107,8 @@ def chosen_arms(args: argparse.Namespace) -> list[Arm]:
     if unknown:
         raise ValueError(f"--arms {args.arms!r} names unknown arms {unknown}: use {', '.join(BUILTIN_ARMS)}")
     extra = [Arm(name, "vllm", parse_overrides(pairs), "explored: " + " ".join(pairs)) for name, *pairs in args.arm]
+    for arm in extra:
+        engine_environ(arm)  # a misspelt name fails now, not after the first arms ran for minutes
     return [BUILTIN_ARMS[name].for_users(max(args.concurrency)) for name in names] + extra
 
 

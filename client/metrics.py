@@ -21,6 +21,8 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 CACHE_CONFIG = "vllm:cache_config_info"
 SUCCESS = "vllm:request_success_total"  # requests finished, by finish reason: who served how many
+STEPS = "vllm:iteration_tokens_total_count"  # a histogram observed once per engine step: its count is the steps
+GENERATED = "vllm:generation_tokens_total"
 
 
 class NoMetrics(Exception):
@@ -42,6 +44,8 @@ class MetricsSnapshot:
     cache_config: dict[str, str] = field(default_factory=dict)
     format: str = "v1"  # "v0" when only the V0 names were present
     requests_done_total: float = 0.0
+    engine_steps_total: float = 0.0
+    generation_tokens_total: float = 0.0
 
 
 def combine(snapshots: list[MetricsSnapshot]) -> MetricsSnapshot:
@@ -68,6 +72,8 @@ def combine(snapshots: list[MetricsSnapshot]) -> MetricsSnapshot:
         cache_config=snapshots[0].cache_config,
         format=snapshots[0].format,
         requests_done_total=sum(snapshot.requests_done_total for snapshot in snapshots),
+        engine_steps_total=sum(snapshot.engine_steps_total for snapshot in snapshots),
+        generation_tokens_total=sum(snapshot.generation_tokens_total for snapshot in snapshots),
     )
 
 
@@ -98,6 +104,8 @@ def parse(text: str, taken_s: float | None = None) -> MetricsSnapshot:
         cache_config=cache_config,
         format="v1" if kv_name == KV_USAGE_V1 else "v0",
         requests_done_total=totals.get(SUCCESS, 0.0),
+        engine_steps_total=totals.get(STEPS, 0.0),
+        generation_tokens_total=totals.get(GENERATED, 0.0),
     )
 
 

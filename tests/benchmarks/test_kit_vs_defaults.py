@@ -7,6 +7,7 @@ The benchmark's smallest configuration runs against the session's real vLLM; the
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.arms import BUILTIN_ARMS, Arm, compile_cache_state, parse_overrides
+from benchmarks.arms import (BUILTIN_ARMS, Arm, arm_settings, compile_cache_state, engine_environ, exported,
+                            parse_overrides)
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
 from serve.native import PATCH_DIR, VENV
@@ -97,10 +99,23 @@ def test_builtin_arms_are_the_kit_vllm_out_of_the_box_llamacpp_and_llama_server(
         Arm("x", "ollama")
 
 
+def test_an_arm_passes_vllm_environment_variables_to_the_engine_only() -> None:
+    """Levers vLLM reads from its environment (VLLM_USE_SPINLOOP_EXT) are arms too; a misspelt setting is not."""
+    lever = Arm("spin", "vllm", parse_overrides(["VLLM_USE_SPINLOOP_EXT=1", "MAX_NUM_SEQS=32"]))
+    assert engine_environ(lever) == {"VLLM_USE_SPINLOOP_EXT": "1"}
+    assert arm_settings(lever).max_num_seqs == 32
+    with exported(engine_environ(lever)):
+        assert os.environ["VLLM_USE_SPINLOOP_EXT"] == "1"
+    assert "VLLM_USE_SPINLOOP_EXT" not in os.environ
+    with pytest.raises(ValueError, match="MAX_NUM_SEQ is neither a setting of .env.example nor a vLLM"):
+        engine_environ(Arm("typo", "vllm", (("MAX_NUM_SEQ", "32"),)))
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--arms", "kit,fast"], "names unknown arms ['fast']"),
     (["--attach", "vllm:8009"], "write ENGINE=URL"),
     (["--restarts", "-1"], "argument --restarts: '-1' is not a whole number, 0 or more"),
+    (["--arm", "big", "MAX_NUM_SEQ=32"], "MAX_NUM_SEQ is neither a setting of .env.example nor a vLLM"),
 ])
 def test_bad_input_is_one_line_naming_the_fix(args: list[str], message: str) -> None:
     result = subprocess.run([sys.executable, "-m", "benchmarks.kit_vs_defaults", *args], cwd=ROOT,

@@ -1,0 +1,329 @@
+"""Where one decode step of the kit's vLLM goes, at 1 and at 16 sequences: py-spy on all three processes.
+
+    .venv/bin/python -m benchmarks.step_profile
+
+It starts the kit's engine (the settings in .env, plus KEY=VALUE overrides: `--set ENFORCE_EAGER=true` shows
+the model's layers, which the compiled graph hides) on free ports, keeps a closed loop of N users decoding
+(ignore_eos), and for each load point:
+
+1. counts the engine's steps (`vllm:iteration_tokens_total`, one observation per engine step) and its
+   output tokens over a window with nothing attached: the step time as the load tester sees it;
+2. samples vLLM's three processes (API server, engine core, worker) with py-spy over a second window of the
+   same length (`--nonblocking`: py-spy never pauses them), and counts the steps again: what sampling cost;
+3. sorts every sample of each process's main thread into what it was doing (CATEGORIES below, the first
+   match from the top of the list wins), and prints each as milliseconds of every step.
+
+vLLM runs the three processes concurrently (the API server on the other core), so their rows add up per
+process, not across processes: the worker's rows are the step; the others say what runs beside it and
+what the worker waits for. It writes results.json (the tables, with the envelope of labs/results.py) and the
+folded stacks of every window (`*.folded`, for flamegraph.pl or speedscope).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from benchmarks.arms import Arm, Served, parse_overrides, serving
+from benchmarks.kit_vs_defaults import positive_ints
+from client.endpoint import Endpoint, EndpointError
+from client.metrics import scrape
+from client.stream import RequestRecord, chat_payload, stream_chat
+from labs.results import Envelope, MeasuredEngine, command_line, write
+from serve.cli import KitArgumentParser, positive_int
+from serve.progress import StepFailed, console, fail
+from serve.settings import ROOT, SettingsError
+
+DEFAULT_USERS = "1,16"
+DEFAULT_WINDOW_S = 8.0
+DEFAULT_RATE_HZ = 250
+DEFAULT_OUT = ROOT / "results" / "step_profile"
+ANSWER_TOKENS = 200  # long answers: the loop is in decode, a prefill only every 200 steps per user
+SETTLE_S = 3.0  # after the users start: every one of them is decoding
+PROMPT = "Write a long story about a lighthouse keeper and the sea."
+
+# What a process's main thread was doing, by the function names on its stack (py-spy's "Class.method"
+# names, read in vLLM 0.32's stacks); the first category with a marker anywhere on the stack wins, so the
+# narrower ones come first.
+CATEGORIES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "worker": (
+        ("sampling", ("Sampler.", "sample_tokens", "TopKTopPSampler", "_sample")),
+        ("lm head (logits)", ("compute_logits", "LogitsProcessor")),
+        ("attention", ("Attention.forward", "AttentionImpl.forward", "BackendImpl.forward", "attention")),
+        ("MLP", ("LlamaMLP.", "SiluAndMul")),
+        ("RMSNorm", ("RMSNorm",)),
+        ("rotary embedding", ("RotaryEmbedding", "rotary")),
+        ("QKV/O projections", ("LinearBase", "ColumnParallelLinear", "RowParallelLinear", "QKVParallelLinear")),
+        ("model forward, other (compiled graph, embedding)", ("LlamaModel.", "LlamaForCausalLM.", "_model_forward",
+                                                              "torch/_inductor", "torch/_dynamo", "compile")),
+        ("preparing inputs", ("_prepare_inputs", "_update_states", "_prepare", "InputBatch", "block_table")),
+        ("waiting for the engine core (shm queue)", ("dequeue", "acquire_read", "SpinCondition", "wait")),
+        ("returning outputs", ("enqueue", "acquire_write", "ModelRunnerOutput", "_bookkeeping")),
+    ),
+    "engine core": (
+        ("scheduling", ("Scheduler.schedule",)),
+        ("updating from the step's output", ("update_from_output",)),
+        ("waiting for the worker (model step)", ("execute_model", "collective_rpc", "get_response", "dequeue",
+                                                 "sample_tokens", "future")),
+        ("taking in requests", ("_handle_client_request", "add_request")),
+        ("idle (waiting for requests)", ("_process_input_queue", "Queue.get")),
+    ),
+    "api server": (
+        ("detokenizing, output processing", ("OutputProcessor", "detokenize", "Detokenizer", "process_outputs",
+                                             "output_handler")),
+        ("OpenAI streaming (serving_chat)", ("chat_completion_stream_generator", "serving_chat",
+                                             "OpenAIServingChat", "create_chat_completion")),
+        ("HTTP (uvicorn, starlette)", ("uvicorn", "starlette", "h11", "httptools", "fastapi")),
+        ("idle (event loop waiting)", ("select", "_run_once", "epoll")),
+    ),
+}
+OTHER = "other"
+ROLES = ("worker", "engine core", "api server")
+
+
+@dataclass(slots=True)
+class Window:
+    """One stretch of the closed loop: the engine's own counts at its ends."""
+
+    seconds: float
+    steps: float
+    tokens: float
+
+    @property
+    def step_ms(self) -> float:
+        return 1000 * self.seconds / self.steps if self.steps else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else float("nan")
+
+
+@dataclass(slots=True)
+class Profile:
+    """One process's main-thread samples over a window, sorted into categories."""
+
+    role: str
+    pid: int
+    samples: int
+    by_category: Counter = field(default_factory=Counter)
+
+
+def roles(api_pid: int) -> dict[str, int]:
+    """vLLM's three processes by role: the API server (the pid started), its EngineCore, and the Worker.
+
+    vLLM names them in their process titles ("VLLM::EngineCore", "VLLM::Worker"); a title-less child is
+    told apart by whether it has children of its own (the engine core spawns the worker)."""
+    found = {"api server": api_pid}
+    for child in psutil.Process(api_pid).children(recursive=True):
+        try:
+            title = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if "EngineCore" in title:
+            found["engine core"] = child.pid
+        elif "Worker" in title:
+            found["worker"] = child.pid
+    missing = [role for role in ROLES if role not in found]
+    if missing:
+        raise StepFailed(f"cannot find vLLM's {' and '.join(missing)} under pid {api_pid} (is "
+                         "VLLM_ENABLE_V1_MULTIPROCESSING=false? then the model runs inside the engine core)")
+    return found
+
+
+def categorize(stack: list[str], role: str) -> str:
+    """The category of one sample, by the function names on its stack (py-spy's "name (file:line)" frames;
+    the files are left out: vllm/v1/attention/ holds more than attention)."""
+    functions = [frame.split(" (", 1)[0] for frame in stack]
+    for name, markers in CATEGORIES[role]:
+        if any(marker in function for function in functions for marker in markers):
+            return name
+    return OTHER
+
+
+def read_folded(path: Path, role: str, pid: int) -> Profile:
+    """py-spy's raw output (`thread (tid): name;frame;frame count`): the main thread's samples, sorted."""
+    profile = Profile(role, pid, 0)
+    threads: Counter = Counter()
+    lines = []
+    for line in path.read_text().splitlines():
+        stack_text, _, count = line.rpartition(" ")
+        if not stack_text or not count.isdigit():
+            continue
+        thread, *frames = stack_text.split(";")
+        threads[thread] += int(count)
+        lines.append((thread, frames, int(count)))
+    main = next((thread for thread in threads if "MainThread" in thread), None)
+    if main is None and threads:
+        main = threads.most_common(1)[0][0]
+    for thread, frames, count in lines:
+        if thread == main:
+            profile.samples += count
+            profile.by_category[categorize(frames, role)] += count
+    return profile
+
+
+def py_spy() -> str:
+    found = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "py-spy"
+    return str(found) if found.exists() else "py-spy"
+
+
+class Users:
+    """A closed loop of `count` users sending long answers until stopped, on a thread of its own."""
+
+    def __init__(self, endpoint: Endpoint, count: int) -> None:
+        self.endpoint = endpoint
+        self.count = count
+        self.records: list[RequestRecord] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _user(self, number: int) -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as http:
+            while not self._stop.is_set():
+                record = RequestRecord(len(self.records), ANSWER_TOKENS, time.perf_counter())
+                payload = chat_payload(self.endpoint.model, [{"role": "user", "content": f"{PROMPT} ({number})"}],
+                                       ANSWER_TOKENS, ignore_eos=True)
+                self.records.append(await stream_chat(http, self.endpoint.base_url, payload, record,
+                                                      self.endpoint.api_key or None))
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(self._user(number) for number in range(self.count)))
+
+    def __enter__(self) -> Users:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def counted(root_url: str, seconds: float, during=None) -> Window:
+    """The engine's steps and output tokens over `seconds`, with `during` (a callable) running meanwhile."""
+    before, started = scrape(root_url), time.perf_counter()
+    if during is not None:
+        during()
+    else:
+        time.sleep(seconds)
+    after = scrape(root_url)
+    return Window(time.perf_counter() - started, after.engine_steps_total - before.engine_steps_total,
+                  after.generation_tokens_total - before.generation_tokens_total)
+
+
+def sample(pids: dict[str, int], seconds: float, rate_hz: int, out: Path, label: str) -> list[Profile]:
+    """py-spy on every process at once, for `seconds`; their main threads' samples, sorted."""
+    procs = []
+    for role, pid in pids.items():
+        path = out / f"{label}-{role.replace(' ', '-')}.folded"
+        argv = [py_spy(), "record", "--format", "raw", "--idle", "--threads", "--nonblocking",
+                "--rate", str(rate_hz), "--duration", str(round(seconds)), "--pid", str(pid), "--output", str(path)]
+        procs.append((role, pid, path, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                                        text=True)))
+    profiles = []
+    for role, pid, path, proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0 or not path.exists():
+            raise StepFailed(f"py-spy could not sample the {role} (pid {pid}): {err.strip()[-300:]}")
+        profiles.append(read_folded(path, role, pid))
+    return profiles
+
+
+def per_step(profile: Profile, window: Window) -> list[dict[str, Any]]:
+    """Each category of a process as ms of every step and as a share of the process's main thread."""
+    rows = []
+    for name, count in profile.by_category.most_common():
+        share = count / profile.samples
+        rows.append({"category": name, "share": share, "ms_per_step": share * window.step_ms})
+    return rows
+
+
+def profile_point(endpoint: Endpoint, root_url: str, users: int, args, out: Path) -> dict[str, Any]:
+    pids = roles(args.api_pid)
+    with Users(endpoint, users) as load:
+        time.sleep(SETTLE_S)
+        plain = counted(root_url, args.window)
+        profiles: list[Profile] = []
+        profiled = counted(root_url, args.window, during=lambda: profiles.extend(
+            sample(pids, args.window, args.rate, out, f"{users}-users")))
+    failed = [record for record in load.records if record.status is not None and not record.ok]
+    if failed:
+        raise StepFailed(f"{len(failed)} of the profile's requests failed: {failed[0].error or failed[0].status}")
+    console.print(f"\n[bold]{users} user(s)[/bold]: a step every {plain.step_ms:.1f} ms, "
+                  f"{plain.tokens_per_s:.1f} output tok/s; while sampled {profiled.step_ms:.1f} ms, "
+                  f"{profiled.tokens_per_s:.1f} tok/s (py-spy's cost: {profiled.step_ms / plain.step_ms - 1:+.0%})")
+    processes = {}
+    for profile in profiles:
+        rows = per_step(profile, profiled)
+        processes[profile.role] = {"pid": profile.pid, "samples": profile.samples, "rows": rows}
+        console.print(f"  {profile.role} ({profile.samples} samples)")
+        for row in rows:
+            console.print(f"    {row['category']:<50} {row['ms_per_step']:6.1f} ms  {row['share']:6.1%}")
+    return {"users": users, "plain": window_dict(plain), "profiled": window_dict(profiled), "processes": processes}
+
+
+def window_dict(window: Window) -> dict[str, float]:
+    return {"seconds": window.seconds, "steps": window.steps, "output_tokens": window.tokens,
+            "step_ms": window.step_ms, "output_tokens_per_s": window.tokens_per_s}
+
+
+def listening_pid(api_url: str) -> int:
+    """The process listening on the port of `api_url` (a server this benchmark did not start)."""
+    port = httpx.URL(api_url).port
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            return conn.pid
+    raise StepFailed(f"no process of this machine listens on port {port} ({api_url}): py-spy samples local "
+                     "processes only; start the kit's server here (bash up.sh) or leave out --attach")
+
+
+def build_parser() -> KitArgumentParser:
+    parser = KitArgumentParser(prog="python -m benchmarks.step_profile", description=__doc__.split("\n")[0])
+    parser.add_argument("--users", type=positive_ints, default=DEFAULT_USERS, help="load points, users at once")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="settings on top of the kit's, e.g. ENFORCE_EAGER=true")
+    parser.add_argument("--attach", metavar="URL", help="profile the vLLM already running at this /v1 URL "
+                        "(this machine's) instead of starting one, e.g. http://127.0.0.1:8009/v1")
+    parser.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, help="seconds per window")
+    parser.add_argument("--rate", type=positive_int, default=DEFAULT_RATE_HZ, help="py-spy samples a second")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and the stacks")
+    return parser
+
+
+def profile(args, arm: Arm, served: Served) -> dict[str, Any]:
+    endpoint = Endpoint.at("kit", served.api_url, served.model, kind="vllm", url_source="--attach",
+                           model_source="MODEL_NAME")
+    endpoint.check()
+    args.api_pid = served.pid if served.pid is not None else listening_pid(served.api_url)
+    points = [profile_point(endpoint, endpoint.root_url, count, args, args.out) for count in args.users]
+    envelope = Envelope.now(command_line("python -m benchmarks.step_profile", args.argv),
+                            [MeasuredEngine(served.model, endpoint.root_url, "vllm")])
+    return {"envelope": envelope, "payload": {"settings": dict(arm.overrides), "resolved": served.resolved,
+                                              "points": points}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv
+    try:
+        arm = Arm("kit", "vllm", parse_overrides(args.set), "the kit's defaults", attach_url=args.attach)
+        args.out.mkdir(parents=True, exist_ok=True)
+        with serving(arm) as served:
+            found = profile(args, arm, served)
+        path = write(args.out / "results.json", found["envelope"], found["payload"])
+        console.print(f"\nWrote {path} and the stacks beside it")
+    except (ValueError, SettingsError, StepFailed, EndpointError) as exc:
+        fail(str(exc))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The step profiler (benchmarks/step_profile.py): py-spy on the session's real vLLM, its three processes.
+
+The full profile (1 and 16 users, 8-second windows) is what labs/throughput.md reports; here the page's command
+runs verbatim against the session server, in its smallest configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.step_profile import CATEGORIES, OTHER, ROLES, categorize, read_folded
+from tests.conftest import ROOT, Server
+from tests.support.docs import doc_commands, run_doc
+
+PAGE_COMMAND = ".venv/bin/python -m benchmarks.step_profile"
+# Stacks as py-spy 0.4 writes them for vLLM 0.32's worker (trimmed): a decode step's sampler, its forward.
+SAMPLER = ["worker_busy_loop (vllm/v1/executor/multiproc_executor.py:900)",
+           "CPUModelRunner.sample_tokens (vllm/v1/worker/gpu_model_runner.py:3300)",
+           "Sampler.forward (vllm/v1/sample/sampler.py:90)"]
+FORWARD = ["worker_busy_loop (vllm/v1/executor/multiproc_executor.py:900)",
+           "CPUModelRunner.execute_model (vllm/v1/worker/gpu_model_runner.py:3100)",
+           "LlamaForCausalLM.forward (vllm/model_executor/models/llama.py:600)"]
+
+
+def test_a_sample_belongs_to_the_first_category_found_on_its_stack() -> None:
+    assert categorize(SAMPLER, "worker") == "sampling"
+    assert categorize(FORWARD, "worker").startswith("model forward")
+    assert categorize(["main (x.py:1)"], "worker") == OTHER
+    assert set(CATEGORIES) == set(ROLES)
+
+
+def test_folded_stacks_count_the_main_thread_only(tmp_path: Path) -> None:
+    folded = tmp_path / "w.folded"
+    folded.write_text(f"thread (7): MainThread;{';'.join(SAMPLER)} 30\n"
+                      f"thread (7): MainThread;{';'.join(FORWARD)} 70\n"
+                      "thread (9): Thread-1 (poll);run (threading.py:1) 500\n")
+    profile = read_folded(folded, "worker", 7)
+    assert profile.samples == 100
+    assert profile.by_category["sampling"] == 30 and sum(profile.by_category.values()) == 100
+
+
+def test_bad_input_is_one_line_naming_the_fix() -> None:
+    result = subprocess.run([sys.executable, "-m", "benchmarks.step_profile", "--users", "0,16"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "give whole numbers > 0" in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_lab_page_profile_runs_against_the_session_server(vllm_server: Server, tmp_path: Path) -> None:
+    """The page's command, attached to the real server: every process sampled, the step's time accounted for."""
+    assert PAGE_COMMAND in doc_commands("labs/throughput.md")
+    smallest = f" --attach {vllm_server.api_url} --users 2 --window 3 --rate 100 --out {tmp_path}"
+    result = run_doc(PAGE_COMMAND + smallest, vllm_server.env, timeout_s=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "results.json").read_text())
+    [point] = report["points"]
+    assert point["users"] == 2 and point["plain"]["steps"] > 0 and point["plain"]["step_ms"] > 0
+    assert set(point["processes"]) == set(ROLES)
+    for role, process in point["processes"].items():
+        assert process["samples"] > 100, role  # 3 s at 100 Hz of its main thread
+        shares = {row["category"]: row["share"] for row in process["rows"]}
+        assert abs(sum(shares.values()) - 1) < 1e-9, role
+        assert shares.get(OTHER, 0) < 0.5, (role, shares)  # the categories name what each process does
+    worker = {row["category"] for row in point["processes"]["worker"]["rows"]}
+    assert any(name.startswith("model forward") for name in worker) and "sampling" in worker, worker
+    assert sorted(path.name for path in tmp_path.glob("*.folded")) == [
+        "2-users-api-server.folded", "2-users-engine-core.folded", "2-users-worker.folded"]
