@@ -11,7 +11,8 @@ the model's layers, which the compiled graph hides) on free ports, keeps a close
 2. samples vLLM's three processes (API server, engine core, worker) with py-spy over a second window of the
    same length (`--nonblocking`: py-spy never pauses them), and counts the steps again: what sampling cost;
 3. sorts every sample of each process's main thread into what it was doing (CATEGORIES below, the first
-   match from the top of the list wins), and prints each as milliseconds of every step.
+   match from the top of the list wins), and prints each as its share and as that share of the step time
+   measured in window 1 (sampling slows the engine; the shares are what it shows).
 
 vLLM runs the three processes concurrently (the API server on the other core), so their rows add up per
 process, not across processes: the worker's rows are the step; the others say what runs beside it and
@@ -39,54 +40,74 @@ from benchmarks.kit_vs_defaults import positive_ints
 from client.endpoint import Endpoint, EndpointError
 from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
-from labs.results import Envelope, MeasuredEngine, command_line, write
+from labs.results import Envelope, MeasuredEngine, ResultsError, command_line, load, write
 from serve.cli import KitArgumentParser, positive_int
 from serve.progress import StepFailed, console, fail
 from serve.settings import ROOT, SettingsError
 
 DEFAULT_USERS = "1,16"
 DEFAULT_WINDOW_S = 8.0
-DEFAULT_RATE_HZ = 250
+DEFAULT_RATE_HZ = 100  # 250 cost the engine +33-65% step time on 2 cores (three py-spy at once)
 DEFAULT_OUT = ROOT / "results" / "step_profile"
 ANSWER_TOKENS = 200  # long answers: the loop is in decode, a prefill only every 200 steps per user
 SETTLE_S = 3.0  # after the users start: every one of them is decoding
 PROMPT = "Write a long story about a lighthouse keeper and the sea."
 
-# What a process's main thread was doing, by the function names on its stack (py-spy's "Class.method"
-# names, read in vLLM 0.32's stacks); the first category with a marker anywhere on the stack wins, so the
-# narrower ones come first.
-CATEGORIES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A category: a function on the stack names one of `any_of`, and, if given, another one of `within`."""
+
+    name: str
+    any_of: tuple[str, ...]
+    within: tuple[str, ...] = ()
+
+    def matches(self, functions: list[str]) -> bool:
+        def found(markers: tuple[str, ...]) -> bool:
+            return any(marker in function for function in functions for marker in markers)
+        return found(self.any_of) and (not self.within or found(self.within))
+
+
+LINEAR = ("Linear",)  # vLLM's ColumnParallelLinear, RowParallelLinear (QKV, O, gate/up, down), UnquantizedLinearMethod
+# What a process's main thread was doing, by the function names on its stack (py-spy's "Class.method" names, read
+# in vLLM 0.32's stacks); the first rule that matches wins, so the narrower ones come first.
+CATEGORIES: dict[str, tuple[Rule, ...]] = {
     "worker": (
-        ("sampling", ("Sampler.", "sample_tokens", "TopKTopPSampler", "_sample")),
-        ("lm head (logits)", ("compute_logits", "LogitsProcessor")),
-        ("attention", ("Attention.forward", "AttentionImpl.forward", "BackendImpl.forward", "attention")),
-        ("MLP", ("LlamaMLP.", "SiluAndMul")),
-        ("RMSNorm", ("RMSNorm",)),
-        ("rotary embedding", ("RotaryEmbedding", "rotary")),
-        ("QKV/O projections", ("LinearBase", "ColumnParallelLinear", "RowParallelLinear", "QKVParallelLinear")),
-        ("model forward, other (compiled graph, embedding)", ("LlamaModel.", "LlamaForCausalLM.", "_model_forward",
-                                                              "torch/_inductor", "torch/_dynamo", "compile")),
-        ("preparing inputs", ("_prepare_inputs", "_update_states", "_prepare", "InputBatch", "block_table")),
-        ("waiting for the engine core (shm queue)", ("dequeue", "acquire_read", "SpinCondition", "wait")),
-        ("returning outputs", ("enqueue", "acquire_write", "ModelRunnerOutput", "_bookkeeping")),
+        Rule("sampling", ("Sampler.", "TopKTopPSampler")),
+        Rule("lm head (logits)", ("compute_logits", "LogitsProcessor")),
+        Rule("attention: the paged-attention kernel", ("unified_attention", "cpu_attention", "BackendImpl.forward")),
+        Rule("attention: QKV and output projections", LINEAR, within=("LlamaAttention.",)),
+        Rule("MLP: gate/up and down projections", LINEAR, within=("LlamaMLP.",)),
+        Rule("RMSNorm", ("RMSNorm", "rms_norm")),
+        Rule("MLP: SiLU and multiply", ("SiluAndMul", "silu")),
+        Rule("rotary embedding", ("RotaryEmbedding", "rotary")),
+        Rule("model forward, the rest (compiled graph, embedding, residuals)",
+             ("LlamaDecoderLayer.", "LlamaModel.", "LlamaForCausalLM.", "_model_forward", "Compiled", "compile")),
+        Rule("preparing inputs", ("_prepare_inputs", "_update_states", "_prepare", "InputBatch", "block_table")),
+        Rule("waiting for the engine core (shm queue)", ("dequeue", "acquire_read", "SpinCondition")),
+        Rule("returning outputs", ("enqueue", "acquire_write", "ModelRunnerOutput", "_bookkeeping")),
     ),
     "engine core": (
-        ("scheduling", ("Scheduler.schedule",)),
-        ("updating from the step's output", ("update_from_output",)),
-        ("waiting for the worker (model step)", ("execute_model", "collective_rpc", "get_response", "dequeue",
-                                                 "sample_tokens", "future")),
-        ("taking in requests", ("_handle_client_request", "add_request")),
-        ("idle (waiting for requests)", ("_process_input_queue", "Queue.get")),
+        Rule("scheduling", ("Scheduler.schedule",)),
+        Rule("updating from the step's output", ("update_from_output",)),
+        Rule("waiting for the worker (its model step)", ("execute_model", "collective_rpc", "FutureWrapper",
+                                                         "get_response", "dequeue", "sample_tokens")),
+        Rule("taking in requests", ("_handle_client_request", "add_request")),
+        Rule("idle (waiting for requests)", ("_process_input_queue", "Queue.get")),
     ),
     "api server": (
-        ("detokenizing, output processing", ("OutputProcessor", "detokenize", "Detokenizer", "process_outputs",
-                                             "output_handler")),
-        ("OpenAI streaming (serving_chat)", ("chat_completion_stream_generator", "serving_chat",
-                                             "OpenAIServingChat", "create_chat_completion")),
-        ("HTTP (uvicorn, starlette)", ("uvicorn", "starlette", "h11", "httptools", "fastapi")),
-        ("idle (event loop waiting)", ("select", "_run_once", "epoll")),
+        Rule("detokenizing, output processing", ("OutputProcessor", "detokenize", "Detokenizer", "process_outputs",
+                                                 "output_handler")),
+        Rule("OpenAI streaming (serving_chat)", ("chat_completion_stream_generator", "serving_chat",
+                                                 "OpenAIServingChat", "create_chat_completion")),
+        Rule("HTTP (uvicorn, starlette)", ("uvicorn", "starlette", "h11", "httptools", "fastapi")),
     ),
 }
+# A stack that ends in one of these is waiting, not working: the API server's event loop with nothing to run
+# (uvloop's C loop under asyncio's Runner.run), a poll, a lock.
+IDLE_LEAVES = ("Runner.run", "select", "poll", "Condition.wait", "_run_once")
+IDLE = "idle (waiting for something to do)"
+NATIVE = "no Python frame (in C code outside any Python call)"
 OTHER = "other"
 ROLES = ("worker", "engine core", "api server")
 
@@ -144,9 +165,13 @@ def categorize(stack: list[str], role: str) -> str:
     """The category of one sample, by the function names on its stack (py-spy's "name (file:line)" frames;
     the files are left out: vllm/v1/attention/ holds more than attention)."""
     functions = [frame.split(" (", 1)[0] for frame in stack]
-    for name, markers in CATEGORIES[role]:
-        if any(marker in function for function in functions for marker in markers):
-            return name
+    if not functions:
+        return NATIVE
+    for rule in CATEGORIES[role]:
+        if rule.matches(functions):
+            return rule.name
+    if any(marker in functions[-1] for marker in IDLE_LEAVES):
+        return IDLE
     return OTHER
 
 
@@ -239,7 +264,8 @@ def sample(pids: dict[str, int], seconds: float, rate_hz: int, out: Path, label:
 
 
 def per_step(profile: Profile, window: Window) -> list[dict[str, Any]]:
-    """Each category of a process as ms of every step and as a share of the process's main thread."""
+    """Each category of a process as a share of its main thread's samples, and that share of the step time
+    measured without py-spy (`window`): sampling slows the engine, the shares are what it shows."""
     rows = []
     for name, count in profile.by_category.most_common():
         share = count / profile.samples
@@ -258,17 +284,34 @@ def profile_point(endpoint: Endpoint, root_url: str, users: int, args, out: Path
     failed = [record for record in load.records if record.status is not None and not record.ok]
     if failed:
         raise StepFailed(f"{len(failed)} of the profile's requests failed: {failed[0].error or failed[0].status}")
+    return described(users, plain, profiled, profiles)
+
+
+def described(users: int, plain: Window, profiled: Window, profiles: list[Profile]) -> dict[str, Any]:
+    """One load point as results.json keeps it, printed on the way."""
     console.print(f"\n[bold]{users} user(s)[/bold]: a step every {plain.step_ms:.1f} ms, "
                   f"{plain.tokens_per_s:.1f} output tok/s; while sampled {profiled.step_ms:.1f} ms, "
                   f"{profiled.tokens_per_s:.1f} tok/s (py-spy's cost: {profiled.step_ms / plain.step_ms - 1:+.0%})")
     processes = {}
     for profile in profiles:
-        rows = per_step(profile, profiled)
+        rows = per_step(profile, plain)
         processes[profile.role] = {"pid": profile.pid, "samples": profile.samples, "rows": rows}
         console.print(f"  {profile.role} ({profile.samples} samples)")
         for row in rows:
-            console.print(f"    {row['category']:<50} {row['ms_per_step']:6.1f} ms  {row['share']:6.1%}")
+            console.print(f"    {row['category']:<62} {row['ms_per_step']:6.1f} ms  {row['share']:6.1%}")
     return {"users": users, "plain": window_dict(plain), "profiled": window_dict(profiled), "processes": processes}
+
+
+def reread(folder: Path) -> tuple[Envelope, dict[str, Any]]:
+    """A finished profile's stacks sorted again (after a change to CATEGORIES): nothing is run."""
+    envelope, payload = load(folder / "results.json")
+    for number, point in enumerate(payload["points"]):
+        windows = [Window(raw["seconds"], raw["steps"], raw["output_tokens"])
+                   for raw in (point["plain"], point["profiled"])]
+        profiles = [read_folded(folder / f"{point['users']}-users-{role.replace(' ', '-')}.folded", role,
+                                point["processes"][role]["pid"]) for role in point["processes"]]
+        payload["points"][number] = described(point["users"], *windows, profiles)
+    return envelope, payload
 
 
 def window_dict(window: Window) -> dict[str, float]:
@@ -296,6 +339,8 @@ def build_parser() -> KitArgumentParser:
     parser.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, help="seconds per window")
     parser.add_argument("--rate", type=positive_int, default=DEFAULT_RATE_HZ, help="py-spy samples a second")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and the stacks")
+    parser.add_argument("--reread", type=Path, metavar="FOLDER",
+                        help="sort the stacks of an earlier profile in FOLDER again, and rewrite its results.json")
     return parser
 
 
@@ -315,13 +360,16 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     try:
+        if args.reread is not None:
+            write(args.reread / "results.json", *reread(args.reread))
+            return
         arm = Arm("kit", "vllm", parse_overrides(args.set), "the kit's defaults", attach_url=args.attach)
         args.out.mkdir(parents=True, exist_ok=True)
         with serving(arm) as served:
             found = profile(args, arm, served)
         path = write(args.out / "results.json", found["envelope"], found["payload"])
         console.print(f"\nWrote {path} and the stacks beside it")
-    except (ValueError, SettingsError, StepFailed, EndpointError) as exc:
+    except (ValueError, SettingsError, StepFailed, EndpointError, ResultsError) as exc:
         fail(str(exc))
 
 

@@ -69,6 +69,10 @@ def test_lab_page_profile_runs_against_the_session_server(vllm_server: Server, t
         assert abs(sum(shares.values()) - 1) < 1e-9, role
         assert shares.get(OTHER, 0) < 0.5, (role, shares)  # the categories name what each process does
     worker = {row["category"] for row in point["processes"]["worker"]["rows"]}
-    assert any(name.startswith("model forward") for name in worker) and "sampling" in worker, worker
+    assert any(name.startswith("model forward") for name in worker), worker
+    assert "waiting for the engine core (shm queue)" in worker, worker  # the hand-over every step has
+    again = run_doc(f"{PAGE_COMMAND} --reread {tmp_path}", vllm_server.env, timeout_s=120)  # nothing runs
+    assert again.returncode == 0 and json.loads((tmp_path / "results.json").read_text())["points"] == [point], (
+        again.stdout + again.stderr)
     assert sorted(path.name for path in tmp_path.glob("*.folded")) == [
         "2-users-api-server.folded", "2-users-engine-core.folded", "2-users-worker.folded"]
