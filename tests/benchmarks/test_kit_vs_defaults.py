@@ -146,8 +146,10 @@ def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(tmp_path: Pa
 @pytest.mark.slow
 def test_lab_page_benchmark_runs_in_its_smallest_configuration(vllm_server: Server, tmp_path: Path) -> None:
     commands = doc_commands("labs/throughput.md")
-    # the page's two commands: this one, and the first-token benchmark (tests/serve/test_install.py runs that)
+    # the page's commands: this one, the step profiler (tests/benchmarks/test_step_profile.py runs it) and the
+    # first-token benchmark (tests/serve/test_install.py runs that)
     assert commands == [".venv/bin/python -m benchmarks.kit_vs_defaults",
+                        ".venv/bin/python -m benchmarks.step_profile",
                         ".venv/bin/python -m benchmarks.first_token --stock-pip"]
     smallest = (f" --attach vllm={vllm_server.api_url} --concurrency 2 --rounds 1 --min-requests 2 "
                 f"--requests-per-user 1 --lengths fixed:8 --out {tmp_path}")
