@@ -220,6 +220,6 @@ def _llama_server(arm: Arm, settings: Settings) -> Iterator[Served]:
     runtime = LlamaServerRuntime(settings)
     try:
         yield Served(f"{runtime.base_url}/v1", MODEL_ALIAS, weight_bytes, settings.llama_server_slots, resolved,
-                     [Start(runtime.start(), "no compile step")])
+                     [Start(runtime.start().seconds_to_healthy, "no compile step")])
     finally:
         runtime.stop(quiet=True)

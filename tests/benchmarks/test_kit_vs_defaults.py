@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from benchmarks.arms import (BUILTIN_ARMS, Arm, arm_settings, compile_cache_state, engine_environ, exported,
-                            parse_overrides)
+                            parse_overrides, serving)
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
 from serve.native import PATCH_DIR, VENV
@@ -122,6 +122,16 @@ def test_bad_input_is_one_line_naming_the_fix(args: list[str], message: str) -> 
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert message in result.stdout + result.stderr and "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.server
+def test_llama_server_arm_starts_and_reports_its_start(tmp_path: Path) -> None:
+    """The benchmark's llama-server arms bring a real llama-server up (seconds: the build is cached) and record
+    the start as the other arms do, a number of seconds (a whole Started once crashed every full run here)."""
+    with serving(BUILTIN_ARMS["llamaserver-1"]) as served:
+        [start] = served.starts
+        assert isinstance(start.seconds_to_healthy, float) and start.seconds_to_healthy > 0
+        assert served.max_sequences_per_step == 1 and served.api_url.endswith("/v1")
 
 
 def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(tmp_path: Path) -> None:
