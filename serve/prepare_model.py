@@ -10,6 +10,7 @@ transformers dequantizes the Q4_1 GGUF to float32 and flags the model as GGUF-qu
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -34,19 +35,23 @@ def prepare(source: Path, out_dir: Path) -> None:
         raise SystemExit(f"weights do not match the config: missing={missing} unexpected={unexpected}")
     model.tie_weights()
 
-    partial = out_dir.with_name(out_dir.name + ".partial")
+    # Written beside the target under this process's own name, then renamed into place in one step: the folder
+    # is shared by every clone on the machine, and two installs at once must not mix their files.
+    partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
     partial.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
-    partial.replace(out_dir) if not out_dir.exists() else _swap(partial, out_dir)
+    if out_dir.exists() and not (out_dir / "model.safetensors").exists():
+        shutil.rmtree(out_dir)  # an earlier attempt's remains, never a finished model
+    try:
+        partial.rename(out_dir)
+    except OSError:  # another install prepared the same model meanwhile (a rename never replaces a full folder)
+        shutil.rmtree(partial)
+        if not (out_dir / "model.safetensors").exists():
+            raise
+        print(f"{out_dir} was prepared meanwhile by another install; kept it", flush=True)
+        return
     print(f"saved {out_dir} in {time.perf_counter() - started:.0f} s", flush=True)
-
-
-def _swap(partial: Path, out_dir: Path) -> None:
-    import shutil
-
-    shutil.rmtree(out_dir)
-    partial.replace(out_dir)
 
 
 if __name__ == "__main__":

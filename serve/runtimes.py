@@ -135,5 +135,5 @@ def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:
         return runtime.stop()
     if not isinstance(runtime, DockerRuntime):
         raise SettingsError(f"RUNTIME={runtime.name} has no Docker volumes to remove (--volumes is for "
-                            "RUNTIME=docker|docker-gpu; the native model lives in .kit/models)")
+                            "RUNTIME=docker|docker-gpu; the native model lives in ~/.cache/vllm-lab-kit/models)")
     return runtime.stop(remove_volumes=True)

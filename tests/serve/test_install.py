@@ -74,7 +74,9 @@ def test_install_from_pypi_and_a_torch_index_serves_the_model(tmp_path: Path) ->
         assert "Looking in indexes: http://127.0.0.1:" in log  # the torch step asked the stand-in, not PyPI
         leaks = [line for line in log.splitlines() if any(folder in line for folder in MACHINE_PIP_PATHS)]
         assert not leaks, "the install used this machine's own wheel folders:\n" + "\n".join(leaks[:5])
-        assert (clone / ".kit" / "models" / "SmolLM2-135M-Instruct" / "model.safetensors").exists()
+        # prepared into the (empty) machine cache of this fresh "machine", not found in this one's
+        prepared = list((clone.parent / "caches" / "xdg" / "vllm-lab-kit" / "models").glob("*/*/model.safetensors"))
+        assert [path.parent.name for path in prepared] == ["SmolLM2-135M-Instruct"], prepared
         assert "KV cache" in output, output  # the recap read vLLM's own line
     finally:
         shutil.rmtree(clone.parent, ignore_errors=True)  # the scratch folder: clone, caches (GBs)

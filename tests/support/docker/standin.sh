@@ -20,7 +20,7 @@ repository="vllm-lab-kit/vllm-cpu-standin"
 cache=.kit/cache/standin
 rootfs="$cache/rootfs"
 venv_python=.kit/vllm/bin/python
-model=.kit/models/SmolLM2-135M-Instruct
+model="$(.venv/bin/python -c "from serve.model import MODEL_DIR; print(MODEL_DIR)")"
 hub_repo="models--HuggingFaceTB--SmolLM2-135M-Instruct"
 packages=python3,python3-dev,python-is-python3,wget,ca-certificates,patch,g++,libssl3,libgomp1,libnuma1
 # debootstrap's mirror: DEBIAN_MIRROR, else the first Debian archive this machine's apt already uses
@@ -85,7 +85,7 @@ if ! tar -c --numeric-owner --one-file-system --exclude=./proc/* --exclude=./sys
     --transform "s,^SmolLM2-135M-Instruct,$hub/snapshots/$revision," \
     --transform "s,^refs,$hub/refs," \
     -C "$project/$rootfs" . -C "$(dirname "$site_packages")" site-packages \
-    -C "$project/$(dirname "$model")" SmolLM2-135M-Instruct -C "$project/$hub_files" refs \
+    -C "$(dirname "$model")" SmolLM2-135M-Instruct -C "$project/$hub_files" refs \
   | docker import \
       --change 'ENV HF_HUB_OFFLINE=1' \
       --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
