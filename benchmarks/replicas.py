@@ -20,12 +20,13 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import httpx
 
-from client.metrics import combine, scrape, scrape_replicas
+from client.metrics import MetricsSnapshot, combine, scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.aggregate import Summary, summarize
 from serve import process, runtimes
@@ -35,6 +36,7 @@ from serve.router import RouterRuntime
 from serve.runtime import Runtime
 from serve.settings import Settings
 
+T = TypeVar("T")
 OVERHEAD_GOAL_TOK_S_LOSS = 0.05
 OVERHEAD_GOAL_TTFT_MS = 10.0
 USERS = (1, 8)
@@ -111,10 +113,10 @@ def first_error(records: list[RequestRecord]) -> str | None:
     return next((f"{record.status}: {record.error or record.text}"[:300] for record in records if not record.ok), None)
 
 
-def typical(found: list[Summary]) -> Summary:
-    """The round with the median output tok/s (the lower middle one of an even count): one slow round, a
-    burst of someone else's load, moves it less than a mean or a best-of."""
-    ranked = sorted(found, key=lambda s: s.output_tokens_per_s)
+def typical(found: list[T], key: Callable[[T], float] = lambda s: s.output_tokens_per_s) -> T:
+    """The round with the median `key` (output tok/s unless told; the lower middle one of an even count): one
+    slow round, a burst of someone else's load, moves it less than a mean or a best-of."""
+    ranked = sorted(found, key=key)
     return ranked[(len(ranked) - 1) // 2]
 
 
@@ -149,8 +151,8 @@ def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int,
     return direct
 
 
-def prefix_rate(urls: list[str], before) -> float:
-    after = scrape_replicas(urls)
+def prefix_rate(before: MetricsSnapshot, after: MetricsSnapshot) -> float:
+    """The replicas' prefix-cache hit rate between two snapshots of them all."""
     queries = (after.prefix_queries_total or 0) - (before.prefix_queries_total or 0)
     return ((after.prefix_hits_total or 0) - (before.prefix_hits_total or 0)) / queries if queries else 0.0
 
@@ -185,14 +187,13 @@ def two_replicas(settings: Settings, requests: int, max_tokens: int, rounds: int
                     before = [scrape(url) for url in urls]
                     summary = measure(two, two.base_url, 8, prefix_messages(requests, f"{policy}{number}", number),
                                       max_tokens)
-                    served = [scrape(url).requests_done_total - old.requests_done_total
-                              for url, old in zip(urls, before)]
-                    runs[policy].append((summary, prefix_rate(urls, combine(before)), served))
+                    after = [scrape(url) for url in urls]
+                    served = [new.requests_done_total - old.requests_done_total for new, old in zip(after, before)]
+                    runs[policy].append((summary, prefix_rate(combine(before), combine(after)), served))
         print("| policy | ok | output tok/s | TTFT p50 ms | prefix-cache hit rate | requests per replica | "
               "rounds' TTFT p50 ms |\n|---|---|---|---|---|---|---|")
         for policy, found in runs.items():
-            ranked = sorted(found, key=lambda run: run[0].ttft_ms.median)
-            summary, rate, served = ranked[(len(ranked) - 1) // 2]
+            summary, rate, served = typical(found, key=lambda run: run[0].ttft_ms.median)
             ttfts = ", ".join(f"{run[0].ttft_ms.median:.0f}" for run in found)
             print(f"{row(policy, summary)} {rate:.1%} | {' / '.join(f'{n:.0f}' for n in served)} | {ttfts} |")
 

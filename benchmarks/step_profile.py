@@ -22,12 +22,14 @@ folded stacks of every window (`*.folded`, for flamegraph.pl or speedscope).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,10 +142,8 @@ class Profile:
 
 
 def roles(api_pid: int) -> dict[str, int]:
-    """vLLM's three processes by role: the API server (the pid started), its EngineCore, and the Worker.
-
-    vLLM names them in their process titles ("VLLM::EngineCore", "VLLM::Worker"); a title-less child is
-    told apart by whether it has children of its own (the engine core spawns the worker)."""
+    """vLLM's three processes by role: the API server (the pid started), its EngineCore, and the Worker,
+    which vLLM names in their process titles ("VLLM::EngineCore", "VLLM::Worker")."""
     found = {"api server": api_pid}
     for child in psutil.Process(api_pid).children(recursive=True):
         try:
@@ -198,8 +198,12 @@ def read_folded(path: Path, role: str, pid: int) -> Profile:
 
 
 def py_spy() -> str:
-    found = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "py-spy"
-    return str(found) if found.exists() else "py-spy"
+    """The py-spy installed with the light tools: beside this interpreter (.venv/bin)."""
+    return str(Path(sys.executable).parent / "py-spy")
+
+
+def folded_path(folder: Path, users: int, role: str) -> Path:
+    return folder / f"{users}-users-{role.replace(' ', '-')}.folded"
 
 
 class Users:
@@ -233,23 +237,20 @@ class Users:
         self._thread.join()
 
 
-def counted(root_url: str, seconds: float, during=None) -> Window:
-    """The engine's steps and output tokens over `seconds`, with `during` (a callable) running meanwhile."""
+def counted(root_url: str, during: Callable[[], object]) -> Window:
+    """The engine's steps and output tokens while `during` runs."""
     before, started = scrape(root_url), time.perf_counter()
-    if during is not None:
-        during()
-    else:
-        time.sleep(seconds)
+    during()
     after = scrape(root_url)
     return Window(time.perf_counter() - started, after.engine_steps_total - before.engine_steps_total,
                   after.generation_tokens_total - before.generation_tokens_total)
 
 
-def sample(pids: dict[str, int], seconds: float, rate_hz: int, out: Path, label: str) -> list[Profile]:
+def sample(pids: dict[str, int], seconds: float, rate_hz: int, out: Path, users: int) -> list[Profile]:
     """py-spy on every process at once, for `seconds`; their main threads' samples, sorted."""
     procs = []
     for role, pid in pids.items():
-        path = out / f"{label}-{role.replace(' ', '-')}.folded"
+        path = folded_path(out, users, role)
         argv = [py_spy(), "record", "--format", "raw", "--idle", "--threads", "--nonblocking",
                 "--rate", str(rate_hz), "--duration", str(round(seconds)), "--pid", str(pid), "--output", str(path)]
         procs.append((role, pid, path, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -273,14 +274,13 @@ def per_step(profile: Profile, window: Window) -> list[dict[str, Any]]:
     return rows
 
 
-def profile_point(endpoint: Endpoint, root_url: str, users: int, args, out: Path) -> dict[str, Any]:
-    pids = roles(args.api_pid)
+def profile_point(endpoint: Endpoint, pids: dict[str, int], users: int, args: argparse.Namespace) -> dict[str, Any]:
     with Users(endpoint, users) as load:
         time.sleep(SETTLE_S)
-        plain = counted(root_url, args.window)
+        plain = counted(endpoint.root_url, lambda: time.sleep(args.window))
         profiles: list[Profile] = []
-        profiled = counted(root_url, args.window, during=lambda: profiles.extend(
-            sample(pids, args.window, args.rate, out, f"{users}-users")))
+        profiled = counted(endpoint.root_url, lambda: profiles.extend(
+            sample(pids, args.window, args.rate, args.out, users)))
     failed = [record for record in load.records if record.status is not None and not record.ok]
     if failed:
         raise StepFailed(f"{len(failed)} of the profile's requests failed: {failed[0].error or failed[0].status}")
@@ -308,8 +308,8 @@ def reread(folder: Path) -> tuple[Envelope, dict[str, Any]]:
     for number, point in enumerate(payload["points"]):
         windows = [Window(raw["seconds"], raw["steps"], raw["output_tokens"])
                    for raw in (point["plain"], point["profiled"])]
-        profiles = [read_folded(folder / f"{point['users']}-users-{role.replace(' ', '-')}.folded", role,
-                                point["processes"][role]["pid"]) for role in point["processes"]]
+        profiles = [read_folded(folded_path(folder, point["users"], role), role, process["pid"])
+                    for role, process in point["processes"].items()]
         payload["points"][number] = described(point["users"], *windows, profiles)
     return envelope, payload
 
@@ -344,12 +344,12 @@ def build_parser() -> KitArgumentParser:
     return parser
 
 
-def profile(args, arm: Arm, served: Served) -> dict[str, Any]:
+def profile(args: argparse.Namespace, arm: Arm, served: Served) -> dict[str, Any]:
     endpoint = Endpoint.at("kit", served.api_url, served.model, kind="vllm", url_source="--attach",
                            model_source="MODEL_NAME")
     endpoint.check()
-    args.api_pid = served.pid if served.pid is not None else listening_pid(served.api_url)
-    points = [profile_point(endpoint, endpoint.root_url, count, args, args.out) for count in args.users]
+    pids = roles(served.pid if served.pid is not None else listening_pid(served.api_url))
+    points = [profile_point(endpoint, pids, count, args) for count in args.users]
     envelope = Envelope.now(command_line("python -m benchmarks.step_profile", args.argv),
                             [MeasuredEngine(served.model, endpoint.root_url, "vllm")])
     return {"envelope": envelope, "payload": {"settings": dict(arm.overrides), "resolved": served.resolved,
