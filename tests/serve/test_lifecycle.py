@@ -13,6 +13,7 @@ import pytest
 
 from serve import process
 from serve.local_server import RUN_DIR
+from serve.model import MODEL_DIR
 from serve.vllm_command import API_SERVER_MODULE
 from tests.conftest import MODEL, ROOT, free_port, kit_env, run_script, start_server, stop_server
 
@@ -185,7 +186,7 @@ def test_a_model_name_the_native_runtime_cannot_serve_is_refused_in_one_line() -
 def test_a_local_model_folder_is_served_under_its_model_name(tmp_path: Path) -> None:
     """MODEL_PATH: a model folder of the user's own (here a copy of the prepared SmolLM2), served as MODEL_NAME."""
     folder = tmp_path / "my-model"
-    shutil.copytree(ROOT / ".kit" / "models" / "SmolLM2-135M-Instruct", folder)
+    shutil.copytree(MODEL_DIR, folder)
     name = "kit-test/my-model"
     server = start_server(MODEL_PATH=str(folder), MODEL_NAME=name, ENFORCE_EAGER="true")
     try:
