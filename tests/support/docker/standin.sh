@@ -9,7 +9,8 @@
 #      seeded at its Hugging Face cache path with HF_HUB_OFFLINE=1 (no hub is reachable here), `docker import`ed
 #      with openEuler's entrypoint: python -m vllm.entrypoints.openai.api_server.
 # Its tag carries its vLLM version (0.32.0-standin), which is what the kit's version logic reads.
-# A second run reuses the image while its inputs are unchanged (a label holds their fingerprint).
+# A second run, in this clone or another, reuses the image while its inputs are unchanged (a label holds their
+# fingerprint), without building the root file system again.
 #
 # Usage: CPU_BASE_IMAGE=$(bash tests/support/docker/standin.sh | tail -1) RUNTIME=docker bash up.sh
 # Needs root (debootstrap), a Docker engine, and `python -m serve install` done. Prints the image reference last.
@@ -42,6 +43,18 @@ version="$("$venv_python" -c 'import importlib.metadata as m; print(m.version("v
 site_packages="$("$venv_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 image="$repository:$version-standin"
 
+# The fingerprint of everything the image is made of: the venv's install and patch stamps, the Debian packages,
+# the model (prepared once per machine), this script. An image with it is reused, by this clone or another on
+# this machine, without building the root file system again.
+fingerprint="$({ cat .kit/vllm/.kit-installed .kit/vllm/.kit-patched 2>/dev/null; echo "$packages";
+  (cd "$model" && find . -type f -printf '%p %s %T@\n' | sort); cat "$0"; } | sha256sum | cut -c1-16)"
+if [ "$(docker image inspect --format '{{index .Config.Labels "vllm-lab-kit.standin"}}' "$image" 2>/dev/null)" \
+   = "$fingerprint" ]; then
+  say "$image is up to date (fingerprint $fingerprint)"
+  echo "$image"
+  exit 0
+fi
+
 if [ ! -f "$rootfs/.standin-packages" ] || [ "$(cat "$rootfs/.standin-packages")" != "$packages" ]; then
   command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing; install it (apt-get install debootstrap)"
   [ -n "$mirror" ] || die "no Debian mirror: this machine's apt names none; set DEBIAN_MIRROR to one"
@@ -59,15 +72,6 @@ if [ ! -f "$rootfs/.standin-packages" ] || [ "$(cat "$rootfs/.standin-packages")
   say "root file system ready in $((SECONDS - started)) s"
 fi
 
-# The fingerprint of everything the image is made of: the venv's install and patch stamps, the model, this script.
-fingerprint="$({ cat .kit/vllm/.kit-installed .kit/vllm/.kit-patched 2>/dev/null; cat "$rootfs/.standin-packages";
-  (cd "$model" && find . -type f -printf '%p %s %T@\n' | sort); cat "$0"; } | sha256sum | cut -c1-16)"
-if [ "$(docker image inspect --format '{{index .Config.Labels "vllm-lab-kit.standin"}}' "$image" 2>/dev/null)" \
-   = "$fingerprint" ]; then
-  say "$image is up to date (fingerprint $fingerprint)"
-  echo "$image"
-  exit 0
-fi
 
 # The model where the Hugging Face cache keeps a download of MODEL_NAME: the compose volume mounted on
 # /root/.cache starts as a copy of it, so the container finds the model offline, as after a first download.
