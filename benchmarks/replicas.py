@@ -143,10 +143,11 @@ def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int,
                 print(f"{row(f'{users} | {path}', middle[path])} {spread} |")
             loss = 1 - middle["router"].output_tokens_per_s / middle["direct"].output_tokens_per_s
             added_ms = middle["router"].ttft_ms.median - middle["direct"].ttft_ms.median
-            verdict = ("meets" if loss <= OVERHEAD_GOAL_TOK_S_LOSS and added_ms <= OVERHEAD_GOAL_TTFT_MS
-                       else "misses")
-            print(f"| {users} | router/direct | | {1 - loss:.3f} ({loss:+.1%} lost) | {added_ms:+.0f} ms "
-                  f"({verdict} the goal) | |")
+            tok_s_verdict = "meets" if loss <= OVERHEAD_GOAL_TOK_S_LOSS else "misses"
+            ttft_verdict = "meets" if added_ms <= OVERHEAD_GOAL_TTFT_MS else "misses"
+            print(f"| {users} | router/direct | | {1 - loss:.3f} ({loss:.1%} lost: {tok_s_verdict} the goal of "
+                  f"{OVERHEAD_GOAL_TOK_S_LOSS:.0%}) | {added_ms:+.0f} ms ({ttft_verdict} the goal of "
+                  f"{OVERHEAD_GOAL_TTFT_MS:g} ms) | |")
             direct[users] = middle["direct"]
     return direct
 
