@@ -294,7 +294,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("MAX_MODEL_LEN", "max_model_len", "1024", positive_int,
          "longest prompt+answer in tokens; every sequence may grow to it"),
     Knob("MAX_NUM_SEQS", "max_num_seqs", "auto", auto_or_positive_int,
-         "most sequences decoded together in one batch; auto = 8 per core, cut to what the KV pool holds"),
+         "most sequences decoded together in one batch; auto = 16 per core, cut to what the KV pool holds"),
     Knob("BLOCK_SIZE", "block_size", "auto", auto_or_positive_int,
          "tokens per KV-cache block (--block-size); auto = 32 on vLLM V1's CPU backend (its own default is 128), "
          "else vLLM's default"),

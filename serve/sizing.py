@@ -230,9 +230,11 @@ def fit_memory_cap(facts: ModelFacts, weights: str, cap_bytes: int, overhead_byt
     return MemoryFit(cap_bytes, weight_bytes, overhead_bytes, budget, pool)
 
 
-# MAX_NUM_SEQS=auto: decode sequences batched per core. On 2 cores 16 beat 8 by 1.12-1.21x at 8-16 users
-# (labs/throughput.md); past the point where a step's compute fills the cores a bigger batch only adds latency.
-SEQS_PER_CORE = 8
+# MAX_NUM_SEQS=auto: decode sequences batched per core. A decode step of a small model costs nearly the same
+# for 16 sequences as for 32 (its weights are read once a step either way), so on 2 cores 32 beat 16 by 1.22x at
+# 32 users, and no one queued for a slot (TTFT p50 0.58 s vs 8.9 s); 16 had beaten 8 by 1.12-1.21x at 8-16 users
+# (labs/throughput.md). Below MAX_NUM_SEQS users the batch is the users, so a larger cap costs nothing there.
+SEQS_PER_CORE = 16
 AUTO_SEQS_CAP = 256  # vLLM's own default max_num_seqs: auto never asks for more
 
 

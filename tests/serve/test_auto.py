@@ -27,18 +27,18 @@ def machine(cores: int = 2, free_gib: float = 20) -> Machine:
     return Machine(cores, frozenset({"avx512_bf16"}), int(free_gib * GiB))
 
 
-def test_defaults_on_a_two_core_machine_give_16_sequences_and_1_gib() -> None:
+def test_defaults_on_a_two_core_machine_give_32_sequences_and_1_gib() -> None:
     resolved = resolve(settings(), machine(), SMOL)
-    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (16, 1)
-    assert resolved.max_num_seqs_reason == "auto: 8 per core x 2 cores"
-    assert resolved.kv_cache_space_reason == ("auto: 16 sequences x 1,024 tokens need 0.35 GiB of bfloat16 KV, "
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (32, 1)
+    assert resolved.max_num_seqs_reason == "auto: 16 per core x 2 cores"
+    assert resolved.kv_cache_space_reason == ("auto: 32 sequences x 1,024 tokens need 0.70 GiB of bfloat16 KV, "
                                               "rounded up to whole GiB")
     args = vllm_args(settings(), resolved, "m", (0, 32))
-    assert args[args.index("--max-num-seqs") + 1] == "16"
+    assert args[args.index("--max-num-seqs") + 1] == "32"
     assert vllm_env(settings(), resolved)["VLLM_CPU_KVCACHE_SPACE"] == "1"
 
 
-@pytest.mark.parametrize(("cores", "seqs", "kv_gib"), [(1, 8, 1), (4, 32, 1), (16, 128, 3), (64, 256, 6)])
+@pytest.mark.parametrize(("cores", "seqs", "kv_gib"), [(1, 16, 1), (4, 64, 2), (16, 256, 6), (64, 256, 6)])
 def test_the_batch_grows_with_the_cores_and_the_kv_budget_with_the_batch(cores: int, seqs: int,
                                                                           kv_gib: int) -> None:
     resolved = resolve(settings(), machine(cores, free_gib=64), SMOL)
@@ -55,13 +55,13 @@ def test_many_cores_stop_at_vllms_own_default() -> None:
 
 def test_a_longer_context_gets_a_bigger_kv_budget_not_a_smaller_batch() -> None:
     resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(), SMOL)  # labs/sizing.md quotes this
-    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (16, 3)  # 16 x 8,192 x 23,040 B = 2.8 GiB
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (32, 6)  # 32 x 8,192 x 23,040 B = 5.6 GiB
 
 
 def test_float32_doubles_the_kv_bytes() -> None:
     long = settings(DTYPE="float32", MAX_MODEL_LEN="8192")
     resolved = resolve(long, machine(free_gib=64), SMOL)
-    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (16, 6)  # 16 x 8,192 x 46,080 B = 5.6 GiB
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (32, 12)  # 32 x 8,192 x 46,080 B = 11.3 GiB
 
 
 def test_short_memory_caps_the_kv_and_cuts_the_batch_to_what_fits() -> None:
@@ -70,7 +70,7 @@ def test_short_memory_caps_the_kv_and_cuts_the_batch_to_what_fits() -> None:
     resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(free_gib=7), SMOL)
     assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (5, 1)
     assert "the memory left for KV is 1.2 GiB" in resolved.kv_cache_space_reason
-    assert resolved.max_num_seqs_reason == ("auto: 8 per core x 2 cores, cut to the 5 full-length sequences the KV "
+    assert resolved.max_num_seqs_reason == ("auto: 16 per core x 2 cores, cut to the 5 full-length sequences the KV "
                                             "pool holds")
 
 
@@ -87,7 +87,7 @@ def test_a_set_kv_budget_bounds_the_auto_batch() -> None:
 
 def test_an_unknown_model_gets_the_core_rule_and_vllms_cpu_default() -> None:
     resolved = resolve(settings(), machine(), None)
-    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (16, 4)
+    assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (32, 4)
     assert "no local config.json" in resolved.kv_cache_space_reason
 
 
@@ -95,11 +95,12 @@ def test_docker_cpu_track_sizes_for_cpu_limit_and_memory_limit() -> None:
     host = machine(cores=16, free_gib=64)
     small = settings(CPU_LIMIT="2", MEMORY_LIMIT="3g")
     resolved = resolve_for_container(small, host, CPU)
-    assert (resolved.omp_threads, resolved.max_num_seqs, resolved.kv_cache_space_gib) == (2, 16, 1)
+    assert (resolved.omp_threads, resolved.max_num_seqs, resolved.kv_cache_space_gib) == (2, 32, 1)
+    # 16 x 16 cores = 256 sequences would need 6 GiB of KV; 8 GiB less weights and runtime leaves 5: 227 fit
     big = resolve_for_container(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), host, CPU)
-    assert (big.max_num_seqs, big.kv_cache_space_gib) == (128, 3)
+    assert (big.max_num_seqs, big.kv_cache_space_gib) == (227, 5)
     exported = compose_env(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), big, CPU)
-    assert (exported["RESOLVED_MAX_NUM_SEQS"], exported["RESOLVED_KVCACHE_SPACE"]) == ("128", "3")
+    assert (exported["RESOLVED_MAX_NUM_SEQS"], exported["RESOLVED_KVCACHE_SPACE"]) == ("227", "5")
     assert (exported["MAX_NUM_SEQS"], exported["VLLM_CPU_KVCACHE_SPACE"]) == ("auto", "auto")
 
 

@@ -32,7 +32,7 @@ from tests.support.docs import doc_commands, doc_examples, retarget, run_doc, sh
 from tests.support.load import closed_loop
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-BURST_USERS = 32  # twice the session server's MAX_NUM_SEQS (16 on 2 cores), so half of them wait
+BURST_USERS = 64  # twice the session server's MAX_NUM_SEQS (32 on 2 cores), so half of them wait
 BURST_MAX_TOKENS = 512
 BURST_ROUNDS = 100  # requests per user: more than the test ever waits for (it cancels the rest)
 SATURATION_TIMEOUT_S = 90.0
@@ -144,7 +144,7 @@ def flag_value(argv: list[str], flag: str) -> str:
 
 
 def served_max_num_seqs(server: Server) -> int:
-    """--max-num-seqs on the session server's command line (auto: 8 per core)."""
+    """--max-num-seqs on the session server's command line (auto: 16 per core)."""
     return int(flag_value(running_engine(server)[0], "--max-num-seqs"))
 
 

@@ -59,7 +59,7 @@ def test_lab_page_commands_run(vllm_server: Server, llamacpp_server: Server, tmp
     assert [len(runs_of(outputs[command])) for command in sweeps] == [3, 3]
     assert all((outputs[command] / "load_curves.png").exists() for command in sweeps)
     seqs = next(command for command in loadtests if "seqs4" in command)
-    assert [run["endpoint"]["name"] for run in runs_of(outputs[seqs])] == ["seqs16", "seqs4"]
+    assert [run["endpoint"]["name"] for run in runs_of(outputs[seqs])] == ["auto", "seqs4"]
     engines = runs_of(outputs[next(command for command in loadtests if "llamacpp=" in command)])
     assert [run["endpoint"]["name"] for run in engines] == ["vllm", "llamacpp"]
     assert engines[0]["metrics_series"] and "no vLLM /metrics" in engines[1]["metrics_note"]
