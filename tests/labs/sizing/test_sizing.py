@@ -57,8 +57,8 @@ def verify_server(server: Server, dtype: str, kv_gib: int) -> None:
 @pytest.mark.server
 @pytest.mark.slow
 def test_prediction_equals_the_session_server(vllm_server: Server) -> None:
-    dtype = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts()).dtype
-    verify_server(vllm_server, dtype, 1)
+    resolved = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts())
+    verify_server(vllm_server, resolved.dtype, resolved.kv_cache_space_gib)
 
 
 @pytest.fixture(scope="module")
@@ -174,5 +174,5 @@ def test_page_verify_command_matches_the_server(vllm_server: Server) -> None:
     (command,) = [command for command in doc_commands(PAGE) if " verify " in command]
     result = run_doc(retarget(command, {8009: vllm_server.port}), vllm_server.client_env(), timeout_s=120)
     assert result.returncode == 0 and result.stdout.count("match") == 7, result.stdout + result.stderr
-    dtype = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts()).dtype
-    assert f"SmolLM2-135M-Instruct in {dtype} with 1 GiB" in result.stdout
+    resolved = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts())  # as up.sh did
+    assert f"SmolLM2-135M-Instruct in {resolved.dtype} with {resolved.kv_cache_space_gib} GiB" in result.stdout
