@@ -123,9 +123,9 @@ def typical(found: list[T], key: Callable[[T], float] = lambda s: s.output_token
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process (and any children it waited for) has used so far."""
+    """User + system CPU seconds a process has used so far (all its threads)."""
     times = psutil.Process(pid).cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
+    return times.user + times.system
 
 
 def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int, rounds: int) -> dict[int, Summary]:

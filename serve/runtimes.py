@@ -18,6 +18,7 @@ from serve.docker import CPU, TRACKS, DockerRuntime
 from serve.llama_server import LlamaServerRuntime
 from serve.llamacpp import LlamaCppRuntime
 from serve.local_server import RUN_DIR
+from serve.model import MODEL_DIR
 from serve.native import NativeRuntime
 from serve.router import RouterRuntime
 from serve.runtime import Runtime
@@ -135,5 +136,5 @@ def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:
         return runtime.stop()
     if not isinstance(runtime, DockerRuntime):
         raise SettingsError(f"RUNTIME={runtime.name} has no Docker volumes to remove (--volumes is for "
-                            "RUNTIME=docker|docker-gpu; the native model lives in ~/.cache/vllm-lab-kit/models)")
+                            f"RUNTIME=docker|docker-gpu; the native model lives in {MODEL_DIR})")
     return runtime.stop(remove_volumes=True)

@@ -72,7 +72,6 @@ if [ ! -f "$rootfs/.standin-packages" ] || [ "$(cat "$rootfs/.standin-packages")
   say "root file system ready in $((SECONDS - started)) s"
 fi
 
-
 # The model where the Hugging Face cache keeps a download of MODEL_NAME: the compose volume mounted on
 # /root/.cache starts as a copy of it, so the container finds the model offline, as after a first download.
 revision="$(printf '%s' "$fingerprint" | sha1sum | cut -d' ' -f1)"
