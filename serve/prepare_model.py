@@ -13,7 +13,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
 
 def prepare(source: Path, out_dir: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,24 +37,33 @@ def prepare(source: Path, out_dir: Path) -> None:
         raise SystemExit(f"weights do not match the config: missing={missing} unexpected={unexpected}")
     model.tie_weights()
 
-    # Written beside the target under this process's own name, then renamed into place in one step: the folder
-    # is shared by every clone on the machine, and two installs at once must not mix their files.
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    if publish(out_dir, write):
+        print(f"saved {out_dir} in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+def publish(out_dir: Path, write: Callable[[Path], None]) -> bool:
+    """Write a model folder beside its target under this process's own name, then rename it into place in one
+    step: the folder is shared by every clone on the machine, and two installs at once must not mix their files.
+    False if another install published it meanwhile (a rename never replaces a full folder)."""
     partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
-    partial.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    write(partial)
     if out_dir.exists() and not (out_dir / "model.safetensors").exists():
         shutil.rmtree(out_dir)  # an earlier attempt's remains, never a finished model
     try:
         partial.rename(out_dir)
-    except OSError:  # another install prepared the same model meanwhile (a rename never replaces a full folder)
+    except OSError:
         shutil.rmtree(partial)
         if not (out_dir / "model.safetensors").exists():
             raise
         print(f"{out_dir} was prepared meanwhile by another install; kept it", flush=True)
-        return
-    print(f"saved {out_dir} in {time.perf_counter() - started:.0f} s", flush=True)
-
+        return False
+    return True
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

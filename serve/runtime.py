@@ -12,7 +12,9 @@ from typing import Protocol
 
 from serve import preflight, system
 from serve.health import kv_cache_report
+from serve.model import served_model_facts
 from serve.settings import Settings
+from serve.sizing import ModelFacts
 from serve.vllm_command import Resolved
 
 
@@ -101,11 +103,24 @@ class VllmRuntime:
         resolved = started.resolved if started is not None else None
         if resolved is not None:
             rows += resolved_rows(resolved)
+            facts = served_model_facts(self.settings, self.name)
+            if facts is not None and resolved.dtype != "auto":  # the GPU track's auto: the checkpoint's own
+                rows.append(("weights", weights_row(self.settings, facts, resolved.dtype)))
         report = kv_cache_report(self.log_path.read_text(errors="replace")) if self.log_path.exists() else None
         if report is not None:
             rows.append(("KV cache", f"{report.tokens:,} tokens; max concurrency {report.max_concurrency:g}x "
                                      f"at {report.max_model_len:,} tokens per request"))
         return rows
+
+
+def weights_row(settings: Settings, facts: ModelFacts, dtype: str) -> str:
+    """Which weights are served and what a decode step reads of them (it reads every one)."""
+    size = f"{facts.weight_bytes(dtype) / 1e6:,.0f} MB"
+    if facts.num_int8_params:
+        float_params = facts.num_params - facts.num_int8_params
+        return (f"int8 W8A8 (QUANTIZATION={settings.quantization}): {facts.num_int8_params / 1e6:.0f}M int8 + "
+                f"{float_params / 1e6:.0f}M {dtype} parameters, {size}")
+    return f"{dtype} (QUANTIZATION={settings.quantization}): {facts.num_params / 1e6:.0f}M parameters, {size}"
 
 
 def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:

@@ -34,7 +34,10 @@ BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit 
 # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py); llamaserver: llama.cpp's own C++ server with
 # parallel slots (serve/llama_server.py)
 ENGINES = ("vllm", "llamacpp", "llamaserver")
-QUANTIZATIONS = ("", "awq", "gptq", "fp8")
+# none: the float weights; int8: the CPU track's int8 W8A8 checkpoint, prepared natively (serve/quantize.py);
+# awq/gptq/fp8: the GPU track's --quantization
+QUANTIZATIONS = ("none", "int8", "awq", "gptq", "fp8")
+CPU_QUANTIZATIONS = ("none", "int8")
 # vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
@@ -244,10 +247,11 @@ def fraction(name: str, raw: str) -> float:
 
 
 def quantization(name: str, raw: str) -> str:
-    if raw not in QUANTIZATIONS:
-        raise _bad(name, raw, f"leave it empty (the checkpoint's own weights) or use one of "
-                              f"{', '.join(QUANTIZATIONS[1:])}")
-    return raw
+    """One of QUANTIZATIONS; empty is `none` (the float weights)."""
+    if (raw or "none") not in QUANTIZATIONS:
+        raise _bad(name, raw, f"use none (the float weights), int8 (the CPU track's int8 checkpoint), or awq, "
+                              "gptq, fp8 (the GPU track's)")
+    return raw or "none"
 
 
 def arg_list(name: str, raw: str) -> tuple[str, ...]:

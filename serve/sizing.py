@@ -17,7 +17,7 @@ import json
 import math
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,15 @@ VLLM_GPU_OVERHEAD_BYTES = 2 * GiB
 
 KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
 # Weights per parameter for a dtype or quantization. 4-bit: AWQ/GPTQ group scales add a few percent more.
-WEIGHT_BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
+WEIGHT_BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 WEIGHT_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "4bit": "int4", "awq": "int4",
-                  "gptq": "int4", "int8": "fp8"}
+                  "gptq": "int4", "w8a8": "int8"}
 KV_DTYPE_FOR_WEIGHTS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16",
-                        "int4": "bfloat16"}  # quantized weights still keep a 16-bit KV cache by default
+                        "int8": "bfloat16", "int4": "bfloat16"}  # quantized weights keep a 16-bit KV cache
+INT8_BYTES = 1
+# The decoder's projections: what an int8 W8A8 checkpoint stores as int8 (the embedding / tied head stays 16-bit).
+PROJECTION_SUFFIXES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
+                       "up_proj.weight", "down_proj.weight")
 SAFETENSORS_DTYPE_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 MEMORY_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgtp]?)i?b?$", re.I)  # docker's units: binary, b k m g t p
 MEMORY_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
@@ -81,6 +85,8 @@ class ModelFacts:
     max_position_embeddings: int | None
     num_params: int
     params_source: str  # "safetensors header" or "config arithmetic"
+    num_projection_params: int = 0  # in the decoder's q/k/v/o and gate/up/down projections
+    num_int8_params: int = 0  # stored as int8 (an int8 W8A8 checkpoint's projections): one byte whatever the dtype
 
     def kv_bytes_per_token(self, kv_dtype: str) -> int:
         if kv_dtype not in KV_DTYPE_BYTES:
@@ -88,7 +94,13 @@ class ModelFacts:
         return KV_TENSORS_PER_LAYER * self.num_layers * self.num_kv_heads * self.head_dim * KV_DTYPE_BYTES[kv_dtype]
 
     def weight_bytes(self, weights: str) -> int:
-        return int(self.num_params * WEIGHT_BYTES_PER_PARAM[weight_format(weights)])
+        """Bytes of weights served in `weights` (a dtype or a format); int8 tensors stay one byte each."""
+        per_param = WEIGHT_BYTES_PER_PARAM[weight_format(weights)]
+        return int((self.num_params - self.num_int8_params) * per_param + self.num_int8_params * INT8_BYTES)
+
+    def as_int8(self) -> ModelFacts:
+        """The same model with its projections in int8, as serve/quantize.py writes it."""
+        return replace(self, num_int8_params=self.num_projection_params)
 
 
 def _require(config: dict[str, Any], key: str, where: str) -> int:
@@ -98,29 +110,47 @@ def _require(config: dict[str, Any], key: str, where: str) -> int:
     return value
 
 
-def params_from_config(config: dict[str, Any]) -> int:
-    """Parameter count of a Llama-style decoder (embeddings, attention, gated MLP, RMSNorms)."""
+def projection_params_from_config(config: dict[str, Any]) -> int:
+    """Parameters in a Llama-style decoder's attention and gated-MLP projections."""
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads", heads)
     head_dim = config.get("head_dim") or hidden // heads
-    embeddings = config["vocab_size"] * hidden
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o + k, v
-    mlp = 3 * hidden * config["intermediate_size"]  # gate, up, down
-    per_layer = attention + mlp + 2 * hidden  # two RMSNorm weights
+    return config["num_hidden_layers"] * (attention + 3 * hidden * config["intermediate_size"])
+
+
+def params_from_config(config: dict[str, Any]) -> int:
+    """Parameter count of a Llama-style decoder (embeddings, attention, gated MLP, RMSNorms)."""
+    hidden = config["hidden_size"]
+    embeddings = config["vocab_size"] * hidden
+    norms = config["num_hidden_layers"] * 2 * hidden + hidden  # two RMSNorms a layer, one final
     lm_head = 0 if config.get("tie_word_embeddings", False) else embeddings
-    return embeddings + config["num_hidden_layers"] * per_layer + hidden + lm_head
+    return embeddings + projection_params_from_config(config) + norms + lm_head
 
 
-def params_from_safetensors(files: list[Path]) -> int:
-    """Exact parameter count from the safetensors headers (shapes only; the weights are not read)."""
-    total = 0
+@dataclass(frozen=True, slots=True)
+class ParamCounts:
+    total: int
+    projections: int
+    int8: int
+
+
+def params_from_safetensors(files: list[Path]) -> ParamCounts:
+    """Exact parameter counts from the safetensors headers (shapes and dtypes only; the weights are not read)."""
+    total = projections = int8 = 0
     for path in files:
         with path.open("rb") as handle:
             (length,) = struct.unpack("<Q", handle.read(SAFETENSORS_HEADER_LEN_BYTES))
             header = json.loads(handle.read(length))
-        total += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
-    return total
+        for key, entry in header.items():
+            if key == "__metadata__":
+                continue
+            count = math.prod(entry["shape"])
+            total += count
+            projections += count if key.endswith(PROJECTION_SUFFIXES) else 0
+            int8 += count if entry["dtype"] == "I8" else 0
+    return ParamCounts(total, projections, int8)
 
 
 def model_facts(config: dict[str, Any], name: str = "model", weights_dir: Path | None = None) -> ModelFacts:
@@ -131,14 +161,16 @@ def model_facts(config: dict[str, Any], name: str = "model", weights_dir: Path |
     head_dim = config.get("head_dim") or _require(config, "hidden_size", name) // heads
     files = sorted(weights_dir.glob("*.safetensors")) if weights_dir is not None else []
     if files:
-        num_params, source = params_from_safetensors(files), "safetensors header"
+        counts, source = params_from_safetensors(files), "safetensors header"
     else:
         try:
-            num_params, source = params_from_config(config), "config arithmetic"
+            counts = ParamCounts(params_from_config(config), projection_params_from_config(config), 0)
         except KeyError as exc:
             raise SizingError(f"{name} lacks {exc.args[0]!r}, needed to count parameters; "
                               "give a directory that holds the .safetensors files") from None
-    return ModelFacts(name, layers, kv_heads, head_dim, config.get("max_position_embeddings"), num_params, source)
+        source = "config arithmetic"
+    return ModelFacts(name, layers, kv_heads, head_dim, config.get("max_position_embeddings"), counts.total, source,
+                      counts.projections, counts.int8)
 
 
 def load_model_facts(path: Path | str) -> ModelFacts:

@@ -135,8 +135,10 @@ def test_gpu_service_renders_to_its_command_and_never_gets_swap_space(overrides:
     assert command == container_command(settings, resolved, GPU)
     assert "--swap-space" not in command and "--model" in command
     assert command[command.index("--dtype") + 1] == settings.dtype  # auto stays auto on GPU
-    if settings.quantization:
+    if settings.quantization != "none":
         assert command[command.index("--quantization") + 1] == settings.quantization
+    else:
+        assert "--quantization" not in command
     assert service["ports"][0].startswith(f"127.0.0.1:{settings.gpu_port}:{CONTAINER_PORT}")
 
 
