@@ -108,7 +108,7 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
     """Stop the engines in ENGINES on the configured ports (the router before its replicas, all the replicas
     the last `up` started); name any other one of ours still running."""
     settings = replicas.as_started(settings)
-    for engine, factory in runtimes.ENGINES.items():
+    for engine, factory in runtimes.STOPS.items():
         started = factory(settings)
         if engine not in settings.engines:
             for runtime in started:
@@ -116,14 +116,28 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
                     console.print(f"{runtime.label} still runs on port {runtime.port} (not in ENGINES="
                                   f"{','.join(settings.engines)}); stop it with ENGINES={engine} bash down.sh")
             continue
-        for runtime in reversed(started):
-            stopped = runtimes.stop(runtime, remove_volumes)
+        stopped = runtimes.stop_each(started, remove_volumes)
+        for runtime in started:
             runtimes.forget(settings, runtime)  # nothing of it runs now
-            if not stopped:
-                console.print(f"Nothing to stop: no {runtime.label} started by this kit on port {runtime.port}")
+        report_stopped(started, stopped)
         if engine == "vllm":
             replicas.forget(settings)
     return 0
+
+
+def report_stopped(started: list[Runtime], stopped: list[Runtime]) -> None:
+    """Per port, the last started first: that nothing was stopped there; where more than one runtime was looked
+    at on one port (RUNTIME=auto with no record of what `up` started), which were looked at and which stopped."""
+    for port in dict.fromkeys(runtime.port for runtime in reversed(started)):
+        looked = [runtime for runtime in reversed(started) if runtime.port == port]
+        found = " and ".join(runtime.name for runtime in stopped if runtime.port == port)
+        where = (f"RUNTIME=auto with no record of what up started on port {port}: looked at "
+                 f"{' and '.join(runtime.name for runtime in looked)}")
+        if not found:
+            console.print(f"Nothing to stop: no {looked[0].label} started by this kit on port {port}"
+                          + (f" ({where})" if len(looked) > 1 else ""))
+        elif len(looked) > 1:
+            console.print(f"{where}; stopped {found}")
 
 
 def status(settings: Settings) -> int:

@@ -3,7 +3,9 @@ Compose (v2 or v1) answers; REPLICAS above 1 is N native engines behind vllm-rou
 
 What `up` started is recorded (.kit/run/vllm-PORT.runtime), so that with RUNTIME=auto, `down` and `status`
 act on the runtime that started it instead of deciding again: a Docker engine started after a native `up`
-must not make `down` look in Docker and leave vLLM holding the port.
+must not make `down` look in Docker and leave vLLM holding the port. With no record (an older kit's `up`, a
+cleared .kit/run), `down` looks at both the native pidfile and, when an engine answers, the Docker container:
+guessing one would leave the other running (vllm_to_stop).
 """
 
 from __future__ import annotations
@@ -115,12 +117,30 @@ def vllm_installs(settings: Settings) -> list[Runtime]:
     return [NativeRuntime(settings), RouterRuntime(settings, [], replicas.metrics_port(settings))]
 
 
+def vllm_to_stop(settings: Settings) -> list[Runtime]:
+    """What `down` stops for vLLM: the runtimes of vllm_runtimes, except for RUNTIME=auto on a port with no
+    record of what `up` started there: then the native server and, when an engine answers, the Docker CPU
+    container, both (down stops what runs of either and says which). Docker first: down goes in reverse (a
+    router before its replicas), so the native server stops first; a container's stop waits for the port,
+    which a native server would hold."""
+    if settings.runtime != "auto" or settings.replicas != 1 or recorded(settings) is not None:
+        return vllm_runtimes(settings)
+    native = NativeRuntime(settings)
+    try:
+        found = find_docker()
+    except compose.ComposeUnavailable:
+        return [native]
+    return [DockerRuntime(settings, CPU, found), native]
+
+
 # Every engine ENGINES may name, in the order `up` starts them: its runtimes for these settings.
 ENGINES: dict[str, Callable[[Settings], list[Runtime]]] = {
     "vllm": vllm_runtimes, "llamacpp": lambda settings: [LlamaCppRuntime(settings)],
     "llamaserver": lambda settings: [LlamaServerRuntime(settings)]}
 # What `python -m serve install` readies.
 INSTALLS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_installs}
+# What `python -m serve down` stops.
+STOPS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_to_stop}
 
 
 def for_engines(settings: Settings,
@@ -128,6 +148,19 @@ def for_engines(settings: Settings,
     """The runtimes of the engines in ENGINES, in start order."""
     return [runtime for engine, factory in factories.items() if engine in settings.engines
             for runtime in factory(settings)]
+
+
+def stop_each(started: list[Runtime], remove_volumes: bool = False) -> list[Runtime]:
+    """Stop each runtime, the last started first; the ones that were running. With `remove_volumes`, a native
+    server looked at beside the Docker track (RUNTIME=auto with no record) is stopped as it is; alone, it
+    is refused (it has no volumes)."""
+    beside_docker = any(isinstance(runtime, DockerRuntime) for runtime in started)
+    stopped = []
+    for runtime in reversed(started):
+        plain = beside_docker and not isinstance(runtime, DockerRuntime)
+        if runtime.stop() if plain else stop(runtime, remove_volumes):
+            stopped.append(runtime)
+    return stopped
 
 
 def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:

@@ -21,14 +21,17 @@ collect_ignore = ["labs/engine/needs_torch"]  # the teaching engine's tests need
 
 
 def kit_env(**overrides: str) -> dict[str, str]:
-    """The process environment for a kit command: .env.example's defaults plus `overrides`.
+    """The process environment for a kit command: .env.example's defaults, RUNTIME=native, plus `overrides`.
 
     KIT_ENV_FILE keeps a developer's own .env out of the tests; variables a developer exported that
-    the kit reads are dropped so that only `overrides` change the defaults.
+    the kit reads are dropped so that only `overrides` change the defaults. RUNTIME is native unless
+    `overrides` name one: .env.example's auto would pick Docker wherever an engine happens to answer, so a
+    test of auto (or of a Docker track) says so.
     """
     env = {key: value for key, value in os.environ.items()
            if key not in {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY"}}
     env["KIT_ENV_FILE"] = str(ROOT / ".env.example")
+    env["RUNTIME"] = "native"
     env.update(overrides)
     return env
 

@@ -32,3 +32,12 @@ def test_a_hung_command_fails_with_its_output_and_stops_its_background_jobs(tmp_
     assert "still running after 2 s" in message and "clients started" in message and "%Cpu(s)" in message
     started = [int(pid) for pid in pids.read_text().split()]
     assert len(started) == 3 and not [pid for pid in started if alive(pid)]  # the shell and its two clients
+
+
+def test_kit_commands_run_natively_unless_a_test_names_its_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """.env.example's RUNTIME=auto picks Docker wherever an engine answers: a test that left it to auto passed or
+    failed with whatever ran on the machine (issue 28), and a developer's exported RUNTIME must not decide either."""
+    monkeypatch.setenv("RUNTIME", "docker")
+    assert kit_env()["RUNTIME"] == "native"
+    assert kit_env(VLLM_PORT="8100")["RUNTIME"] == "native"
+    assert kit_env(RUNTIME="auto")["RUNTIME"] == "auto"

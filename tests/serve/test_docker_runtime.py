@@ -12,6 +12,8 @@ import json
 import os
 import shlex
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from serve import process
 from serve.compose import project_name
 from serve.docker import COMPOSE_FILE
 from serve.local_server import RUN_DIR
+from serve.vllm_command import API_SERVER_MODULE
 from tests.conftest import ROOT, free_port, kit_env
 from tests.support.docs import doc_commands, is_docker_command, retarget, run_doc
 from tests.support.fake_docker import install
@@ -135,3 +139,69 @@ def test_auto_follows_what_up_recorded_not_a_fresh_guess(docker: FakeDocker) -> 
         assert docker.calls() == [] and not record.exists()  # nothing of it runs: the record goes
     finally:
         record.unlink(missing_ok=True)
+
+
+# With no record of what `up` started on the port (an older kit's up, a cleared .kit/run), RUNTIME=auto's down
+# looks at both the native pidfile and the Docker container, stops what runs of either and says which.
+NO_RECORD = "RUNTIME=auto with no record of what up started on port {port}: looked at native and docker"
+# A stand-in for a native vLLM API server: what down.sh checks of one is the pidfile, the module name in its
+# command line and the port it holds (a real one takes minutes to start; tests/serve/test_lifecycle.py has those).
+STAND_IN_API_SERVER = ("import http.server, sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), "
+                       "http.server.BaseHTTPRequestHandler).serve_forever()")
+
+
+def test_auto_down_with_no_record_cleans_a_stale_pidfile_and_asks_docker_too(docker: FakeDocker) -> None:
+    """The case of issue 28: a native pidfile left by a dead server, an engine answering, no record."""
+    port = docker.env["VLLM_PORT"]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    pidfile = RUN_DIR / f"vllm-{port}.pid"
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    pidfile.write_text(f"{dead.pid}\n")
+    down = docker.run("down.sh", RUNTIME="auto")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "Removing the stale pidfile" in down.stdout and not pidfile.exists()
+    assert f"Nothing to stop: no vLLM started by this kit on port {port} ({NO_RECORD.format(port=port)})" in \
+        " ".join(down.stdout.split()), down.stdout
+    assert [call["argv"][:2] for call in docker.calls() if call["argv"][:2] == ["ps", "-a"]]  # Docker was asked
+
+
+def test_auto_down_with_no_record_stops_the_native_server_and_a_leftover_container(docker: FakeDocker) -> None:
+    """A native server holding the port beside a container an earlier Docker try left (exited): both go, the
+    native one first (the container's stop waits for the port), and --volumes removes only Docker's cache."""
+    port = docker.env["VLLM_PORT"]
+    (docker.state / "container").write_text("vllm-cpu")  # the stand-in docker lists it; inspect: exited
+    server = subprocess.Popen([sys.executable, "-c", STAND_IN_API_SERVER, port, API_SERVER_MODULE],
+                              start_new_session=True)
+    pidfile = process.PidFile(RUN_DIR / f"vllm-{port}.pid", API_SERVER_MODULE)
+    try:
+        deadline = time.monotonic() + 30
+        while process.port_is_free("127.0.0.1", int(port)):
+            assert time.monotonic() < deadline and server.poll() is None, "the stand-in server never listened"
+            time.sleep(0.1)
+        pidfile.write(server.pid)
+        down = docker.run("down.sh", "--volumes", RUNTIME="auto")
+        assert down.returncode == 0, down.stdout + down.stderr
+        out = " ".join(down.stdout.split())
+        assert f"vLLM (pid {server.pid}) stopped" in out and "vllm-cpu stopped" in out, out
+        assert f"{NO_RECORD.format(port=port)}; stopped native and docker" in out, out
+        assert "model cache volume is removed" in out
+        assert server.wait(timeout=10) is not None and not pidfile.path.exists()
+        assert docker.compose_calls("down")[-1]["argv"][-2:] == ["down", "--volumes"]
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+        pidfile.remove()
+
+
+def test_auto_down_with_no_record_stops_a_container_alone(docker: FakeDocker) -> None:
+    port = docker.env["VLLM_PORT"]
+    up = docker.run("up.sh")  # RUNTIME=docker
+    assert up.returncode == 0, up.stdout + up.stderr
+    (RUN_DIR / f"vllm-{port}.runtime").unlink()  # the record lost
+    down = docker.run("down.sh", RUNTIME="auto")
+    assert down.returncode == 0, down.stdout + down.stderr
+    out = " ".join(down.stdout.split())
+    assert "vllm-cpu stopped" in out and f"{NO_RECORD.format(port=port)}; stopped docker" in out, out
+    assert process.port_is_free("127.0.0.1", int(port))

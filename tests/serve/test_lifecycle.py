@@ -83,7 +83,7 @@ def test_a_stale_pidfile_is_cleaned() -> None:
     dead.wait()
     pidfile.parent.mkdir(parents=True, exist_ok=True)
     pidfile.write_text(f"{dead.pid}\n")
-    result = run_script("down.sh", kit_env(VLLM_PORT=str(port)), timeout_s=60)
+    result = run_script("down.sh", kit_env(VLLM_PORT=str(port), RUNTIME="native"), timeout_s=60)
     assert result.returncode == 0
     assert "Removing the stale pidfile" in result.stdout and "Nothing to stop" in result.stdout
     assert not pidfile.exists()
