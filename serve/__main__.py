@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import sys
 from pathlib import Path
 
 from rich.table import Table
 
-from serve import process, replicas, runtimes, system
+from serve import env_check, process, replicas, runtimes, system
 from serve.cli import KitArgumentParser
 from serve.local_server import RUN_DIR
 from serve.progress import StepFailed, console, fail, warn
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.volumes and args.command != "down":
         parser.error("--volumes goes with down only (bash down.sh --volumes)")
+    if args.command == "up":
+        for line in env_check.check(env_file(), os.environ):  # a misspelt key would be ignored in silence
+            warn(line)
     try:
         settings = Settings.load()
         if args.command not in ("up", "down"):
