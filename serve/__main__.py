@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import sys
 from pathlib import Path
 
 from rich.table import Table
 
-from serve import process, replicas, runtimes, system
+from serve import env_check, process, replicas, runtimes, system
 from serve.cli import KitArgumentParser
 from serve.local_server import RUN_DIR
 from serve.progress import StepFailed, console, fail, warn
@@ -24,7 +25,8 @@ def recap(settings: Settings, runtime: Runtime, started: Started | None) -> None
     listening = f" (listening on {settings.host}, port {runtime.port})" if settings.exposed else ""
     table.add_row("API", f"{runtime.base_url}/v1{listening}")
     table.add_row("model", runtime.served_model)
-    table.add_row("runtime", runtime.name)
+    table.add_row("runtime", f"{runtime.name} (RUNTIME=auto: {runtime.picked_because})" if runtime.picked_because
+                  else runtime.name)
     table.add_row("settings", str(env_file()))
     if started is not None:
         table.add_row("pid", str(started.pid))
@@ -89,6 +91,8 @@ def try_it(settings: Settings, runtime: Runtime) -> str:
 def up_one(settings: Settings, runtime: Runtime, plan: Resolved | None) -> None:
     console.print(f"Bringing up [bold]{runtime.served_model}[/bold] ({runtime.label}) on {runtime.base_url}/v1 "
                   f"(runtime {runtime.name})")
+    if runtime.picked_because:
+        console.print(f"RUNTIME=auto picked {runtime.name}: {runtime.picked_because}")
     pid = runtime.running_pid()
     if pid is not None and runtime.healthy():
         console.print(f"[green]✓[/green] {runtime.label} already up (pid {pid}); nothing to do")
@@ -176,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.volumes and args.command != "down":
         parser.error("--volumes goes with down only (bash down.sh --volumes)")
+    if args.command == "up":
+        for line in env_check.check(env_file(), os.environ):  # a misspelt key would be ignored in silence
+            warn(line)
     try:
         settings = Settings.load()
         if args.command not in ("up", "down"):

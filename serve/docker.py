@@ -32,6 +32,11 @@ __all__ = ["COMPOSE_FILE", "CONTAINER_HOST", "CONTAINER_PORT", "CPU", "GPU", "TR
 
 COMPOSE_FILE = ROOT / "compose.yaml"
 QUERY_TIMEOUT_S = 60
+# What Docker and Compose say when an image cannot be fetched (unknown to the registry, none reachable); read
+# only once the engine is known not to hold the image, so a later failing build step is never taken for one.
+PULL_FAILURES = ("pull access denied", "repository does not exist", "manifest unknown", "manifest for",
+                 "not found", "no such host", "failed to resolve", "error pulling image", "i/o timeout",
+                 "connection refused", "tls handshake timeout", "network is unreachable")
 LOG_CATCH_UP_S = 5.0  # how long the recap waits for `compose logs` to deliver the KV-cache line
 
 
@@ -154,13 +159,18 @@ class DockerRuntime(VllmRuntime):
         resolved = resolved or self.resolve()
         env = self._env(resolved)
         service = self.track.service
-        if self.track.builds_image:
-            run_logged(f"Building the patched CPU image (Dockerfile.cpu on {self.image()}; the first build "
-                       "downloads several GB: slow, not hung)", self.compose("build", service), self.compose_log,
-                       env=env)
-        else:
-            run_logged(f"Pulling {self.image()} (the first pull downloads several GB: slow, not hung)",
-                       self.compose("pull", service), self.compose_log, env=env)
+        logged_before = self.compose_log.stat().st_size if self.compose_log.exists() else 0
+        try:
+            if self.track.builds_image:
+                run_logged(f"Building the patched CPU image (Dockerfile.cpu on {self.image()}; the first build "
+                           "downloads several GB: slow, not hung)", self.compose("build", service), self.compose_log,
+                           env=env)
+            else:
+                run_logged(f"Pulling {self.image()} (the first pull downloads several GB: slow, not hung)",
+                           self.compose("pull", service), self.compose_log, env=env)
+        except StepFailed as exc:
+            way_out = self.unreachable_image_way_out(logged_before)
+            raise StepFailed(f"{exc}\n{way_out}" if way_out else str(exc)) from None
         run_logged(f"Starting the {service} container", self.compose("up", "-d", "--no-build", service),
                    self.compose_log, env=env)
         self.log_path.unlink(missing_ok=True)
@@ -179,6 +189,22 @@ class DockerRuntime(VllmRuntime):
         finally:
             process.stop_group(follower)
         return Started(self.running_pid() or 0, waited, resolved)
+
+    def unreachable_image_way_out(self, log_offset: int) -> str | None:
+        """After a failed build or pull: when the engine does not hold the image and compose's output since
+        `log_offset` says it could not be fetched, the one line naming both ways out; else None (another failure)."""
+        if subprocess.run([self.docker, "image", "inspect", self.image()], capture_output=True,
+                          timeout=QUERY_TIMEOUT_S).returncode == 0:
+            return None
+        with self.compose_log.open("rb") as log:
+            log.seek(log_offset)
+            output = log.read().decode(errors="replace").lower()
+        if not any(words in output for words in PULL_FAILURES):
+            return None
+        setting = "CPU_BASE_IMAGE" if self.track is CPU else "GPU_IMAGE"
+        return (f"{self.image()} could not be fetched (no registry this Docker engine reaches has it, nor the engine "
+                f"itself): `RUNTIME=native bash up.sh` serves without Docker, or set {setting} to an image a "
+                "reachable registry or this Docker engine has")
 
     def stop(self, quiet: bool = False, remove_volumes: bool = False) -> bool:
         """Remove this track's container; False if it had none (and no volume was asked to go).

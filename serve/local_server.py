@@ -104,6 +104,7 @@ class LocalRuntime:
     """A runtime whose engine is one LocalServer: the lifecycle calls are the server's own."""
 
     server: LocalServer
+    picked_because = ""
 
     @property
     def base_url(self) -> str:

@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 from serve import system
+from serve.env_check import vllm_passthrough
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
 from serve.model import (MODEL_DIR, MODEL_PACKAGE, gguf_in, int8_dir, native_model_dir, served_model_facts,
@@ -27,7 +28,7 @@ from serve.pip_config import installer as installer_for
 from serve.progress import StepFailed, console, in_background, run_logged, tail
 from serve.replicas import PREFIX_CACHING_FLAG, Share, check_memory
 from serve.runtime import Started, VllmRuntime
-from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings
+from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings, load_env
 from serve.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.vllm_command import (API_SERVER_MODULE, Resolved, engine_base_env, parse_version, resolve, vllm_args,
                                 vllm_env)
@@ -242,8 +243,9 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
                            port=self.port)]
         if self.share is not None and PREFIX_CACHING_FLAG not in argv:
             argv.append(PREFIX_CACHING_FLAG)
-        env = {**engine_base_env(bytecode_env()), **vllm_env(self.settings, resolved), "HF_HUB_OFFLINE": "1",
-               "PYTHONUNBUFFERED": "1"}
+        # vLLM's own variables set in .env reach the engine too; the shell's win, the kit's settings over both
+        env = {**vllm_passthrough(load_env()), **engine_base_env(bytecode_env()), **vllm_env(self.settings, resolved),
+               "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         if self.settings.api_key:  # vllm_args named the kit's auth middleware: make it importable
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ENGINE_PLUGINS), env.get("PYTHONPATH"))))
         return argv, env

@@ -33,6 +33,7 @@ class Runtime(Protocol):
     name: str  # how it runs: "native", "docker", "docker-gpu", "llama.cpp"
     port: int
     log_path: Path  # the engine's own output
+    picked_because: str  # why RUNTIME=auto chose this runtime (serve/runtimes.py); "" when it was asked for
 
     @property
     def base_url(self) -> str: ...
@@ -78,6 +79,7 @@ class VllmRuntime:
     engine = "vllm"
     label = "vLLM"
     name: str
+    picked_because = ""
     settings: Settings
     log_path: Path
 

@@ -77,22 +77,33 @@ def forget(settings: Settings, runtime: Runtime) -> None:
 
 
 def select(settings: Settings) -> Runtime:
-    """RUNTIME as set; `auto` is the runtime recorded as having started VLLM_PORT's vLLM, else decided now."""
-    choice = settings.runtime
-    if choice == "auto":
-        choice = recorded(settings) or "auto"
+    """RUNTIME as set; `auto` is the runtime recorded as having started VLLM_PORT's vLLM, else decided now. With
+    `auto`, the runtime says why it was picked (`picked_because`: the start line and the recap show it)."""
+    choice, why = settings.runtime, ""
+    previous = recorded(settings) if choice == "auto" else None
+    if previous is not None:
+        choice, why = previous, f"the runtime the last up started on port {settings.port} (.kit/run/)"
+    runtime: Runtime
     if choice == "native":
-        return NativeRuntime(settings)
+        runtime = NativeRuntime(settings)
+        runtime.picked_because = why
+        return runtime
     try:
         found = find_docker()
     except compose.ComposeUnavailable as exc:
         if choice == "auto":
-            return NativeRuntime(settings)
+            runtime = NativeRuntime(settings)
+            runtime.picked_because = f"no Docker to use: {exc}"
+            return runtime
         how = "started it" if settings.runtime == "auto" else "is asked for"
         raise SettingsError(f"RUNTIME={choice} is invalid here: it {how}, and it needs a Docker engine with "
                             f"Compose (the docker compose plugin, or docker-compose 1.28+), but {exc}. "
                             "Start Docker, or set RUNTIME=native") from None
-    return DockerRuntime(settings, TRACKS[CPU.runtime if choice == "auto" else choice], found)
+    runtime = DockerRuntime(settings, TRACKS[CPU.runtime if choice == "auto" else choice], found)
+    if settings.runtime == "auto":
+        runtime.picked_because = why or (f"a Docker engine answers `docker info` and {found.label} is installed; "
+                                         "RUNTIME=native bash up.sh serves without Docker")
+    return runtime
 
 
 def vllm_runtimes(settings: Settings) -> list[Runtime]:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Debian packages the test suite uses (offline validators, a headless browser, what the kit's native paths
 # need from the system: patch for patches/apply.sh, a C/C++ toolchain and CMake; a Docker engine with Compose v1,
-# and debootstrap for the Docker tests' local base image), installed when missing.
+# debootstrap for the Docker tests' local base image, and tmux, the real terminal the client's chat is tested in),
+# installed when missing.
 # Called by tests/run.sh; needs root (as CI has) or the packages already present.
 set -euo pipefail
 
-packages=(shellcheck docker-compose chromium patch gcc g++ cmake docker.io debootstrap)
+packages=(shellcheck docker-compose chromium patch gcc g++ cmake docker.io debootstrap tmux)
 # kubectl for `kubectl kustomize` (tests/test_kube.py): any one on PATH will do, else Debian's
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 missing=()

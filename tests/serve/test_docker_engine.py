@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from serve import __main__ as serve_main
 from serve import process
 from serve.compose import ComposeUnavailable, find, project_name
 from serve.docker import CPU, compose_env, resolve_for_container
@@ -94,15 +96,47 @@ def test_a_tag_in_cpu_base_image_wins_over_cpu_image_tag() -> None:
     assert (plain.cpu_base_image, plain.cpu_image_tag) == ("localhost:5000/kit/standin", "0.9.1-oe2403lts")
 
 
+def test_the_recap_says_why_auto_picked_its_runtime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    why = "a Docker engine answers `docker info` and docker-compose 1.29.2 is installed"
+    shown = SimpleNamespace(base_url="http://127.0.0.1:8009", name="docker", label="vLLM", port=8009,
+                            served_model="m", log_path=tmp_path / "none.log", recap_rows=lambda started: [],
+                            picked_because=why)
+    serve_main.recap(Settings.from_env({}), shown, None)
+    assert f"runtime docker (RUNTIME=auto: {why})" in " ".join(capsys.readouterr().out.split())  # rich wraps it
+
+
 # --- The real engine ---
 
 def test_auto_picks_docker_and_a_failing_build_surfaces_its_error(docker_engine: Engine) -> None:  # noqa: F811
+    """The base image no registry has: compose's own words, then one last line naming both ways out."""
     env = kit_env(RUNTIME="auto", VLLM_PORT=str(free_port()), CPU_BASE_IMAGE=ABSENT_REPOSITORY)
     up = run_script("up.sh", env, timeout_s=300)
     assert up.returncode == 1, up.stdout + up.stderr
-    assert "(runtime docker)" in up.stdout  # an engine and a Compose answer: auto picks Docker
+    assert "(runtime docker)" in up.stdout  # an engine and a Compose answer: auto picks Docker, and says why
+    assert f"RUNTIME=auto picked docker: a Docker engine answers `docker info` and {find('docker').label}" in up.stdout
     assert "Building the patched CPU image" in up.stdout and len(errors(up.stderr)) == 1  # errors: stderr
     assert ABSENT_REPOSITORY in up.stdout + up.stderr  # compose's own words name the image it could not get
+    last = up.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{ABSENT_REPOSITORY}:0.9.1-oe2403lts could not be fetched"), up.stderr
+    assert "`RUNTIME=native bash up.sh` serves without Docker" in last and "set CPU_BASE_IMAGE to" in last
+    assert project_containers() == []
+
+
+def test_a_build_that_fails_after_its_base_image_names_no_image_way_out(docker_engine: Engine,  # noqa: F811
+                                                                       tmp_path: Path) -> None:
+    """A build step failing on a base the engine holds is not an unreachable image: no way-out line then."""
+    base = "vllm-lab-kit/failing-base:0.32.0-test"
+    (tmp_path / "marker").write_text("an image with one file and no shell\n")
+    archive = subprocess.run(["tar", "-c", "-C", str(tmp_path), "marker"], capture_output=True, check=True).stdout
+    imported = subprocess.run(["docker", "import", "-", base], input=archive, capture_output=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    try:
+        env = kit_env(RUNTIME="docker", VLLM_PORT=str(free_port()), CPU_BASE_IMAGE=base)
+        up = run_script("up.sh", env, timeout_s=300)  # Dockerfile.cpu's first RUN finds no shell there
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", base], capture_output=True, timeout=60)
+    assert up.returncode == 1 and len(errors(up.stderr)) == 1, up.stdout + up.stderr
+    assert "could not be fetched" not in up.stderr and "RUNTIME=auto picked" not in up.stdout
     assert project_containers() == []
 
 
@@ -111,6 +145,7 @@ def test_a_failing_gpu_pull_surfaces_its_error_and_starts_nothing(docker_engine:
     up = run_script("up.sh", env, timeout_s=300)
     assert up.returncode == 1, up.stdout + up.stderr
     assert f"Pulling {ABSENT_REPOSITORY}:v0.11.0" in up.stdout and len(errors(up.stderr)) == 1
+    assert "RUNTIME=native bash up.sh" in up.stderr.strip().splitlines()[-1] and "set GPU_IMAGE to" in up.stderr
     assert project_containers() == []
     down = run_script("down.sh", env, timeout_s=120)
     assert down.returncode == 0 and "Nothing to stop" in down.stdout
