@@ -13,7 +13,7 @@ from typing import Any
 from labs.contract.probe import (CHAT_PROMPT, MAX_TOKENS, TEXT_PROMPT, Outcome, Probe, differs, expect, short)
 
 STOP_PROMPT = "Count from 1 to 20, separated by commas."
-STOP_BASELINE_TOKENS = 24
+STOP_BASELINE_TOKENS = 12
 NEVER_SEEN = "§never-in-an-answer§"
 FINISH_STOP_TOKENS = 48  # room enough for the model to end "Say OK." by itself
 SEED = 1234
