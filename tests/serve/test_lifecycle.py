@@ -43,7 +43,8 @@ def test_api_key_is_honoured_and_down_leaves_nothing_behind(tmp_path: Path) -> N
         contract = subprocess.run([sys.executable, "-m", "labs.contract", "--url", server.api_url, "--model", MODEL,
                                    "--checks", "models,error_auth", "--out", str(tmp_path)], cwd=ROOT,
                                   capture_output=True, text=True, timeout=120, env=server.client_env(VLLM_API_KEY=KEY))
-        assert contract.returncode == 0 and "error_auth ✔" in contract.stdout, contract.stdout + contract.stderr
+        assert contract.returncode == 0, contract.stdout + contract.stderr
+        assert ["error_auth", "✔"] in [line.split() for line in contract.stdout.splitlines()], contract.stdout
         for open_path in ("/health", "/metrics"):  # probes and Prometheus, by design (README)
             assert httpx.get(f"{server.base_url}{open_path}", timeout=10).status_code == 200, open_path
         client = subprocess.run([sys.executable, "-m", "client", "--max-tokens", "8", "Say OK."], cwd=ROOT,
