@@ -30,7 +30,8 @@ def matrix_lines(records: Sequence[CheckRecord], engines: Sequence[str]) -> list
     table = matrix(records)
     check_width = max([len("check"), *map(len, table)])
     widths = [max(len(engine), len("differs")) for engine in engines]
-    lines = ["  ".join([f"{'check':<{check_width}}", *(f"{engine:<{width}}" for engine, width in zip(engines, widths))])]
+    lines = ["  ".join([f"{'check':<{check_width}}", *(f"{engine:<{width}}" for engine, width in zip(engines, widths))])
+             .rstrip()]
     for check, by_engine in table.items():
         cells = [f"{by_engine[engine].mark if engine in by_engine else '-':<{width}}"
                  for engine, width in zip(engines, widths)]
