@@ -113,7 +113,8 @@ class Probe:
     def post(self, path: str, body: dict[str, Any] | None = None, content: bytes | None = None,
              headers: dict[str, str] | None = None) -> httpx.Response:
         """Raw HTTP where the SDK hides the wire (status codes, error bodies); the endpoint's key unless `headers`."""
-        sent = self.endpoint.headers if headers is None else headers
+        # a fresh connection each time: a server that answered the last one with a 500 may have closed it
+        sent = {**(self.endpoint.headers if headers is None else headers), "Connection": "close"}
         if content is not None:
             return self.http.post(f"{self.endpoint.base_url}{path}", content=content,
                                   headers={**sent, "Content-Type": "application/json"})
