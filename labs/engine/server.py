@@ -2,16 +2,17 @@
 
     .kit/vllm/bin/python -m labs.engine.server --port 8012 --max-batch 16
 
-Serves `POST /v1/chat/completions` (streaming with `stream_options.include_usage`, or not), `GET /v1/models`,
-`GET /health` and a few vLLM-named gauges on `GET /metrics`. One thread runs the engine loop; requests
+Serves `POST /v1/chat/completions` and `POST /v1/completions` (streaming with `stream_options.include_usage`, or
+not; `max_tokens`, `stop`, `temperature`), `GET /v1/models`, `GET /health` and a few vLLM-named gauges on
+`GET /metrics`. One thread runs the engine loop; requests
 reach it through a queue and tokens come back to each HTTP handler through its own asyncio queue.
 This module wires the pieces and parses the command line: engine_loop (the thread), gauges, openai_shapes
-(what is sent and answered), detokenizer (token ids to text deltas).
+and openai_requests (what is answered and accepted), stop_strings, detokenizer (token ids to text deltas).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import torch
 import uvicorn
@@ -25,12 +26,15 @@ from labs.engine.engine import Engine
 from labs.engine.engine_loop import EngineLoop
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES
-from labs.engine.openai_shapes import DONE_EVENT, Completion, RequestError, model_list, parse_chat
+from labs.engine.openai_requests import GenerationRequest, parse_chat, parse_completion
+from labs.engine.openai_shapes import DONE_EVENT, ChatAnswer, RequestError, TextAnswer, model_list
+from labs.engine.stop_strings import StopStrings, until_stop
 from serve.cli import KitArgumentParser, tcp_port
 from serve.model import BUNDLED_MODEL_NAME, MODEL_DIR
 
 SERVED_MODEL_NAME = BUNDLED_MODEL_NAME
 DEFAULT_PORT = 8012
+Parse = Callable[[bytes, object, str, int], GenerationRequest]  # (body, tokenizer, model name, max_model_len)
 ENGINE_FLAGS = ("policy", "max_batch_size", "block_size", "num_blocks", "enable_prefix_caching", "dtype")
 
 
@@ -50,33 +54,42 @@ def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:  # noqa:
     async def models() -> dict:
         return model_list(model_name, max_model_len)
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):  # noqa: ANN202 - a JSON or a streaming response
+    async def answer(raw_body: bytes, parse: Parse, shape: type[ChatAnswer]):  # noqa: ANN202 - JSON or a stream
         try:
-            chat_request = parse_chat(await request.body(), tokenizer, model_name, max_model_len)
+            request = parse(raw_body, tokenizer, model_name, max_model_len)
         except RequestError as refused:
             return JSONResponse(refused.body(), status_code=refused.status)
-        tokens = loop.stream(chat_request.prompt_token_ids, chat_request.params)
-        completion = Completion(model_name, len(chat_request.prompt_token_ids))
+        answer = shape(model_name, len(request.prompt_token_ids))
         detokenizer = Detokenizer(tokenizer)
+        deltas = until_stop(detokenizer.deltas(loop.stream(request.prompt_token_ids, request.params)),
+                            StopStrings(request.stop))
 
-        if not chat_request.stream:
-            reason = None
-            async for _, reason in detokenizer.deltas(tokens):
-                pass
-            return completion.message(detokenizer.text, reason, len(detokenizer.token_ids))
+        if not request.stream:
+            text, reason = "", None
+            async for delta, reason in deltas:
+                text += delta
+            return answer.message(text, reason, len(detokenizer.token_ids))
 
-        include_usage = chat_request.include_usage
+        include_usage = request.include_usage
 
         async def events() -> AsyncIterator[str]:
-            yield completion.chunk({"role": "assistant", "content": ""}, None)
-            async for text, reason in detokenizer.deltas(tokens):
-                yield completion.chunk({"content": text} if text else {}, reason)
+            if (first := answer.first_chunk()) is not None:
+                yield first
+            async for delta, reason in deltas:
+                yield answer.chunk(delta, reason)
             if include_usage:
-                yield completion.usage_chunk(len(detokenizer.token_ids))
+                yield answer.usage_chunk(len(detokenizer.token_ids))
             yield DONE_EVENT
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):  # noqa: ANN202 - a JSON or a streaming response
+        return await answer(await request.body(), parse_chat, ChatAnswer)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):  # noqa: ANN202 - a JSON or a streaming response
+        return await answer(await request.body(), parse_completion, TextAnswer)
 
     return app
 

@@ -64,7 +64,7 @@ def _figure(plot: Plot) -> str:
             f"<figcaption>{alt}</figcaption></figure>")
 
 
-def _machine(envelope: Envelope) -> str:
+def machine_line(envelope: Envelope) -> str:
     machine = envelope.machine
     cores = f"{machine.usable_cores} usable cores" + (f" ({machine.physical_cores} physical)"
                                                       if machine.physical_cores else "")
@@ -86,7 +86,7 @@ def write_html(out_dir: Path, results: Sequence[tuple[RunResult, Summary]], plot
 <body>
 <h1>Load test report</h1>
 <p>{html.escape(envelope.created_utc)} · <code>{html.escape(envelope.command)}</code></p>
-<p>{_machine(envelope)}</p>
+<p>{machine_line(envelope)}</p>
 <h2>Runs</h2>{_runs_table(results)}{notes}
 <h2>Latencies (ms)</h2>{_latency_table(results)}
 <h2>Plots</h2>{''.join(_figure(plot) for plot in plots)}

@@ -18,6 +18,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/version"})
+# OpenAI's error object, as its API answers a missing or wrong key (the SDK raises AuthenticationError with the
+# message); vLLM's own check answers {"error": "Unauthorized"}, a string where clients expect this object
+UNAUTHORIZED = {"error": {"message": "Unauthorized: send Authorization: Bearer <VLLM_API_KEY>",
+                          "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -44,7 +48,7 @@ class RequireKeyEverywhere:
         if path in OPEN_PATHS or self.authorized(scope):
             await self.app(scope, receive, send)
             return
-        body = json.dumps({"error": "Unauthorized: send Authorization: Bearer <VLLM_API_KEY>"}).encode()
+        body = json.dumps(UNAUTHORIZED).encode()
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 KEY = "lab-kit-test-key"
 
 
-def test_api_key_is_honoured_and_down_leaves_nothing_behind() -> None:
+def test_api_key_is_honoured_and_down_leaves_nothing_behind(tmp_path: Path) -> None:
     server = start_server(ENFORCE_EAGER="true", VLLM_API_KEY=KEY)
     pid = process.PidFile(RUN_DIR / f"vllm-{server.port}.pid", API_SERVER_MODULE).live_pid()
     try:
@@ -39,6 +39,12 @@ def test_api_key_is_honoured_and_down_leaves_nothing_behind() -> None:
             keyed = httpx.post(f"{server.base_url}{path}", json=body, timeout=60,
                                headers={"Authorization": f"Bearer {KEY}"})
             assert keyed.status_code == 200, (path, keyed.text)
+        # no key and a wrong key get 401 with OpenAI's error object (the kit's middleware answers, not vLLM's string)
+        contract = subprocess.run([sys.executable, "-m", "labs.contract", "--url", server.api_url, "--model", MODEL,
+                                   "--checks", "models,error_auth", "--out", str(tmp_path)], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=120, env=server.client_env(VLLM_API_KEY=KEY))
+        assert contract.returncode == 0, contract.stdout + contract.stderr
+        assert ["error_auth", "✔"] in [line.split() for line in contract.stdout.splitlines()], contract.stdout
         for open_path in ("/health", "/metrics"):  # probes and Prometheus, by design (README)
             assert httpx.get(f"{server.base_url}{open_path}", timeout=10).status_code == 200, open_path
         client = subprocess.run([sys.executable, "-m", "client", "--max-tokens", "8", "Say OK."], cwd=ROOT,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -133,7 +134,7 @@ def test_the_engine_middleware_requires_the_key_on_every_route_but_probes_and_me
     sys.modules.pop("kit_auth", None)
     import kit_auth
 
-    async def status(path: str, authorization: str | None = None) -> int:
+    async def answer(path: str, authorization: str | None = None) -> list[dict]:
         sent: list[dict] = []
 
         async def app(scope: dict, receive: object, send: object) -> None:
@@ -145,7 +146,10 @@ def test_the_engine_middleware_requires_the_key_on_every_route_but_probes_and_me
         headers = [(b"authorization", authorization.encode())] if authorization else []
         await kit_auth.RequireKeyEverywhere(app)({"type": "http", "method": "POST", "path": path,
                                                   "headers": headers}, None, send)
-        return sent[0]["status"]
+        return sent
+
+    async def status(path: str, authorization: str | None = None) -> int:
+        return (await answer(path, authorization))[0]["status"]
 
     for path in ("/invocations", "/tokenize", "/v1/completions", "/detokenize", "/pooling"):
         assert asyncio.run(status(path)) == 401, path
@@ -153,6 +157,11 @@ def test_the_engine_middleware_requires_the_key_on_every_route_but_probes_and_me
         assert asyncio.run(status(path, "Bearer k")) == 200, path
     for path in ("/health", "/ping", "/metrics", "/version"):
         assert asyncio.run(status(path)) == 200, path
+    # the body the OpenAI SDK reads its AuthenticationError from: an error object, not a string
+    start, body = asyncio.run(answer("/v1/chat/completions", "Bearer wrong"))
+    error = json.loads(body["body"])["error"]
+    assert set(error) == {"message", "type", "param", "code"} and "VLLM_API_KEY" in error["message"]
+    assert dict(start["headers"])[b"content-length"] == str(len(body["body"])).encode()
 
 
 def test_model_path_must_be_a_model_folder(tmp_path: Path) -> None:

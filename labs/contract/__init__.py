@@ -1,0 +1,1 @@
+"""The OpenAI-contract check: python -m labs.contract."""

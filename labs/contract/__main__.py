@@ -1,0 +1,117 @@
+"""python -m labs.contract: one fixed set of OpenAI-contract checks against every engine ENGINES names, or any
+--url, with the stock OpenAI SDK and raw HTTP; a matrix of pass / fail / differs with the evidence.
+
+    .venv/bin/python -m labs.contract                         # the engines ENGINES names
+    .venv/bin/python -m labs.contract --engines vllm,llamacpp,llamaserver --url http://127.0.0.1:8012/v1 --name teaching
+    .venv/bin/python -m labs.contract --url http://127.0.0.1:11434/v1 --model smollm2:135m     # a real Ollama
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from client.endpoint import Endpoint, EndpointError
+from labs.compare.workload import targets
+from labs.contract.probe import MAX_TOKENS, CheckRecord
+from labs.contract.registry import CHECKS, run_all
+from labs.contract.report import difference_lines, matrix_lines, write_html, write_results
+from labs.results import Envelope, MeasuredEngine, command_line
+from serve.cli import KitArgumentParser
+from serve.progress import console, fail
+from serve.settings import ROOT, Settings, SettingsError, engine_list, load_env
+
+RESULTS_DIR = ROOT / "results"
+
+
+def check_names(raw: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in raw.split(",") if name.strip())
+    unknown = [name for name in names if name not in CHECKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown check(s) {', '.join(unknown) or '(none given)'}: use a "
+                                         f"comma-separated list of {', '.join(CHECKS)}")
+    return names
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = KitArgumentParser(prog="python -m labs.contract", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engines", default=None,
+                        help="the kit's engines to check, e.g. vllm,llamacpp,llamaserver (default: the ENGINES "
+                             "setting, unless --url is given)")
+    parser.add_argument("--url", default=None, help="also check the OpenAI /v1 URL of any engine, e.g. a real "
+                                                    "Ollama's http://127.0.0.1:11434/v1 or a hosted API")
+    parser.add_argument("--model", default="", help="the model to ask for at --url (default: the first it lists)")
+    parser.add_argument("--name", default="engine", help="the --url engine's column in the matrix (default engine)")
+    parser.add_argument("--api-key", default=None,
+                        help="the key to send to --url (default: OPENAI_API_KEY, else VLLM_API_KEY, as the client)")
+    parser.add_argument("--checks", type=check_names, default=tuple(CHECKS),
+                        help="only these checks, comma-separated (default: all of them)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for contract.json and report.html (default results/contract-<UTC time>)")
+    return parser.parse_args(argv)
+
+
+def chosen_endpoints(args: argparse.Namespace) -> list[Endpoint]:
+    """The kit's engines (--engines, else ENGINES unless --url is given), then the --url engine."""
+    endpoints: list[Endpoint] = []
+    if args.engines or not args.url:
+        settings = Settings.load()
+        endpoints += targets(settings, engine_list("--engines", args.engines) if args.engines else None)
+    if args.url:
+        url = Endpoint.at(args.name, args.url, args.model, load_env(), url_source="--url", model_source="--model")
+        if args.api_key is not None:
+            url = dataclasses.replace(url, api_key=args.api_key, key_source="--api-key")
+        if not url.model:
+            served = url.models()
+            if not served:
+                raise EndpointError(f"{url.base_url}/models lists no model: name one with --model")
+            url = dataclasses.replace(url, model=served[0].id)
+        endpoints.append(url)
+    names = [endpoint.name for endpoint in endpoints]
+    if len(set(names)) != len(names):
+        raise EndpointError(f"two engines are both called {args.name!r}: give --url's engine another --name")
+    return endpoints
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        endpoints = chosen_endpoints(args)
+        for endpoint in endpoints:  # every engine answers before any is checked: bad input stops here
+            endpoint.check()
+    except (SettingsError, EndpointError) as exc:
+        fail(str(exc), code=2)
+    started = datetime.now(timezone.utc)
+    folder = args.out or RESULTS_DIR / f"contract-{started:%Y%m%d-%H%M%S}"
+    console.print(f"Checking {len(args.checks)} parts of the OpenAI contract (answers of at most {MAX_TOKENS} "
+                  f"tokens, a few longer) on {', '.join(endpoint.name for endpoint in endpoints)}")
+    records: list[CheckRecord] = []
+    for endpoint in endpoints:
+        with console.status(f"{endpoint.name} at {endpoint.base_url}, model {endpoint.model} ..."):
+            try:
+                found = run_all(endpoint, args.checks)
+            except EndpointError as exc:
+                fail(f"{exc} (stopped while checking {endpoint.name})", code=1)
+        took_s = sum(record.duration_s for record in found)
+        console.print(f"{endpoint.name}: {len(found)} checks in {took_s:.1f} s", markup=False)
+        records += found
+    names = [endpoint.name for endpoint in endpoints]
+    console.print("\n" + "\n".join(matrix_lines(records, names)), markup=False, highlight=False, soft_wrap=True)
+    differences = difference_lines(records)
+    if differences:
+        console.print("\nWhat differs, and the evidence:", markup=False)
+        console.print("\n".join(differences), markup=False, highlight=False, soft_wrap=True)
+    command = command_line("python -m labs.contract", sys.argv[1:] if argv is None else argv)
+    envelope = Envelope.now(command, [MeasuredEngine(endpoint.model, endpoint.base_url, endpoint.kind or None)
+                                      for endpoint in endpoints])
+    results = write_results(folder, envelope, endpoints, records)
+    report = write_html(folder, envelope, endpoints, records)
+    console.print(f"\nwrote {results} and {report}", markup=False, soft_wrap=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
