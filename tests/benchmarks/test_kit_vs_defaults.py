@@ -88,10 +88,15 @@ def test_compile_cache_state_reads_vllm_log_lines() -> None:
     assert compile_cache_state(LOG_COLD, Settings.from_env({"ENFORCE_EAGER": "true"})).startswith("eager")
 
 
-def test_builtin_arms_are_the_kit_vllm_out_of_the_box_llamacpp_and_llama_server() -> None:
-    assert list(BUILTIN_ARMS) == ["kit", "vllm-defaults", "llamacpp", "llamaserver-1", "llamaserver-n"]
+def test_builtin_arms_are_the_kit_vllm_out_of_the_box_the_weights_llamacpp_and_llama_server() -> None:
+    assert list(BUILTIN_ARMS) == ["kit", "vllm-defaults", "float", "int8", "float-2threads", "int8-2threads",
+                                  "llamacpp", "llamaserver-1", "llamaserver-n"]
     defaults = Settings.from_env(dict(BUILTIN_ARMS["vllm-defaults"].overrides))
     assert defaults.dtype == "float32" and defaults.omp_threads_bind == "auto" and defaults.block_size == 128
+    for name, weights in (("float", "none"), ("int8", "int8"), ("float-2threads", "none"), ("int8-2threads", "int8")):
+        arm = BUILTIN_ARMS[name]
+        assert Settings.from_env(dict(arm.overrides)).quantization == weights
+        assert engine_environ(arm) == ({"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"} if "2threads" in name else {})
     assert parse_overrides(["VLLM_EXTRA_ARGS=--block-size 16"]) == (("VLLM_EXTRA_ARGS", "--block-size 16"),)
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_overrides(["DTYPE"])
