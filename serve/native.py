@@ -21,8 +21,8 @@ from serve import system
 from serve.env_check import vllm_passthrough
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
-from serve.model import (MODEL_DIR, MODEL_PACKAGE, gguf_in, int8_dir, native_model_dir, served_model_facts,
-                         served_weights_dir)
+from serve.model import (MODEL_DIR, MODEL_PACKAGE, gguf_in, int8_dir, native_model_dir, quantization_for,
+                         served_model_facts, served_weights_dir)
 from serve.quantize import RECIPE_FILE, recipe_record
 from serve.pip_config import installer as installer_for
 from serve.progress import StepFailed, console, in_background, run_logged, tail
@@ -234,7 +234,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         install(self.settings.torch_index_url)
         if self.settings.model_path is None:
             prepare_model()
-        if self.settings.quantization == "int8":
+        if quantization_for(self.settings, self.name)[0] == "int8":
             prepare_int8(native_model_dir(self.settings))
 
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:

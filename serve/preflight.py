@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from serve.machine import Machine, detect
-from serve.model import served_model_facts
+from serve.model import quantization_for, served_model_facts
 from serve.progress import console
 from serve.settings import CPU_QUANTIZATIONS, Settings, SettingsError
 from serve.sizing import (V0_BLOCK_SIZE, V1_CPU_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, GiB, KvPool, ModelFacts,
@@ -156,16 +156,17 @@ def _check_admission(verdict: Verdict, settings: Settings, resolved: Resolved, f
 
 def quantization_problem(settings: Settings, dtype: str, runtime: str, machine: Machine) -> str | None:
     """Why QUANTIZATION cannot be served by this runtime with this dtype on this CPU, with the fix; None if it can."""
+    quantization = quantization_for(settings, runtime, machine)[0]
     wanted = f"QUANTIZATION={settings.quantization}"
     if runtime in GPU_RUNTIMES:
-        if settings.quantization == "int8":
+        if quantization == "int8":
             return (f"{wanted} is the CPU track's int8 W8A8 checkpoint, prepared natively; on the GPU track set "
                     "QUANTIZATION=fp8 (Hopper/Ada), or awq/gptq with such a checkpoint in MODEL_NAME, or none")
         return None
-    if settings.quantization not in CPU_QUANTIZATIONS:
+    if quantization not in CPU_QUANTIZATIONS:
         return (f"{wanted} is the GPU track's (RUNTIME=docker-gpu): vLLM's CPU kernels do not serve it; on the CPU "
                 "set QUANTIZATION=int8 (int8 W8A8 weights prepared from the float model) or none")
-    if settings.quantization != "int8":
+    if quantization != "int8":
         return None
     if runtime in CONTAINER_RUNTIMES:
         return (f"{wanted} is prepared by the native runtime from the bundled model, and the Docker CPU track loads "
@@ -173,7 +174,7 @@ def quantization_problem(settings: Settings, dtype: str, runtime: str, machine: 
                 "MODEL_NAME naming a compressed-tensors W8A8 checkpoint (vLLM reads its quantization from its config)")
     if dtype == "float32" and AMX_FLAG in machine.cpu_flags:
         return (f"{wanted} with DTYPE=float32 cannot run on this CPU: it has AMX, and vLLM's AMX int8 kernel takes "
-                "bfloat16 activations only; set DTYPE=bfloat16 (or auto) or QUANTIZATION=none")
+                "bfloat16 activations only; set DTYPE=bfloat16 (or auto), or QUANTIZATION=none for the float weights")
     return None
 
 

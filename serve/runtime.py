@@ -12,7 +12,7 @@ from typing import Protocol
 
 from serve import preflight, system
 from serve.health import kv_cache_report
-from serve.model import served_model_facts
+from serve.model import quantization_for, served_model_facts
 from serve.settings import Settings
 from serve.sizing import ModelFacts
 from serve.vllm_command import Resolved
@@ -107,7 +107,8 @@ class VllmRuntime:
             rows += resolved_rows(resolved)
             facts = served_model_facts(self.settings, self.name)
             if facts is not None and resolved.dtype != "auto":  # the GPU track's auto: the checkpoint's own
-                rows.append(("weights", weights_row(self.settings, facts, resolved.dtype)))
+                rows.append(("weights", weights_row(facts, resolved.dtype,
+                                                    quantization_for(self.settings, self.name)[1])))
         report = kv_cache_report(self.log_path.read_text(errors="replace")) if self.log_path.exists() else None
         if report is not None:
             rows.append(("KV cache", f"{report.tokens:,} tokens; max concurrency {report.max_concurrency:g}x "
@@ -115,14 +116,14 @@ class VllmRuntime:
         return rows
 
 
-def weights_row(settings: Settings, facts: ModelFacts, dtype: str) -> str:
-    """Which weights are served and what a decode step reads of them (it reads every one)."""
-    size = f"{facts.weight_bytes(dtype) / 1e6:,.0f} MB"
+def weights_row(facts: ModelFacts, dtype: str, why: str) -> str:
+    """Which weights are served, why, and what a decode step reads of them (it reads every one)."""
+    size = f"{facts.weight_bytes(dtype) / 1e6:,.0f} MB read per decode step"
     if facts.num_int8_params:
         float_params = facts.num_params - facts.num_int8_params
-        return (f"int8 W8A8 (QUANTIZATION={settings.quantization}): {facts.num_int8_params / 1e6:.0f}M int8 + "
-                f"{float_params / 1e6:.0f}M {dtype} parameters, {size}")
-    return f"{dtype} (QUANTIZATION={settings.quantization}): {facts.num_params / 1e6:.0f}M parameters, {size}"
+        return (f"int8 W8A8: {facts.num_int8_params / 1e6:.0f}M int8 + {float_params / 1e6:.0f}M {dtype} "
+                f"parameters, {size} ({why})")
+    return f"{dtype}: {facts.num_params / 1e6:.0f}M parameters, {size} ({why})"
 
 
 def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:

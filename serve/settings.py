@@ -34,9 +34,9 @@ BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit 
 # llamacpp: the Ollama-class llama.cpp server (serve/llamacpp.py); llamaserver: llama.cpp's own C++ server with
 # parallel slots (serve/llama_server.py)
 ENGINES = ("vllm", "llamacpp", "llamaserver")
-# none: the float weights; int8: the CPU track's int8 W8A8 checkpoint, prepared natively (serve/quantize.py);
-# awq/gptq/fp8: the GPU track's --quantization
-QUANTIZATIONS = ("none", "int8", "awq", "gptq", "fp8")
+# auto: int8 natively where it was measured to win (serve/model.py), else none; none: the float weights;
+# int8: the CPU track's int8 W8A8 checkpoint, prepared natively (serve/quantize.py); awq/gptq/fp8: the GPU track's
+QUANTIZATIONS = ("auto", "none", "int8", "awq", "gptq", "fp8")
 CPU_QUANTIZATIONS = ("none", "int8")
 # vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
@@ -249,7 +249,7 @@ def fraction(name: str, raw: str) -> float:
 def quantization(name: str, raw: str) -> str:
     """One of QUANTIZATIONS; empty is `none` (the float weights)."""
     if (raw or "none") not in QUANTIZATIONS:
-        raise _bad(name, raw, f"use none (the float weights), int8 (the CPU track's int8 checkpoint), or awq, "
+        raise _bad(name, raw, "use auto, none (the float weights), int8 (the CPU track's int8 checkpoint), or awq, "
                               "gptq, fp8 (the GPU track's)")
     return raw or "none"
 
@@ -341,8 +341,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("GPU_PORT", "gpu_port", "8000", port, "port of the GPU track's /v1 API"),
     Knob("GPU_MEMORY_UTILIZATION", "gpu_memory_utilization", "0.90", fraction,
          "share of GPU memory vLLM takes for weights + KV cache (the rest stays free)"),
-    Knob("QUANTIZATION", "quantization", "", quantization,
-         "GPU track: awq/gptq (4-bit, ~1/4 of FP16 memory) or fp8 (Hopper/Ada); empty = as published"),
+    Knob("QUANTIZATION", "quantization", "auto", quantization,
+         "auto = int8 W8A8 natively on a CPU with AVX-512, else none (the float weights); int8 on the CPU track; "
+         "GPU track: awq/gptq (4-bit) or fp8 (Hopper/Ada)"),
     Knob("OLLAMA_IMAGE", "ollama_image", "ollama/ollama:0.12.3", pinned_image,
          "the ollama compose profile's image, pinned"),
     Knob("ENGINES", "engines", "vllm", engine_list,

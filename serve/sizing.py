@@ -95,7 +95,10 @@ class ModelFacts:
 
     def weight_bytes(self, weights: str) -> int:
         """Bytes of weights served in `weights` (a dtype or a format); int8 tensors stay one byte each."""
-        per_param = WEIGHT_BYTES_PER_PARAM[weight_format(weights)]
+        key = weight_format(weights)
+        if key == "int8":  # W8A8 as serve/quantize.py writes it: the projections int8, the rest 16-bit
+            return (self if self.num_int8_params else self.as_int8()).weight_bytes("bf16")
+        per_param = WEIGHT_BYTES_PER_PARAM[key]
         return int((self.num_params - self.num_int8_params) * per_param + self.num_int8_params * INT8_BYTES)
 
     def as_int8(self) -> ModelFacts:

@@ -78,7 +78,7 @@ def resolve_for_container(settings: Settings, machine: Machine, track: Track) ->
 def optional_args(settings: Settings, track: Track) -> list[str]:
     """Flags present only when a knob is set; compose gets them as RESOLVED_OPTIONAL_ARGS."""
     args = auth_args(settings) + (["--enforce-eager"] if settings.enforce_eager else [])
-    if track is GPU and settings.quantization != "none":
+    if track is GPU and settings.quantization not in ("auto", "none"):
         args += ["--quantization", settings.quantization]
     return args
 

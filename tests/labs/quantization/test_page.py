@@ -1,0 +1,68 @@
+"""labs/quantization.md run as a reader would: a real int8 vLLM and a real float one, the quality lab between them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from labs import results
+from serve.local_server import LOG_DIR
+from serve.model import INT8_SUFFIX
+from tests.conftest import MODEL, free_port, kit_env
+from tests.support.docs import doc_commands, retarget, run_doc
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+PAGE = "labs/quantization.md"
+
+
+def test_the_page_serves_int8_beside_float_and_measures_what_it_costs(tmp_path: Path) -> None:
+    commands = doc_commands(PAGE)
+    assert [command.split()[-1] for command in commands if command.endswith(".sh")] == ["up.sh"] * 2 + ["down.sh"] * 2
+    int8_port, float_port = free_port(), free_port()
+    ports = {8010: int8_port, 8011: float_port}
+    env = kit_env()
+    outputs: dict[str, str] = {}
+    try:
+        for command in commands:
+            actual = retarget(command, ports)
+            if "labs.quantization" in actual:
+                actual += f" --out {tmp_path}/quantization.json"
+            result = run_doc(actual, env)
+            assert result.returncode == 0, f"{actual}\n{result.stdout}\n{result.stderr}"
+            outputs[command] = " ".join((result.stdout + result.stderr).split())
+            if command.startswith("QUANTIZATION=int8"):
+                check_int8_server(int8_port, outputs[command])
+    finally:
+        for port in ports.values():
+            run_doc(f"VLLM_PORT={port} bash down.sh", env, timeout_s=120)
+    float_up = next(out for command, out in outputs.items() if command.startswith("QUANTIZATION=none"))
+    assert "weights bfloat16: 135M parameters, 269 MB" in float_up or "weights float32: 135M parameters" in float_up
+    envelope, payload = results.load(tmp_path / "quantization.json")
+    reference, int8 = payload["engines"]
+    assert reference["weights"] in ("bfloat16", "float32") and int8["weights"] == "int8 W8A8"
+    assert int8["mb_per_step"] < 0.7 * reference["mb_per_step"]
+    assert reference["perplexity"]["num_tokens"] == int8["perplexity"]["num_tokens"] > 20_000
+    # The recipe measured +0.9%: a broken scale or layout gives tens of percent, or thousands.
+    assert int8["perplexity"]["value"] < 1.02 * reference["perplexity"]["value"]
+    assert reference["agreement"]["num_identical"] == reference["agreement"]["num_prompts"] == 7
+    sizing = next(out for command, out in outputs.items() if "labs.sizing" in command)
+    assert "weights 8.46 GiB (int8)" in sizing and "VLLM_CPU_KVCACHE_SPACE=5" in sizing
+
+
+def check_int8_server(port: int, up_output: str) -> None:
+    """The int8 engine as a user checks it: the recap, /v1/models, an answer, and vLLM's own log."""
+    assert "weights int8 W8A8: 106M int8 + 29M" in up_output and "163 MB read per decode step" in up_output
+    models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"]
+    assert models[0]["id"] == MODEL and models[0]["root"].endswith(INT8_SUFFIX)
+    answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120, json={
+        "model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 16, "temperature": 0}).json()
+    assert "Paris" in answer["choices"][0]["message"]["content"]
+    log = (LOG_DIR / f"vllm-{port}.log").read_text()
+    assert "Selected CPUInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8" in log
+    assert "Checkpoint size: 0.2" in log  # GiB: 106M int8 + the embedding, stored in float32
+    assert json.loads((Path(models[0]["root"]) / "config.json").read_text())["quantization_config"]["format"] == \
+        "int-quantized"

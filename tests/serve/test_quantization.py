@@ -1,0 +1,122 @@
+"""QUANTIZATION: what `auto` resolves to, what each runtime refuses, and int8 weights in the sizing (pure).
+
+The real int8 engine, its recap and its quality: tests/labs/quantization/test_page.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from serve.machine import Machine
+from serve.model import INT8_DIR, MODEL_DIR, int8_dir, quantization_for
+from serve.native import int8_current
+from serve.preflight import quantization_problem
+from serve.quantize import RECIPE_FILE, recipe_record
+from serve.settings import Settings, SettingsError
+from serve.sizing import load_model_facts, model_facts
+
+GiB_FREE = 16 << 30
+AVX512_BF16 = Machine(2, frozenset({"avx2", "avx512f", "avx512_bf16"}), GiB_FREE)
+AVX2 = Machine(2, frozenset({"avx2", "fma"}), GiB_FREE)
+AMX = Machine(2, frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}), GiB_FREE)
+CONFIG = json.loads((Path(__file__).resolve().parents[2] / "serve" / "bundled-model-config.json").read_text())
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_env(env)
+
+
+def test_auto_is_int8_natively_on_avx512_and_the_float_weights_elsewhere() -> None:
+    assert settings().quantization == "auto"
+    assert quantization_for(settings(), "native", AVX512_BF16)[0] == "int8"
+    assert quantization_for(settings(), "native", AMX)[0] == "int8"
+    assert quantization_for(settings(), "native", AVX2) == (
+        "none", "auto: the float weights on a CPU without AVX-512 (int8 is not measured there yet)")
+    for runtime in ("docker", "docker-gpu"):
+        assert quantization_for(settings(), runtime, AVX512_BF16)[0] == "none"
+    assert quantization_for(settings(QUANTIZATION="none"), "native", AVX512_BF16) == ("none", "set in QUANTIZATION")
+    assert settings(QUANTIZATION="").quantization == "none"  # an empty value, as older .env files have it
+
+
+def test_a_misspelt_quantization_is_refused_with_the_values() -> None:
+    with pytest.raises(SettingsError, match=r"QUANTIZATION='int4' is invalid: use auto, none .* int8"):
+        settings(QUANTIZATION="int4")
+
+
+@pytest.mark.parametrize(("value", "runtime", "machine", "dtype", "refusal"), [
+    ("awq", "native", AVX512_BF16, "bfloat16", r"QUANTIZATION=awq is the GPU track's .* set QUANTIZATION=int8"),
+    ("fp8", "docker", AVX512_BF16, "bfloat16", r"QUANTIZATION=fp8 is the GPU track's"),
+    ("int8", "docker-gpu", AVX512_BF16, "auto", r"QUANTIZATION=int8 is the CPU track's .* QUANTIZATION=fp8"),
+    ("int8", "docker", AVX512_BF16, "bfloat16", r"Docker CPU track loads MODEL_NAME from the hub in its container: use RUNTIME=native"),
+    ("int8", "native", AMX, "float32", r"DTYPE=float32 cannot run on this CPU: it has AMX.* set DTYPE=bfloat16"),
+])
+def test_what_a_runtime_cannot_serve_is_refused_in_one_line(value: str, runtime: str, machine: Machine, dtype: str,
+                                                           refusal: str) -> None:
+    problem = quantization_problem(settings(QUANTIZATION=value), dtype, runtime, machine)
+    assert problem is not None and "\n" not in problem
+    assert re.search(refusal, problem), problem
+
+
+@pytest.mark.parametrize(("value", "runtime", "machine", "dtype"), [
+    ("int8", "native", AVX2, "float32"), ("int8", "native", AMX, "bfloat16"), ("auto", "docker", AMX, "float32"),
+    ("awq", "docker-gpu", AVX2, "auto"), ("none", "native", AMX, "float32"), ("auto", "native", AVX2, "float32"),
+])
+def test_what_a_runtime_can_serve_passes(value: str, runtime: str, machine: Machine, dtype: str) -> None:
+    assert quantization_problem(settings(QUANTIZATION=value), dtype, runtime, machine) is None
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
+    """A safetensors file's header (shapes and dtypes) with zeroed data: what sizing reads of a checkpoint."""
+    itemsize = {"I8": 1, "F32": 4, "BF16": 2}
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        size = itemsize[dtype] * math.prod(shape)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+
+
+def test_int8_weights_are_one_byte_whatever_the_dtype_and_the_embedding_stays_16_bit(tmp_path: Path) -> None:
+    write_safetensors(tmp_path / "model.safetensors", {
+        "model.embed_tokens.weight": ("F32", [100, 8]),
+        "model.layers.0.self_attn.q_proj.weight": ("I8", [8, 8]),
+        "model.layers.0.self_attn.q_proj.weight_scale": ("F32", [8, 1]),
+        "model.layers.0.mlp.down_proj.weight": ("I8", [8, 16]),
+        "model.norm.weight": ("F32", [8]),
+    })
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    facts = load_model_facts(tmp_path)
+    assert (facts.num_params, facts.num_projection_params, facts.num_int8_params) == (800 + 64 + 8 + 128 + 8, 192, 192)
+    assert facts.weight_bytes("bfloat16") == 192 + 2 * (800 + 8 + 8)
+    assert facts.weight_bytes("float32") == 192 + 4 * (800 + 8 + 8)
+
+
+def test_the_bundled_model_in_int8_reads_163_mb_a_step_and_the_sizing_lab_agrees() -> None:
+    facts = model_facts(CONFIG, "SmolLM2")  # config arithmetic, as before the model is prepared
+    int8 = facts.as_int8()
+    assert round(int8.weight_bytes("bfloat16") / 1e6) == 163 and round(facts.weight_bytes("bfloat16") / 1e6) == 269
+    assert int8.num_int8_params == facts.num_projection_params == 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
+    assert facts.weight_bytes("int8") == int8.weight_bytes("bf16")  # the lab's --weights int8
+
+
+def test_the_int8_checkpoint_lives_beside_its_source_and_a_new_recipe_prepares_it_again(tmp_path: Path) -> None:
+    assert int8_dir(MODEL_DIR) == INT8_DIR and INT8_DIR.parent == MODEL_DIR.parent
+    other = int8_dir(tmp_path)
+    assert other.name.startswith(tmp_path.name) and other != int8_dir(tmp_path / "elsewhere")
+    source, prepared = tmp_path / "float", tmp_path / "int8"
+    source.mkdir()
+    prepared.mkdir()
+    write_safetensors(source / "model.safetensors", {"model.norm.weight": ("F32", [8])})
+    assert not int8_current(prepared, source)  # nothing prepared yet
+    (prepared / RECIPE_FILE).write_text(json.dumps(recipe_record(source)))
+    assert int8_current(prepared, source)
+    stale = recipe_record(source)
+    stale["recipe"] = {**stale["recipe"], "smoothquant_alpha": 0.8}
+    (prepared / RECIPE_FILE).write_text(json.dumps(stale))
+    assert not int8_current(prepared, source)
