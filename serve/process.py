@@ -121,10 +121,35 @@ class PidFile:
         pid = self.pid()
         if pid is None or not group_members(pid) or self.marker not in cmdline(pid):
             return None
-        recorded, actual = self.recorded_start_time(), start_time(pid)
-        if recorded is not None and (actual is None or abs(actual - recorded) > START_TIME_TOLERANCE_S):
+        if not self.started_at_record(pid):
             return None  # the pid was reused
         return pid
+
+    def started_at_record(self, pid: int) -> bool:
+        recorded, actual = self.recorded_start_time(), start_time(pid)
+        return recorded is None or (actual is not None and abs(actual - recorded) <= START_TIME_TOLERANCE_S)
+
+    def live_group(self) -> int | None:
+        """The recorded process group while any process of it lives, its leader or not: a server whose leader
+        died (SIGKILL, the OOM killer) can leave its engine behind, still in the group (`spawn` starts each
+        server in a session of its own, and vLLM's processes never leave it). A live leader must be ours (see
+        `live_pid`); with the leader gone, the pgid cannot have been reused while members hold it, and the
+        members must have started no earlier than the recorded leader (a record from before a reboot)."""
+        pgid = self.pid()
+        if pgid is None:
+            return None
+        members = group_members(pgid)
+        if not members:
+            return None
+        if pgid in members:
+            return pgid if self.live_pid() == pgid else None
+        recorded = self.recorded_start_time()
+        if recorded is None or recorded < psutil.boot_time():
+            return None
+        starts = [start_time(member) for member in members]
+        if any(start is None or start < recorded - START_TIME_TOLERANCE_S for start in starts):
+            return None
+        return pgid
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
