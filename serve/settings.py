@@ -36,7 +36,7 @@ BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit 
 ENGINES = ("vllm", "llamacpp", "llamaserver")
 QUANTIZATIONS = ("", "awq", "gptq", "fp8")
 # vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
-RESTART_POLICIES = ("no", "on-failure", "always")  # serve/supervisor.py applies them to every native server
+RESTART_POLICIES = ("no", "on-failure")  # serve/supervisor.py applies them to every native server
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
@@ -326,8 +326,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("START_TIMEOUT", "start_timeout_s", "900", positive_int,
          "seconds to wait for /health; the first start compiles for minutes"),
     Knob("RESTART", "restart", "on-failure", choice(*RESTART_POLICIES),
-         "native: restart a server or replica that crashed after it was up (as Compose's restart: does); "
-         "no = leave it down, always = also after a clean exit"),
+         "native: restart a server or replica that dies after it was up, with back-off (as Compose's restart: "
+         "does); no = leave it down"),
     Knob("RESTART_ATTEMPTS", "restart_attempts", "3", non_negative_int,
          "native: restarts in a row that never reach /health before the kit gives up (a crash loop)"),
     Knob("CPU_LIMIT", "cpu_limit", "4", positive_number,

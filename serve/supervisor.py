@@ -7,8 +7,9 @@ SIGTERM, restarts nothing: down.sh is never fought.
 Policy, where it is decided (`next_step`):
 - A server that never answered /health since `up` is not restarted: `up` is watching it and reports the
   failure with the log (a bad flag is a mistake to fix, not a crash to retry).
-- RESTART=on-failure restarts one that was up and then exited non-zero or by a signal; RESTART=always an
-  exit 0 too; RESTART=no none. Before each try, what is left of the dead one's group (an engine core, its
+- RESTART=on-failure restarts one that was up and then exited without being asked to, whatever its exit
+  status: vLLM's API server exits 0 when its engine core dies (seen with SIGKILL of the engine core).
+  RESTART=no restarts none. Before each try, what is left of the dead one's group (an engine core, its
   workers) is waited for and then killed, so the new one never starts beside the old one's memory.
 - Back-off doubles from BACKOFF_FIRST_S to BACKOFF_MAX_S. A try that reaches /health resets the count; after
   RESTART_ATTEMPTS tries in a row that do not, it gives up with one line saying why (a crash loop).
@@ -44,7 +45,7 @@ KEPT_EVENTS = 40
 ROOT_CAUSE_LINES = 4
 # '(EngineCore pid=1) ERROR 12-02 00:41:09 [core.py:133] ' before what vLLM says
 VLLM_LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:.]+ \[[^]]*\] ")
-ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b: \S|\b(Killed|Segmentation fault|core dumped|died unexpectedly)\b")
+ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception)\b(: |$)|\b(Killed|Segmentation fault|core dumped|died unexpectedly)\b")
 
 
 @dataclass(slots=True)
@@ -108,14 +109,12 @@ def root_cause(log_text: str) -> list[str]:
     return (errors or lines)[-ROOT_CAUSE_LINES:]
 
 
-def next_step(policy: str, attempts: int, was_up: bool, failures: int, exit_code: int) -> str | None:
+def next_step(policy: str, attempts: int, was_up: bool, failures: int) -> str | None:
     """None to restart; else why not (one line). `failures`: tries in a row, this one included, not healthy."""
     if not was_up:
         return "not restarted: it never answered /health since up.sh started it (up.sh reports why)"
     if policy == "no":
         return "not restarted (RESTART=no)"
-    if policy == "on-failure" and exit_code == 0:
-        return "not restarted: it exited cleanly (RESTART=on-failure restarts crashes only)"
     if failures > attempts:
         return (f"gave up: {attempts} restarts in a row never reached /health (RESTART_ATTEMPTS={attempts}); "
                 "fix the cause in the log, then run up.sh")
@@ -205,7 +204,7 @@ class Supervisor:
             failures = 0 if was_healthy else failures
             failures += 1
             self.clear_leftovers()
-            why_not = next_step(self.args.restart, self.args.attempts, was_up, failures, status)
+            why_not = next_step(self.args.restart, self.args.attempts, was_up, failures)
             if why_not is not None:
                 event.kind = "gave-up" if why_not.startswith("gave up") else "crashed"
                 event.note = why_not
