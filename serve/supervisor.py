@@ -116,7 +116,7 @@ def next_step(policy: str, attempts: int, was_up: bool, failures: int) -> str | 
     if policy == "no":
         return "not restarted (RESTART=no)"
     if failures > attempts:
-        return (f"gave up: {attempts} restarts in a row never reached /health (RESTART_ATTEMPTS={attempts}); "
+        return (f"gave up: {attempts} restart(s) in a row never reached /health (RESTART_ATTEMPTS={attempts}); "
                 "fix the cause in the log, then run up.sh")
     return None
 

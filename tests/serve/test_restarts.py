@@ -79,7 +79,7 @@ def test_a_group_whose_leader_died_is_named_by_status_and_stopped_by_down() -> N
 
 def test_the_policy_restarts_what_was_up_and_gives_up_on_a_loop_in_one_line() -> None:
     assert next_step("on-failure", 3, was_up=True, failures=1) is None
-    assert next_step("on-failure", 3, was_up=True, failures=4).startswith("gave up: 3 restarts in a row")
+    assert next_step("on-failure", 3, was_up=True, failures=4).startswith("gave up: 3 restart(s) in a row")
     assert next_step("no", 3, was_up=True, failures=1) == "not restarted (RESTART=no)"
     assert "never answered /health" in next_step("on-failure", 3, was_up=False, failures=1)
     log = ("(APIServer pid=7) INFO 12-02 00:45:11 [launcher.py:1] Started\n"
@@ -136,7 +136,7 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
         assert crashed.returncode == 3, crashed.stdout + crashed.stderr
         lines = crashed.stdout.splitlines()
         assert lines[0].startswith("vLLM crashed: last crash") and "exited with code" in lines[0], crashed.stdout
-        assert "gave up: 1 restarts in a row never reached /health (RESTART_ATTEMPTS=1)" in lines[0], crashed.stdout
+        assert "gave up: 1 restart(s) in a row never reached /health (RESTART_ATTEMPTS=1)" in lines[0], crashed.stdout
         assert "Address already in use" in crashed.stdout, crashed.stdout  # the log's root cause
     finally:
         down = run_script("down.sh", env, timeout_s=120)
