@@ -170,8 +170,8 @@ def condition(server: LocalServer) -> tuple[int, list[str]]:
         if not healthy and record and record.events and record.events[-1].kind == "restarting":
             return 1, [f"{server.label} restarting: {crash_line}", *causes, log]
         state = "healthy" if healthy else "starting or unhealthy"
-        return (0 if healthy else 1), [f"{server.label} up: pid {record.server_pid if record else pid} "
-                                       f"(supervisor {pid}), {state}, {server.base_url}/v1{restarts}"]
+        who = f"pid {record.server_pid} (supervisor {pid})" if record and record.server_pid else f"pid {pid}"
+        return (0 if healthy else 1), [f"{server.label} up: {who}, {state}, {server.base_url}/v1{restarts}"]
     last = record.events[-1] if record and record.events else None
     if last is not None and last.kind == "stopped":
         return 3, [f"{server.label} down: stopped {when(last.at)} ({last.note})"]

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -126,9 +127,13 @@ def backoff_s(failures: int) -> float:
 
 
 def healthy(url: str) -> bool:
+    """200 from the health path; a 401/403 counts too (llama-cpp-python's only probe, /v1/models, wants the key:
+    it answers, so it is up)."""
     try:
         with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as answer:
             return answer.status == 200
+    except urllib.error.HTTPError as refused:
+        return refused.code in (401, 403)
     except (OSError, ValueError):
         return False
 
