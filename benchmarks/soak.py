@@ -73,10 +73,13 @@ async def user(number: int, settings: Settings, stop: asyncio.Event, tally: Tall
             payload = chat_payload(settings.model_name, [{"role": "user", "content": f"Tell story {rng.random()}."}],
                                    64, ignore_eos=True)
             if rng.random() < HANG_UP_SHARE:
+                sent_s = time.perf_counter()
                 if await hang_up_after(http, api_url, payload, rng.randint(2, 8), key):
                     tally.hung_up += 1
-                    continue
-                tally.other.append("a request meant to hang up failed before it could")
+                elif any(sent_s <= at <= time.perf_counter() for at in kills):
+                    tally.cut.append("cut by a kill before its client could hang up")
+                else:
+                    tally.other.append("a request meant to hang up failed before it could")
                 continue
             record = await stream_chat(http, api_url, payload, RequestRecord(0, 64, time.perf_counter()), key)
             if record.ok:
