@@ -156,3 +156,22 @@ def bind(sock: socket.socket, port: int) -> bool:
 
 def server_healthy(port: int) -> bool:
     return is_healthy(f"http://127.0.0.1:{port}")
+
+
+def test_a_stepped_wall_clock_does_not_make_a_live_server_look_like_a_reused_pid(tmp_path) -> None:
+    """psutil's create_time moves with the wall clock (boot time + ticks); the record compares the ticks."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", API_SERVER_MODULE],
+                               start_new_session=True)
+    try:
+        pidfile = process.PidFile(tmp_path / "vllm.pid", API_SERVER_MODULE)
+        pidfile.write(sleeper.pid)
+        pid, epoch, ticks, boot = pidfile.path.read_text().split()
+        pidfile.path.write_text(f"{pid} {float(epoch) - 3600} {ticks} {boot}\n")  # the clock stepped an hour
+        assert pidfile.live_pid() == sleeper.pid and pidfile.live_group() == sleeper.pid
+        pidfile.path.write_text(f"{pid} {epoch} {int(ticks) - 100} {boot}\n")  # another process, same pid
+        assert pidfile.live_pid() is None and pidfile.live_group() is None
+        pidfile.path.write_text(f"{pid} {epoch} {ticks} another-boot\n")
+        assert pidfile.live_pid() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
