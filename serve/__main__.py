@@ -11,7 +11,7 @@ from rich.table import Table
 
 from serve import env_check, process, replicas, runtimes, system
 from serve.cli import KitArgumentParser
-from serve.local_server import RUN_DIR
+from serve.local_server import RUN_DIR, LocalRuntime, condition
 from serve.progress import StepFailed, console, fail, warn
 from serve.runtime import Runtime, Started
 from serve.settings import Settings, SettingsError, env_file
@@ -99,8 +99,10 @@ def up_one(settings: Settings, runtime: Runtime, plan: Resolved | None) -> None:
         runtimes.record(settings, runtime)
         recap(settings, runtime, None)
         return
-    if pid is not None:
-        runtime.stop(quiet=True)  # ours but not answering: a half-started server; start afresh
+    if pid is not None:  # ours but not answering: a half-started server, or what a dead one left; start afresh
+        console.print(f"{runtime.label} on port {runtime.port} is not answering but its process group {pid} "
+                      "still runs (a half-started server, or what a crashed one left behind): stopping it first")
+        runtime.stop(quiet=True)
     started = runtime.start(plan)
     runtimes.record(settings, runtime)  # down.sh with RUNTIME=auto stops this runtime, whatever answers then
     console.print(f"[green]✓[/green] {runtime.label} is up in {started.seconds_to_healthy:.0f} s. Try: "
@@ -148,6 +150,12 @@ def status(settings: Settings) -> int:
     """0 when every engine in ENGINES is healthy; else the worst code (1 unhealthy, 3 down)."""
     codes = []
     for runtime in runtimes.for_engines(settings):
+        if isinstance(runtime, LocalRuntime):  # a supervised local server: it tells a crash from a stop
+            code, lines = condition(runtime.server)
+            for line in filter(None, lines):
+                console.print(line, soft_wrap=True, highlight=False)
+            codes.append(code)
+            continue
         pid = runtime.running_pid()
         if pid is None:
             console.print(f"{runtime.label} down: no {runtime.label} started by this kit on port {runtime.port}")

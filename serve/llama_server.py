@@ -158,7 +158,8 @@ class LlamaServerRuntime(GgufRuntime):
         self.port = settings.llama_server_port
         self.slots = settings.llama_server_slots
         self.server = LocalServer("llama-server", "llamaserver", str(BINARY), settings.host, self.port,
-                                  "LLAMA_SERVER_PORT", settings.url_for(self.port), health_path=HEALTH_PATH)
+                                  "LLAMA_SERVER_PORT", settings.url_for(self.port), health_path=HEALTH_PATH,
+                                  restart=settings.restart, restart_attempts=settings.restart_attempts)
 
     def will_build(self) -> bool:
         return will_build()

@@ -151,7 +151,8 @@ class LlamaCppRuntime(GgufRuntime):
         self.settings = settings
         self.port = settings.llamacpp_port
         self.server = LocalServer("llama.cpp", "llamacpp", SERVER_MODULE, settings.host, self.port,
-                                  "LLAMACPP_PORT", settings.url_for(self.port), health_path=HEALTH_PATH)
+                                  "LLAMACPP_PORT", settings.url_for(self.port), health_path=HEALTH_PATH,
+                                  restart=settings.restart, restart_attempts=settings.restart_attempts)
 
     def will_build(self) -> bool:
         return will_build()

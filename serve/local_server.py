@@ -5,14 +5,15 @@ Both native engines (vLLM and llama.cpp) are one of these; they differ only in w
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from serve import process
+from serve import process, supervisor
 from serve.health import SLOW_NOT_HUNG, is_healthy, wait_healthy
-from serve.progress import StepFailed, console
+from serve.progress import StepFailed, console, tail
 from serve.settings import ROOT, STATE_DIR, SettingsError
 
 LOG_DIR = STATE_DIR / "logs"
@@ -44,6 +45,8 @@ class LocalServer:
     port_setting: str  # the variable that moves it: "VLLM_PORT", "LLAMACPP_PORT"
     base_url: str
     health_path: str = "/health"
+    restart: str = "on-failure"  # RESTART, applied by serve/supervisor.py
+    restart_attempts: int = 3  # RESTART_ATTEMPTS
 
     @property
     def pidfile(self) -> process.PidFile:
@@ -53,13 +56,18 @@ class LocalServer:
     def log_path(self) -> Path:
         return LOG_DIR / f"{self.name}-{self.port}.log"
 
+    @property
+    def record_path(self) -> Path:
+        """What its supervisor saw happen to it (serve/supervisor.py): `status` reads it."""
+        return RUN_DIR / f"{self.name}-{self.port}.events.json"
+
     def running_pid(self) -> int | None:
-        """The live server's pid; a pidfile left by a dead one is removed."""
-        pid = self.pidfile.live_pid()
-        if pid is None and self.pidfile.path.exists():
-            console.print(f"Removing the stale pidfile {self.pidfile.path.relative_to(ROOT)}")
-            self.pidfile.remove()
-        return pid
+        """The recorded process group while any process of it lives (its supervisor, the server, or what a
+        dead server left behind); None otherwise."""
+        return self.pidfile.live_group()
+
+    def record(self) -> supervisor.Record | None:
+        return supervisor.Record.load(self.record_path)
 
     def healthy(self) -> bool:
         return is_healthy(self.base_url, path=self.health_path)
@@ -72,7 +80,12 @@ class LocalServer:
         """Spawn, record the pid, wait until healthy: (pid, seconds). On failure it is stopped, the log shown."""
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_suffix(".log.1"))
-        pid = process.spawn(argv, self.log_path, env, cwd=ROOT)
+        self.record_path.unlink(missing_ok=True)
+        watched = [sys.executable, "-m", "serve.supervisor", "--label", self.label,
+                   "--health-url", f"{self.base_url}{self.health_path}", "--log", str(self.log_path),
+                   "--record", str(self.record_path), "--restart", self.restart,
+                   "--attempts", str(self.restart_attempts), "--", *argv]
+        pid = process.spawn(watched, self.log_path, env, cwd=ROOT)  # `-m` from ROOT finds `serve`
         self.pidfile.write(pid)
         try:
             waited = wait_healthy(self.base_url, lambda: bool(process.group_members(pid)), self.log_path,
@@ -87,8 +100,16 @@ class LocalServer:
         """Stop the whole process group and wait until the port is free. False if none was running."""
         pid = self.running_pid()
         if pid is None:
+            if self.pidfile.path.exists():
+                console.print(f"Removing the stale pidfile {self.pidfile.path.relative_to(ROOT)}")
+                self.pidfile.remove()
             return False
+        leader_gone = self.pidfile.live_pid() is None
         started = time.monotonic()
+        if leader_gone:
+            left = ", ".join(f"{member} {process.cmdline(member)[:40] or '?'}" for member in process.group_members(pid))
+            console.print(f"{self.label} on port {self.port}: its leader (pid {pid}) is gone but its process "
+                          f"group lives on ({left}); stopping the group")
         killed = process.stop_group(pid)
         self.pidfile.remove()
         if not process.wait_port_free(self.host, self.port):
@@ -126,3 +147,40 @@ class LocalRuntime:
 
     def stop(self, quiet: bool = False) -> bool:
         return self.server.stop(quiet)
+
+
+def when(at: float) -> str:
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))} ({time.time() - at:.0f} s ago)"
+
+
+def condition(server: LocalServer) -> tuple[int, list[str]]:
+    """What `status` says of a local server: (code: 0 healthy, 1 unhealthy or restarting, 3 down), lines.
+    It tells a stop (down.sh) from a crash (when, how, the log's root cause, what RESTART did about it)."""
+    pid, record = server.running_pid(), server.record()
+    crash = record.last("crashed", "gave-up") if record else None
+    crash_line = (f"last crash {when(crash.at)}: pid {crash.pid} {crash.how}; {crash.note}" if crash else "")
+    causes = [f"  {line}" for line in crash.cause] if crash and crash.cause else []
+    log = f"log: {server.log_path}"
+    if pid is not None and server.pidfile.live_pid() is None:
+        left = ", ".join(f"{member} ({process.cmdline(member)[:40] or '?'})" for member in process.group_members(pid))
+        return 1, [f"{server.label} orphaned: its supervisor and server (pid {pid}) are gone, their process group "
+                   f"lives on: {left}; bash down.sh stops it", log]
+    if pid is not None:
+        healthy = server.healthy()
+        restarts = f"; restarted {record.restarts} time(s), {crash_line}" if record and record.restarts else ""
+        if not healthy and record and record.events and record.events[-1].kind == "restarting":
+            return 1, [f"{server.label} restarting: {crash_line}", *causes, log]
+        state = "healthy" if healthy else "starting or unhealthy"
+        who = f"pid {record.server_pid} (supervisor {pid})" if record and record.server_pid else f"pid {pid}"
+        return (0 if healthy else 1), [f"{server.label} up: {who}, {state}, {server.base_url}/v1{restarts}"]
+    last = record.events[-1] if record and record.events else None
+    if last is not None and last.kind == "stopped":
+        return 3, [f"{server.label} down: stopped {when(last.at)} ({last.note})"]
+    if crash is not None and last is crash:
+        return 3, [f"{server.label} crashed: {crash_line}", "  root cause, as logged:" if causes else "", *causes,
+                   log]
+    if server.pidfile.path.exists():
+        return 3, [f"{server.label} died: its whole process group is gone, supervisor included (a kill of the "
+                   f"group, or a reboot), and no exit was recorded; the log's last lines:",
+                   *(f"  {line}" for line in supervisor.root_cause(tail(server.log_path, 40))), log]
+    return 3, [f"{server.label} down: no {server.label} started by this kit on port {server.port}"]

@@ -52,7 +52,7 @@ CALIBRATION_TEXT = ROOT / "serve" / "texts" / "calibration.txt"  # SmoothQuant's
 PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
 PATCHED_STAMP = VENV / ".kit-patched"
-ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's API server imports (stdlib only)
+ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's processes import (stdlib only)
 INSTALL_LOG = LOG_DIR / "install-vllm.log"
 TORCH_REPORT = LOG_DIR / "install-torch.json"  # pip's --report of the torch step: where torch came from
 
@@ -222,7 +222,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             self.label = f"vLLM replica {share.index}/{share.count}"
             port_setting = f"VLLM_PORT (replica {share.index} listens on VLLM_PORT+{self.port - settings.port})"
         self.server = LocalServer(self.label, "vllm", API_SERVER_MODULE, settings.host, self.port, port_setting,
-                                  settings.url_for(self.port))
+                                  settings.url_for(self.port), restart=settings.restart, restart_attempts=settings.restart_attempts)
 
     def system_needs(self) -> list[system.Tool]:
         problem = system.native_platform_problem()
@@ -246,8 +246,9 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         # vLLM's own variables set in .env reach the engine too; the shell's win, the kit's settings over both
         env = {**vllm_passthrough(load_env()), **engine_base_env(bytecode_env()), **vllm_env(self.settings, resolved),
                "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-        if self.settings.api_key:  # vllm_args named the kit's auth middleware: make it importable
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ENGINE_PLUGINS), env.get("PYTHONPATH"))))
+        # the kit's auth middleware (vllm_args names it when a key is set) and its engine plugin
+        # (engine_plugins/kit_parent_watch.py: the engine core dies with its API server) import from there
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ENGINE_PLUGINS), env.get("PYTHONPATH"))))
         return argv, env
 
     def resolve(self) -> Resolved:

@@ -82,6 +82,7 @@ def cmdline(pid: int) -> str:
 
 
 START_TIME_TOLERANCE_S = 0.05  # psutil's create_time is exact to the clock tick
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def start_time(pid: int) -> float | None:
@@ -91,29 +92,70 @@ def start_time(pid: int) -> float | None:
         return None
 
 
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat, field 22): unlike psutil's create_time
+    (those ticks plus the boot time, which moves whenever the wall clock is stepped: seen on this VM, and it
+    made the kit think its own servers' pids were reused) it never changes. None where there is no /proc."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str:
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
+
+
 @dataclass(frozen=True, slots=True)
 class PidFile:
     """Where a background server's pid is kept, with its start time: after a reboot or pid reuse another
-    process may hold the pid (even one whose command line holds `marker`); the start time tells them apart."""
+    process may hold the pid (even one whose command line holds `marker`); the start time tells them apart.
+    The line: `pid epoch-start [ticks-since-boot boot-id]`; the last two, where Linux gives them, are what
+    is compared (a stepped wall clock moves the epoch start of every process)."""
 
     path: Path
     marker: str
 
     def write(self, pid: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(f"{pid} {start_time(pid) or ''}\n")
+        ticks = start_ticks(pid)
+        exact = f" {ticks} {boot_id()}" if ticks is not None and boot_id() else ""
+        self.path.write_text(f"{pid} {start_time(pid) or ''}{exact}\n")
+
+    def fields(self) -> list[str]:
+        try:
+            return self.path.read_text().split()
+        except OSError:
+            return []
 
     def pid(self) -> int | None:
         try:
-            return int(self.path.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
+            return int(self.fields()[0])
+        except (ValueError, IndexError):
             return None
 
     def recorded_start_time(self) -> float | None:
         try:
-            return float(self.path.read_text().split()[1])
-        except (OSError, ValueError, IndexError):
+            return float(self.fields()[1])
+        except (ValueError, IndexError):
             return None
+
+    def recorded_ticks(self) -> int | None:
+        """The recorded start in ticks since this boot; None for a record without one or from another boot."""
+        fields = self.fields()
+        if len(fields) < 4 or fields[3] != boot_id():
+            return None
+        try:
+            return int(fields[2])
+        except ValueError:
+            return None
+
+    def from_another_boot(self) -> bool:
+        fields = self.fields()
+        return len(fields) >= 4 and fields[3] != boot_id()
 
     def live_pid(self) -> int | None:
         """The recorded pid if that process still runs our server (same start time, marker in its command
@@ -121,10 +163,40 @@ class PidFile:
         pid = self.pid()
         if pid is None or not group_members(pid) or self.marker not in cmdline(pid):
             return None
-        recorded, actual = self.recorded_start_time(), start_time(pid)
-        if recorded is not None and (actual is None or abs(actual - recorded) > START_TIME_TOLERANCE_S):
+        if not self.started_at_record(pid):
             return None  # the pid was reused
         return pid
+
+    def started_at_record(self, pid: int) -> bool:
+        if self.from_another_boot():
+            return False
+        ticks = self.recorded_ticks()
+        if ticks is not None:
+            return start_ticks(pid) == ticks
+        recorded, actual = self.recorded_start_time(), start_time(pid)
+        return recorded is None or (actual is not None and abs(actual - recorded) <= START_TIME_TOLERANCE_S)
+
+    def live_group(self) -> int | None:
+        """The recorded process group while any process of it lives, its leader or not: a server whose leader
+        died (SIGKILL, the OOM killer) can leave its engine behind, still in the group (`spawn` starts each
+        server in a session of its own, and vLLM's processes never leave it). A live leader must be ours (see
+        `live_pid`); with the leader gone, the pgid cannot have been reused while members hold it, and the
+        members must have started no earlier than the recorded leader in this boot."""
+        pgid = self.pid()
+        if pgid is None:
+            return None
+        members = group_members(pgid)
+        if not members:
+            return None
+        if pgid in members:
+            return pgid if self.live_pid() == pgid else None
+        ticks = self.recorded_ticks()
+        if ticks is None:
+            return None
+        starts = [start_ticks(member) for member in members]
+        if any(start is None or start < ticks for start in starts):
+            return None
+        return pgid
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)

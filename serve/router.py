@@ -74,7 +74,7 @@ class RouterRuntime(LocalRuntime):
         self.replica_urls = replica_urls
         self.metrics_port = metrics_port
         self.server = LocalServer("vllm-router", "router", MARKER, settings.host, settings.port, "VLLM_PORT",
-                                  settings.base_url)
+                                  settings.base_url, restart=settings.restart, restart_attempts=settings.restart_attempts)
 
     @property
     def served_model(self) -> str:

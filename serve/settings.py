@@ -39,6 +39,7 @@ ENGINES = ("vllm", "llamacpp", "llamaserver")
 QUANTIZATIONS = ("auto", "none", "int8", "awq", "gptq", "fp8")
 CPU_QUANTIZATIONS = ("none", "int8")
 # vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
+RESTART_POLICIES = ("no", "on-failure")  # serve/supervisor.py applies them to every native server
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
@@ -328,6 +329,11 @@ KNOBS: tuple[Knob, ...] = (
          "more api_server flags, appended as they are"),
     Knob("START_TIMEOUT", "start_timeout_s", "900", positive_int,
          "seconds to wait for /health; the first start compiles for minutes"),
+    Knob("RESTART", "restart", "on-failure", choice(*RESTART_POLICIES),
+         "native: restart a server or replica that dies after it was up, with back-off (as Compose's restart: "
+         "does); no = leave it down"),
+    Knob("RESTART_ATTEMPTS", "restart_attempts", "3", non_negative_int,
+         "native: restarts in a row that never reach /health before the kit gives up (a crash loop)"),
     Knob("CPU_LIMIT", "cpu_limit", "4", positive_number,
          "CPUs the Docker CPU container may use"),
     Knob("MEMORY_LIMIT", "memory_limit", "5g", text,
@@ -397,6 +403,8 @@ class Settings:
     torch_index_url: str
     extra_args: tuple[str, ...]
     start_timeout_s: int
+    restart: str
+    restart_attempts: int
     cpu_limit: float
     memory_limit: str
     cpu_image_tag: str

@@ -1,0 +1,219 @@
+"""A soak with faults: REPLICAS=2 behind vllm-router under load above capacity, clients hanging up mid-stream,
+one replica's API server and then the other replica's engine core SIGKILLed; the kit's supervisor
+(RESTART=on-failure) brings each back and the router takes it in again. Then it counts and checks:
+
+- every request either completed, was aborted by its own client (it hung up after a few chunks), or was in
+  flight on a killed process (cut mid-stream, or queued there): nothing else, and the cut ones no more than
+  that replica's own running + waiting gauges said just before the kill (+ what the router had just sent it);
+- KV usage back to 0 and nothing running or waiting on either replica once the clients are done;
+- no process of the kit (cwd = this checkout) outside the recorded process groups (no orphans);
+- the resident memory of each group within RSS_BOUND of where it stood after warm-up.
+
+Replica A's API server dies at --kill-after-s; replica B's engine core once A answers again (two replicas down
+at once would be a different test: the router then has nowhere to send). Load stops --settle-s after B is back.
+
+    nice -n 15 .venv/bin/python -m benchmarks.soak --users 48 --kill-after-s 30
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import psutil
+
+from benchmarks.replicas import measure, plain_messages, running
+from client.metrics import scrape
+from client.stream import RequestRecord, chat_payload, stream_chat
+from serve import process, runtimes
+from serve.cli import KitArgumentParser, positive_int
+from serve.local_server import LocalRuntime
+from serve.settings import ROOT, Settings
+
+RSS_BOUND = 1.25  # a group's RSS at the end over the same group's after warm-up (a fresh replica included)
+HANG_UP_SHARE = 0.2
+RECOVERY_TIMEOUT_S = 600.0
+
+
+@dataclass(slots=True)
+class Tally:
+    completed: int = 0
+    hung_up: int = 0  # aborted by their own client
+    cut: list[str] = field(default_factory=list)  # errors of requests that were in flight on a killed process
+    other: list[str] = field(default_factory=list)
+    in_flight_at_kill: list[float] = field(default_factory=list)  # the victim's running + waiting just before
+
+
+async def hang_up_after(http: httpx.AsyncClient, api_url: str, payload: dict, chunks: int, key: str | None) -> bool:
+    """Stream, then close the connection after `chunks` chunks (the server must abort it). True if it did."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        async with http.stream("POST", f"{api_url}/chat/completions", json=payload, headers=headers) as response:
+            seen = 0
+            async for _ in response.aiter_bytes():
+                seen += 1
+                if seen >= chunks:
+                    return True
+    except httpx.HTTPError:
+        return False
+    return False
+
+
+async def user(number: int, settings: Settings, stop: asyncio.Event, tally: Tally, kills: list[float]) -> None:
+    rng = random.Random(number)
+    api_url, key = f"{settings.base_url}/v1", settings.api_key or None
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as http:
+        while not stop.is_set():
+            payload = chat_payload(settings.model_name, [{"role": "user", "content": f"Tell story {rng.random()}."}],
+                                   64, ignore_eos=True)
+            if rng.random() < HANG_UP_SHARE:
+                sent_s = time.perf_counter()
+                if await hang_up_after(http, api_url, payload, rng.randint(2, 8), key):
+                    tally.hung_up += 1
+                elif any(sent_s <= at <= time.perf_counter() for at in kills):
+                    tally.cut.append("cut by a kill before its client could hang up")
+                else:
+                    tally.other.append("a request meant to hang up failed before it could")
+                continue
+            record = await stream_chat(http, api_url, payload, RequestRecord(0, 64, time.perf_counter()), key)
+            if record.ok:
+                tally.completed += 1
+            elif any(record.sent_s <= at <= (record.done_s or at) for at in kills):
+                tally.cut.append(f"{record.status}: {record.error}"[:120])
+            else:
+                tally.other.append(f"{record.status}: {record.error or record.text}"[:200])
+
+
+def gauges(url: str) -> tuple[float, float, float]:
+    snapshot = scrape(url)
+    return snapshot.running, snapshot.waiting, snapshot.kv_usage or 0.0
+
+
+def groups_rss_mib(servers: list[LocalRuntime]) -> dict[str, float]:
+    result = {}
+    for runtime in servers:
+        pgid = runtime.running_pid()
+        members = process.group_members(pgid) if pgid else []
+        result[runtime.label] = sum(psutil.Process(pid).memory_info().rss for pid in members
+                                    if psutil.pid_exists(pid)) / 2**20
+    return result
+
+
+def strays(servers: list[LocalRuntime]) -> list[str]:
+    """Processes run from this checkout (cwd ROOT) that are not in a recorded group, this benchmark aside."""
+    groups = {runtime.running_pid() for runtime in servers}
+    mine = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
+    found = []
+    for proc in psutil.process_iter(["pid", "cwd", "status", "name"]):
+        try:
+            if (proc.info["cwd"] == str(ROOT) and proc.pid not in mine and proc.info["status"] != psutil.STATUS_ZOMBIE
+                    and os.getpgid(proc.pid) not in groups):
+                found.append(f"{proc.pid} {process.cmdline(proc.pid)[:80]}")
+        except (psutil.Error, ProcessLookupError):
+            continue
+    return found
+
+
+def wait_healthy_again(runtime: LocalRuntime, old_pid: int | None) -> float:
+    started = time.monotonic()
+    while True:
+        record = runtime.server.record()
+        if record is not None and record.server_pid != old_pid and runtime.healthy():
+            return time.monotonic() - started
+        if time.monotonic() - started > RECOVERY_TIMEOUT_S:
+            raise SystemExit(f"{runtime.label} did not come back in {RECOVERY_TIMEOUT_S:g} s: see {runtime.log_path}")
+        time.sleep(1)
+
+
+def kill(runtime: LocalRuntime, what: str, tally: Tally, kills: list[float]) -> int | None:
+    """SIGKILL the replica's API server or its engine core; the API server's pid (the one that will change)."""
+    record = runtime.server.record()
+    api_server = record.server_pid if record else None
+    pgid = runtime.running_pid()
+    assert api_server is not None and pgid is not None, f"{runtime.label} is not running"
+    victim = api_server if what == "api server" else next(
+        pid for pid in process.group_members(pgid) if "EngineCore" in process.cmdline(pid))
+    running_now, waiting_now, _ = gauges(runtime.base_url)
+    tally.in_flight_at_kill.append(running_now + waiting_now)
+    kills.append(time.perf_counter())
+    os.kill(victim, signal.SIGKILL)
+    print(f"{time.strftime('%H:%M:%S')} SIGKILL {runtime.label}'s {what} (pid {victim}): {running_now:g} running, "
+          f"{waiting_now:g} waiting there", flush=True)
+    return api_server
+
+
+async def soak(settings: Settings, engines: list[LocalRuntime], users: int, kill_after_s: float,
+               settle_s: float) -> tuple[Tally, float]:
+    tally, kills, stop = Tally(), [], asyncio.Event()
+    started = time.monotonic()
+    clients = [asyncio.create_task(user(n, settings, stop, tally, kills)) for n in range(users)]
+    await asyncio.sleep(kill_after_s)
+    first, second = engines
+    old = kill(first, "api server", tally, kills)
+    back_s = await asyncio.to_thread(wait_healthy_again, first, old)
+    print(f"{time.strftime('%H:%M:%S')} {first.label} healthy again {back_s:.0f} s after the kill", flush=True)
+    old = kill(second, "engine core", tally, kills)
+    back_s = await asyncio.to_thread(wait_healthy_again, second, old)
+    print(f"{time.strftime('%H:%M:%S')} {second.label} healthy again {back_s:.0f} s after the kill", flush=True)
+    await asyncio.sleep(settle_s)
+    stop.set()
+    await asyncio.gather(*clients)
+    return tally, time.monotonic() - started
+
+
+def main() -> None:
+    parser = KitArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n")[0])
+    parser.add_argument("--users", type=positive_int, default=48, help="closed-loop users (above capacity)")
+    parser.add_argument("--kill-after-s", type=positive_int, default=30, help="load before the first kill")
+    parser.add_argument("--settle-s", type=positive_int, default=20, help="load after the second replica is back")
+    args = parser.parse_args()
+    base = dataclasses.replace(Settings.load(), runtime="native", replicas=2, restart="on-failure")
+    settings = dataclasses.replace(base, port=process.free_port_run("127.0.0.1", 4))
+    started = runtimes.vllm_runtimes(settings)
+    engines = [runtime for runtime in started[:-1] if isinstance(runtime, LocalRuntime)]
+    servers = [runtime for runtime in started if isinstance(runtime, LocalRuntime)]
+    with running(started):
+        measure(settings, settings.base_url, 4, plain_messages(8), 32)  # warm-up: every replica has served
+        print(f"benchmarks.soak: {args.users} users on {settings.base_url} (2 replicas, max-num-seqs "
+              f"{engines[0].resolve().max_num_seqs} each), {HANG_UP_SHARE:.0%} hang up mid-stream", flush=True)
+        warm = groups_rss_mib(servers)
+        tally, load_s = asyncio.run(soak(settings, engines, args.users, args.kill_after_s, args.settle_s))
+        time.sleep(5)  # aborts reach the engines' gauges
+        after = {runtime.label: gauges(runtime.base_url) for runtime in engines}
+        end = groups_rss_mib(servers)
+        stray = strays(servers)
+    total = tally.completed + tally.hung_up + len(tally.cut) + len(tally.other)
+    print(f"\n{total} requests in {load_s:.0f} s of load: {tally.completed} completed, {tally.hung_up} aborted by "
+          f"their own client, {len(tally.cut)} in flight on a killed process (the victims held "
+          f"{' and '.join(f'{n:g}' for n in tally.in_flight_at_kill)} running + waiting), {len(tally.other)} other")
+    for error in sorted(set(tally.cut))[:5]:
+        print(f"  cut: {error}")
+    for error in tally.other[:5]:
+        print(f"  OTHER: {error}")
+    for label, (running_now, waiting_now, kv) in after.items():
+        print(f"{label}: {running_now:g} running, {waiting_now:g} waiting, KV usage {kv:.1%} after the load")
+    print("| group | RSS after warm-up MiB | RSS at the end MiB | end / start |\n|---|---|---|---|")
+    for label in warm:
+        print(f"| {label} | {warm[label]:.0f} | {end[label]:.0f} | {end[label] / max(warm[label], 1):.2f} |")
+    verdicts = {
+        "nothing but completed, hung up or cut by a kill": not tally.other,
+        "no more cut than the victims held (+2 each the router had just sent)":
+            len(tally.cut) <= sum(tally.in_flight_at_kill) + 2 * len(tally.in_flight_at_kill),
+        "KV usage back to 0, nothing running or waiting": all(g == (0, 0, 0) for g in after.values()),
+        "no kit process outside the recorded groups": not stray,
+        f"every group's RSS within {RSS_BOUND}x of after warm-up": all(end[k] <= RSS_BOUND * warm[k] for k in warm),
+    }
+    for what, ok in verdicts.items():
+        print(f"{'PASS' if ok else 'FAIL'}: {what}")
+    if stray:
+        print("  strays: " + "; ".join(stray))
+
+
+if __name__ == "__main__":
+    main()
