@@ -78,6 +78,8 @@ def quantization_for(settings: Settings, runtime: str, machine: Machine | None =
         return settings.quantization, "set in QUANTIZATION"
     if runtime not in NATIVE_RUNTIMES:
         return "none", "auto: the int8 checkpoint is prepared by the native runtime only"
+    if settings.model_path is not None:
+        return "none", "auto: int8 is measured on the bundled model only; set QUANTIZATION=int8 to quantize MODEL_PATH's"
     if INT8_AUTO_FLAG in (machine or detect()).cpu_flags:
         return "int8", "auto: int8 W8A8 on a CPU with AVX-512 (faster, +0.9% perplexity: labs/quantization.md)"
     return "none", "auto: the float weights on a CPU without AVX-512 (int8 is not measured there yet)"

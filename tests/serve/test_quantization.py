@@ -31,7 +31,7 @@ def settings(**env: str) -> Settings:
     return Settings.from_env(env)
 
 
-def test_auto_is_int8_natively_on_avx512_and_the_float_weights_elsewhere() -> None:
+def test_auto_is_int8_natively_on_avx512_and_the_float_weights_elsewhere(tmp_path: Path) -> None:
     assert settings().quantization == "auto"
     assert quantization_for(settings(), "native", AVX512_BF16)[0] == "int8"
     assert quantization_for(settings(), "native", AMX)[0] == "int8"
@@ -40,6 +40,9 @@ def test_auto_is_int8_natively_on_avx512_and_the_float_weights_elsewhere() -> No
     for runtime in ("docker", "docker-gpu"):
         assert quantization_for(settings(), runtime, AVX512_BF16)[0] == "none"
     assert quantization_for(settings(QUANTIZATION="none"), "native", AVX512_BF16) == ("none", "set in QUANTIZATION")
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    own_model = settings(MODEL_PATH=str(tmp_path), MODEL_NAME="me/mine")
+    assert quantization_for(own_model, "native", AVX512_BF16)[0] == "none"  # a folder of one's own: float, unless asked
     assert settings(QUANTIZATION="").quantization == "none"  # an empty value, as older .env files have it
 
 
