@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -104,4 +105,6 @@ def served_model_facts(settings: Settings, runtime: str) -> ModelFacts | None:
     if quantization_for(settings, runtime)[0] != "int8":
         return facts
     prepared = int8_dir(settings.model_path or MODEL_DIR)
-    return load_model_facts(prepared) if (prepared / "model.safetensors").exists() else facts.as_int8()
+    if not (prepared / "model.safetensors").exists():
+        return facts.as_int8()
+    return dataclasses.replace(load_model_facts(prepared), name=facts.name)  # messages name the model, not its folder
