@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from serve.model import quantization_for
 from serve.native import TORCH_VERSION
+from serve.settings import Settings
 from tests.support.clone import free_port, fresh_clone, stock_pip, user_env
 from tests.conftest import kit_env, run_bounded
 from tests.support.docs import doc_commands, run_doc
@@ -76,7 +78,9 @@ def test_install_from_pypi_and_a_torch_index_serves_the_model(tmp_path: Path) ->
         assert not leaks, "the install used this machine's own wheel folders:\n" + "\n".join(leaks[:5])
         # prepared into the (empty) machine cache of this fresh "machine", not found in this one's
         prepared = list((clone.parent / "caches" / "xdg" / "vllm-lab-kit" / "models").glob("*/*/model.safetensors"))
-        assert [path.parent.name for path in prepared] == ["SmolLM2-135M-Instruct"], prepared
+        float_and_int8 = ["SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-int8-w8a8"]  # int8: auto with AVX-512
+        assert sorted(path.parent.name for path in prepared) == float_and_int8[:len(prepared)], prepared
+        assert len(prepared) == (2 if quantization_for(Settings.from_env({}), "native")[0] == "int8" else 1)
         assert "KV cache" in output, output  # the recap read vLLM's own line
     finally:
         shutil.rmtree(clone.parent, ignore_errors=True)  # the scratch folder: clone, caches (GBs)

@@ -114,6 +114,9 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
         assert any("EngineCore" in process.cmdline(pid) for pid in engine), [process.cmdline(p) for p in engine]
         seen += [api_server, *engine]
 
+        # the supervisor marks a server up at its own /health poll (once a second), which can come after up.sh's
+        wait_until(lambda: (Record.load(record_path) or record).last("healthy") is not None, 30,
+                   "the supervisor to see the server healthy")
         os.kill(api_server, signal.SIGKILL)  # what the OOM killer does
         # the engine plugin's PR_SET_PDEATHSIG: gone at once, not after the supervisor's 10 s grace
         wait_until(lambda: not any(alive(pid) for pid in engine), 5, "the engine core to die with its API server")
