@@ -26,10 +26,11 @@ class EndpointError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class ServedModel:
-    """One entry of /v1/models. vLLM lists its max_model_len; other engines do not (None)."""
+    """One entry of /v1/models. vLLM lists its max_model_len and the folder it loaded (root); other engines do not."""
 
     id: str
     max_model_len: int | None = None
+    root: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ class Endpoint:
         if response.status_code != httpx.codes.OK:
             raise not_a_list
         try:
-            return [ServedModel(str(entry["id"]), _whole_number(entry.get("max_model_len")))
+            return [ServedModel(str(entry["id"]), _whole_number(entry.get("max_model_len")), str(entry.get("root") or ""))
                     for entry in response.json().get("data", [])]
         except (ValueError, TypeError, KeyError, AttributeError):  # not JSON, or not a list of models
             raise not_a_list from None

@@ -8,12 +8,10 @@ the lab's fixed text, and how often its greedy answers match the reference's. Sp
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import httpx
 from rich.table import Table
 
 from client.endpoint import Endpoint, EndpointError
@@ -28,15 +26,6 @@ from serve.sizing import SizingError, load_model_facts
 from serve.vllm_command import resolve_dtype
 
 DEFAULT_OUT = Path("results") / "quantization.json"
-
-
-def served_root(endpoint: Endpoint) -> str:
-    """The folder vLLM serves the model from (its /v1/models `root`)."""
-    try:
-        listing = httpx.get(f"{endpoint.base_url}/models", headers=endpoint.headers, timeout=10).json()["data"]
-    except (httpx.HTTPError, ValueError, KeyError) as exc:
-        raise endpoint.unreachable(exc) from None
-    return next((str(entry.get("root") or "") for entry in listing if entry["id"] == endpoint.model), "")
 
 
 def weights(root: str, dtype: str) -> tuple[str, float | None]:
@@ -67,14 +56,13 @@ def main(argv: list[str] | None = None) -> int:
                              model_source="--model") for index, url in enumerate(args.url or [f"{settings.base_url}/v1"], 1)]
     rows = []
     try:
-        for endpoint in endpoints:
-            endpoint.check()
+        roots = [next(model.root for model in endpoint.check() if model.id == endpoint.model) for endpoint in endpoints]
         reference_tokens: list[list[int]] = []
         text_ids = tokenize(endpoints[0], EVAL_TEXT.read_text())
-        for endpoint in endpoints:
+        for endpoint, root in zip(endpoints, roots, strict=True):
             console.print(f"{endpoint.base_url}: perplexity on {EVAL_TEXT.name} ({len(text_ids):,} tokens), then "
                           f"{len(AGREEMENT_PROMPTS)} greedy answers ...")
-            kind, mb = weights(served_root(endpoint), dtype)
+            kind, mb = weights(root, dtype)
             score = perplexity(endpoint, text_ids, max_windows=args.windows)
             answers = [tokenize(endpoints[0], answer) for answer in greedy_answers(endpoint)]
             reference_tokens = reference_tokens or answers

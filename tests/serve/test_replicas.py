@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ from serve.native import NativeRuntime
 from serve.router import RouterRuntime
 from serve.settings import Settings, SettingsError
 from serve.sizing import GiB
+from tests.support.waiting import wait_until
 from tests.conftest import MODEL, ROOT, kit_env, run_bounded, run_script
 
 KEY = "replicas-test-key"
@@ -120,15 +120,6 @@ def counter(base_url: str, name: str) -> float:
     text = httpx.get(f"{base_url}/metrics", timeout=10).text
     return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
                if sample.name == name and sample.labels.get("finished_reason", "stop") in ("stop", "length"))
-
-
-def wait_until(check, timeout_s: float, what: str) -> float:
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout_s:
-            pytest.fail(f"waited {timeout_s:g} s for {what}")
-        time.sleep(0.5)
-    return time.monotonic() - started
 
 
 def router_health(cluster: Cluster, worker_url: str) -> float | None:

@@ -14,8 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 import psutil
 import pytest
@@ -24,6 +22,7 @@ from serve import process
 from serve.local_server import RUN_DIR
 from serve.supervisor import Record, next_step, root_cause
 from serve.vllm_command import API_SERVER_MODULE
+from tests.support.waiting import wait_until
 from tests.conftest import ROOT, bring_up, free_port, kit_env, run_bounded, run_script
 
 
@@ -32,15 +31,6 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> float:
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout_s:
-            pytest.fail(f"waited {timeout_s:g} s for {what}")
-        time.sleep(0.5)
-    return time.monotonic() - started
 
 
 def plant_orphan(port: int) -> tuple[int, int]:
