@@ -81,7 +81,12 @@ def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_
 
     series = run["metrics_series"]
     assert run["metrics_note"] is None and len(series) >= 2 and {s["format"] for s in series} == {"v1"}
-    assert max(s["running"] for s in series) >= 1 and all(0 <= s["kv_usage"] <= 1 for s in series)
+    # when it misses, say whether the sampler stalled (no snapshot while answers streamed) or the gauge read 0
+    start_s = min(r["scheduled_s"] for r in requests)  # the first request is planned at offset 0: the run's start
+    streaming = [(round(r["first_token_s"] - start_s, 2), round(r["done_s"] - start_s, 2)) for r in requests]
+    seen = [(round(s["t_s"], 2), s["running"]) for s in series]
+    assert max(s["running"] for s in series) >= 1, f"snapshots (t_s, running): {seen}; answers streamed {streaming}"
+    assert all(0 <= s["kv_usage"] <= 1 for s in series)
 
     with (tmp_path / "requests.csv").open() as handle:
         rows = list(csv.DictReader(handle))
