@@ -50,19 +50,29 @@ class Tally:
     in_flight_at_kill: list[float] = field(default_factory=list)  # the victim's running + waiting just before
 
 
-async def hang_up_after(http: httpx.AsyncClient, api_url: str, payload: dict, chunks: int, key: str | None) -> bool:
-    """Stream, then close the connection after `chunks` chunks (the server must abort it). True if it did."""
+async def hang_up_after(http: httpx.AsyncClient, api_url: str, payload: dict, events: int,
+                        key: str | None) -> str:
+    """Stream, then close the connection after `events` server-sent events (the server must abort the request).
+
+    "hung up" when it did; "completed" when the answer ended first (a loaded server can send a whole short
+    answer before the client reads a few events); "failed" when no answer or an error came instead.
+    """
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         async with http.stream("POST", f"{api_url}/chat/completions", json=payload, headers=headers) as response:
+            if response.status_code != httpx.codes.OK:
+                return "failed"
             seen = 0
-            async for _ in response.aiter_bytes():
-                seen += 1
-                if seen >= chunks:
-                    return True
+            async for line in response.aiter_lines():  # lines, not byte chunks: one network read can hold many
+                if line.strip() == "data: [DONE]":
+                    return "completed"
+                if line.startswith("data:"):
+                    seen += 1
+                    if seen >= events:
+                        return "hung up"
     except httpx.HTTPError:
-        return False
-    return False
+        return "failed"
+    return "failed"  # the stream ended without [DONE]
 
 
 async def user(number: int, settings: Settings, stop: asyncio.Event, tally: Tally, kills: list[float]) -> None:
@@ -74,8 +84,11 @@ async def user(number: int, settings: Settings, stop: asyncio.Event, tally: Tall
                                    64, ignore_eos=True)
             if rng.random() < HANG_UP_SHARE:
                 sent_s = time.perf_counter()
-                if await hang_up_after(http, api_url, payload, rng.randint(2, 8), key):
+                outcome = await hang_up_after(http, api_url, payload, rng.randint(2, 8), key)
+                if outcome == "hung up":
                     tally.hung_up += 1
+                elif outcome == "completed":
+                    tally.completed += 1
                 elif any(sent_s <= at <= time.perf_counter() for at in kills):
                     tally.cut.append("cut by a kill before its client could hang up")
                 else:
@@ -213,6 +226,8 @@ def main() -> None:
         print(f"{'PASS' if ok else 'FAIL'}: {what}")
     if stray:
         print("  strays: " + "; ".join(stray))
+    if not all(verdicts.values()):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
