@@ -16,6 +16,9 @@ pip's wheel cache would hand back a bad build whatever CMAKE_ARGS say, so the wh
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from serve import system
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
@@ -94,6 +97,15 @@ def install_llamacpp() -> None:
         raise
 
 
+@dataclass(frozen=True, slots=True)
+class Install:
+    """How a llama.cpp engine is readied before its first start: `run` does it (True if it did any work);
+    `will_build` says whether that compiles llama.cpp (it needs a C/C++ toolchain and CMake then)."""
+
+    run: Callable[[], bool]
+    will_build: Callable[[], bool]
+
+
 class GgufRuntime(LocalRuntime):
     """What llama.cpp's two servers share: the GGUF under Ollama's model name, the kit's threads, no `auto`
     plan to judge, and a start that installs what is missing and loads the model in seconds."""
@@ -101,19 +113,16 @@ class GgufRuntime(LocalRuntime):
     served_model = MODEL_ALIAS
     settings: Settings
     port_hint = ""  # what else may hold the port, for the port-in-use line
-
-    def will_build(self) -> bool:
-        """Whether the next install compiles llama.cpp (it needs a C/C++ toolchain and CMake then)."""
-        raise NotImplementedError
+    installs: ClassVar[Install]
 
     def install(self) -> None:
-        raise NotImplementedError
+        self.installs.run()
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
 
     def system_needs(self) -> list[system.Tool]:
-        return system.llamacpp_build_needs() if self.will_build() else []
+        return system.llamacpp_build_needs() if self.installs.will_build() else []
 
     def preflight(self) -> None:
         """Nothing to judge ahead: no `auto` settings but the threads, and the GGUF loads in seconds."""
@@ -137,6 +146,7 @@ class LlamaCppRuntime(GgufRuntime):
     label = "llama.cpp"
     name = "llama.cpp"
     port_hint = " (an Ollama?)"
+    installs = Install(run=install, will_build=will_build)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -144,12 +154,6 @@ class LlamaCppRuntime(GgufRuntime):
         self.server = LocalServer("llama.cpp", "llamacpp", SERVER_MODULE, settings.host, self.port,
                                   "LLAMACPP_PORT", settings.url_for(self.port), health_path=HEALTH_PATH,
                                   restart=settings.restart, restart_attempts=settings.restart_attempts)
-
-    def will_build(self) -> bool:
-        return will_build()
-
-    def install(self) -> None:
-        install()
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         argv = [str(VENV.python), "-m", SERVER_MODULE,
