@@ -29,7 +29,7 @@ from labs.loadtest.runner import run_load  # noqa: E402
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths  # noqa: E402
 from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
 from serve.model import MODEL_DIR  # noqa: E402
-from serve.native import PYTHON  # noqa: E402
+from serve.native import VENV as VLLM_VENV  # noqa: E402
 
 GOAL_RATIO_TOLERANCE = 0.10
 BENCH_TIMEOUT_S = 900
@@ -70,8 +70,8 @@ def run_vllm_bench(args: argparse.Namespace, endpoint: Endpoint, work_dir: Path,
             "--sharegpt-output-len", str(args.output_len), "--ignore-eos", "--num-prompts", str(args.requests),
             "--request-rate", str(args.rate), "--seed", str(args.seed + round_index), "--num-warmups", "1",
             "--disable-tqdm", "--save-result", "--result-dir", str(work_dir), "--result-filename", result_name]
-    completed = subprocess.run([str(PYTHON), "-c", VLLM_BENCH_DRIVER, *argv], capture_output=True, text=True,
-                               timeout=BENCH_TIMEOUT_S, cwd=work_dir)
+    completed = subprocess.run([str(VLLM_VENV.python), "-c", VLLM_BENCH_DRIVER, *argv], capture_output=True,
+                               text=True, timeout=BENCH_TIMEOUT_S, cwd=work_dir)
     if completed.returncode != 0:
         sys.exit(f"error: vllm.benchmarks.serve failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
     result = json.loads((work_dir / result_name).read_text())

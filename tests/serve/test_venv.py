@@ -1,0 +1,50 @@
+"""The one venv installer (serve/venv.py): a venv is trusted only with today's stamp, written last."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serve import llamacpp, native, router
+from serve.progress import StepFailed
+from serve.settings import ROOT
+from serve.venv import Venv
+
+
+def test_the_engines_venvs_and_stamps_stay_where_earlier_installs_put_them() -> None:
+    """An install an earlier kit made is found (tests/support/docker/standin.sh reads the vLLM stamp by path)."""
+    assert {venv.folder.relative_to(ROOT).as_posix(): venv.stamp.name
+            for venv in (native.VENV, llamacpp.VENV, router.VENV)} == {
+        ".kit/vllm": ".kit-installed", ".kit/llamacpp": ".kit-installed", ".kit/router": ".kit-installed"}
+    assert router.VENV.wanted == f"vllm-router=={router.ROUTER_VERSION}\n"  # one requirement a line
+
+
+def test_a_venv_is_trusted_only_with_todays_stamp_and_reinstalls_after_a_failure(tmp_path: Path) -> None:
+    folder = tmp_path / "tool"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)  # made, not filled
+    venv = Venv(folder, "tool", ("tool==1.0", "model==2"), tmp_path / "logs" / "install-tool.log")
+    assert venv.python.exists() and not venv.installed()
+    venv.log_path.parent.mkdir()
+    venv.log_path.write_text("the last install's output\n")
+    filled: list[str] = []
+    assert venv.install(lambda: filled.append(venv.log_path.read_text() if venv.log_path.exists() else "")) is True
+    assert filled == [""]  # the log starts afresh; the venv already there is reused, not made again
+    assert venv.stamp.read_text() == "tool==1.0\nmodel==2\n" and venv.installed()
+    assert venv.install(lambda: filled.append("again")) is False and filled == [""]
+
+    newer = dataclasses.replace(venv, holds=("tool==1.1", "model==2"))
+    assert not newer.installed()  # a pin changed since: installs again into the same venv
+
+    def cut_short() -> None:
+        raise StepFailed("Installing tool==1.1 failed (exit 1)")
+
+    with pytest.raises(StepFailed):
+        newer.install(cut_short)
+    assert not newer.installed()  # the stamp is written last: the next install tries again
+    assert newer.install(lambda: None) is True and newer.stamp.read_text() == "tool==1.1\nmodel==2\n"
+    venv.python.unlink()
+    assert not newer.installed()  # a stamp without its python is not trusted
