@@ -131,6 +131,16 @@ def positive_number(name: str, raw: str) -> float:
     return value
 
 
+def non_negative_number(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a number, 0 or more") from None
+    if not value >= 0 or value == float("inf"):
+        raise _bad(name, raw, "use a number, 0 or more")
+    return value
+
+
 def thread_binding(name: str, raw: str) -> str:
     if raw in ("auto", "nobind") or CPU_LIST.match(raw):
         return raw
