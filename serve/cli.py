@@ -2,14 +2,20 @@
 
 Used by every `python -m ...` of the kit (serve, client, labs, benchmarks), so a bad value never reaches the
 run as a traceback: `--rate inf`, `--interval-s nan` or `--max-model-len 0` are refused where they are typed.
+A flag's value is checked by the same parser as the setting of its kind (serve/settings.py), and refused in
+the command line's words: `'0' is not a whole number greater than 0`.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
-from typing import NoReturn
+from typing import NoReturn, TypeVar
+
+from serve import settings
+from serve.settings import SettingsError
+
+T = TypeVar("T")
 
 
 class KitArgumentParser(argparse.ArgumentParser):
@@ -19,35 +25,33 @@ class KitArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
 
 
-def _number(kind: type, text: str, what: str, ok: Callable[[float], bool]) -> float:
+def _flag_value(parse: Callable[[str, str], T], text: str, what: str) -> T:
+    """`text` through a settings parser; refused as argparse refuses a value: `'TEXT' is not WHAT`."""
     try:
-        value = kind(text)
-    except (ValueError, OverflowError):
+        return parse("", text)
+    except SettingsError:
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-    if not math.isfinite(value) or not ok(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-    return value
 
 
 def positive_int(text: str) -> int:
-    return int(_number(int, text, "a whole number greater than 0", lambda value: value > 0))
+    return _flag_value(settings.positive_int, text, "a whole number greater than 0")
 
 
 def non_negative_int(text: str) -> int:
-    return int(_number(int, text, "a whole number, 0 or more", lambda value: value >= 0))
+    return _flag_value(settings.non_negative_int, text, "a whole number, 0 or more")
 
 
 def tcp_port(text: str) -> int:
-    return int(_number(int, text, "a TCP port (1-65535)", lambda value: 1 <= value <= 65535))
+    return _flag_value(settings.tcp_port, text, "a TCP port (1-65535)")
 
 
 def positive_float(text: str) -> float:
-    return _number(float, text, "a finite number greater than 0", lambda value: value > 0)
+    return _flag_value(settings.positive_number, text, "a finite number greater than 0")
 
 
 def non_negative_float(text: str) -> float:
-    return _number(float, text, "a finite number, 0 or more", lambda value: value >= 0)
+    return _flag_value(settings.non_negative_number, text, "a finite number, 0 or more")
 
 
 def fraction(text: str) -> float:
-    return _number(float, text, "a fraction greater than 0 and at most 1", lambda value: 0 < value <= 1)
+    return _flag_value(settings.fraction, text, "a fraction greater than 0 and at most 1")

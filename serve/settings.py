@@ -1,6 +1,7 @@
 """The one source of settings for every runtime, the client and the labs.
 
-Precedence, lowest first: the defaults in KNOBS < `.env` (or `.env.example` when there is no `.env`)
+Each setting is one field of `Settings`, declared with its variable, default, parser and why (KNOBS lists them).
+Precedence, lowest first: those defaults < `.env` (or `.env.example` when there is no `.env`)
 < the process environment, exactly as Docker Compose does, so `export VLLM_PORT=8010` retargets
 everything. `${VAR:-default}` references inside `.env` are resolved with the environment winning too.
 """
@@ -13,9 +14,9 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from dotenv.main import DotEnv
@@ -53,6 +54,7 @@ KIT_OWNED_FLAGS = {
 }
 MAX_SERVER_SLOTS = 256  # vLLM's own cap on sequences in one batch (max_num_seqs)
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
+T = TypeVar("T")
 
 
 class SettingsError(ValueError):
@@ -83,7 +85,7 @@ def non_negative_int(name: str, raw: str) -> int:
     return value
 
 
-def port(name: str, raw: str) -> int:
+def tcp_port(name: str, raw: str) -> int:
     value = positive_int(name, raw)
     if value > 65535:
         raise _bad(name, raw, "use a TCP port between 1 and 65535")
@@ -129,13 +131,23 @@ def positive_number(name: str, raw: str) -> float:
     return value
 
 
+def non_negative_number(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a number, 0 or more") from None
+    if not value >= 0 or value == float("inf"):
+        raise _bad(name, raw, "use a number, 0 or more")
+    return value
+
+
 def thread_binding(name: str, raw: str) -> str:
     if raw in ("auto", "nobind") or CPU_LIST.match(raw):
         return raw
     raise _bad(name, raw, "use auto, nobind, or a CPU list such as 0-1 (ranks separated by |)")
 
 
-def api_key(name: str, raw: str) -> str:
+def bearer_key(name: str, raw: str) -> str:
     if any(ch.isspace() for ch in raw):
         raise _bad(name, raw, "an API key must not contain spaces, tabs or newlines; remove them")
     return raw
@@ -175,7 +187,7 @@ def text(name: str, raw: str) -> str:
     return raw
 
 
-def host(name: str, raw: str) -> str:
+def bind_host(name: str, raw: str) -> str:
     """An address or host name to bind: 127.0.0.1, ::1, 0.0.0.0, localhost; never address:port."""
     if not raw.strip() or any(ch.isspace() for ch in raw):
         raise _bad(name, raw, "use an address to bind, such as 127.0.0.1 (or 0.0.0.0 to expose it)")
@@ -247,7 +259,7 @@ def fraction(name: str, raw: str) -> float:
     return value
 
 
-def quantization(name: str, raw: str) -> str:
+def quantization_method(name: str, raw: str) -> str:
     """One of QUANTIZATIONS; empty is `none` (the float weights)."""
     if (raw or "none") not in QUANTIZATIONS:
         raise _bad(name, raw, "use auto, none (the float weights), int8 (the CPU track's int8 checkpoint), or awq, "
@@ -262,7 +274,7 @@ def arg_list(name: str, raw: str) -> tuple[str, ...]:
         raise _bad(name, raw, f"quote it as you would in a shell ({exc})") from None
 
 
-def extra_args(name: str, raw: str) -> tuple[str, ...]:
+def api_server_flags(name: str, raw: str) -> tuple[str, ...]:
     """More api_server flags, except those the kit sets from its own settings (they would silently win)."""
     args = arg_list(name, raw)
     for arg in args:
@@ -275,155 +287,163 @@ def extra_args(name: str, raw: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Knob:
-    """One setting: its variable, its default, how to parse it, and why it exists."""
+    """One setting: its variable, its Settings field, its default, how to parse it, and why it exists."""
 
     env: str
     field: str
-    default: str
+    default: str  # as `.env` writes it, parsed like any other value
     parse: Callable[[str, str], Any]
     why: str
 
 
-KNOBS: tuple[Knob, ...] = (
-    Knob("RUNTIME", "runtime", "auto", choice(*RUNTIMES),
-         "auto = Docker when an engine with compose is usable, else the native venv"),
-    Knob("MODEL_NAME", "model_name", BUNDLED_MODEL_NAME, text,
-         "the name clients ask for (--served-model-name); Docker tracks load it from the hub"),
-    Knob("MODEL_PATH", "model_path", "", model_folder,
-         "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)"),
-    Knob("VLLM_HOST", "host", "127.0.0.1", host,
-         "bind address; 127.0.0.1 keeps the engine private to this machine"),
-    Knob("VLLM_PORT", "port", "8009", port, "the port of the OpenAI-compatible /v1 API"),
-    Knob("DTYPE", "dtype", "auto", choice(*DTYPES),
-         "auto = bfloat16 where the CPU has BF16 instructions, else float32"),
-    Knob("MAX_MODEL_LEN", "max_model_len", "1024", positive_int,
-         "longest prompt+answer in tokens; every sequence may grow to it"),
-    Knob("MAX_NUM_SEQS", "max_num_seqs", "auto", auto_or_positive_int,
-         "most sequences decoded together in one batch; auto = 16 per core, cut to what the KV pool holds"),
-    Knob("BLOCK_SIZE", "block_size", "auto", auto_or_positive_int,
-         "tokens per KV-cache block (--block-size); auto = 32 on vLLM V1's CPU backend (its own default is 128), "
-         "else vLLM's default"),
-    Knob("SWAP_SPACE", "swap_space_gib", "4", non_negative_int,
-         "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)"),
-    Knob("VLLM_CPU_KVCACHE_SPACE", "kv_cache_space_gib", "auto", auto_or_whole_gib,
-         "GiB of RAM for the KV cache, whole; auto = room for MAX_NUM_SEQS full-length sequences, "
-         "within the memory free"),
-    Knob("OMP_THREADS", "omp_threads", "auto", auto_or_positive_int,
-         "OpenMP threads where vLLM does not bind them (nobind, llama.cpp); auto = the cores this process may use"),
-    Knob("VLLM_CPU_OMP_THREADS_BIND", "omp_threads_bind", "auto", thread_binding,
-         "auto = vLLM's: one thread per core, one core left to the frontend (nobind on 1 core or in Docker); "
-         "nobind lets all OMP_THREADS compute"),
-    Knob("OPENBLAS_NUM_THREADS", "openblas_threads", "1", positive_int,
-         "keeps BLAS from spawning threads that fight the OpenMP ones"),
-    Knob("MKL_NUM_THREADS", "mkl_threads", "1", positive_int,
-         "same as OPENBLAS_NUM_THREADS, for MKL"),
-    Knob("VLLM_API_KEY", "api_key", "", api_key,
-         "when set, /v1 requires 'Authorization: Bearer <key>' (empty = no key)"),
-    Knob("ENFORCE_EAGER", "enforce_eager", "false", boolean,
-         "true skips torch.compile: starts faster, decodes slower"),
-    Knob("VLLM_ENABLE_V1_MULTIPROCESSING", "v1_multiprocessing", "true", boolean,
-         "false runs the model in the engine-core process: one Python start fewer, slower batches"),
-    Knob("TORCH_INDEX_URL", "torch_index_url", DEFAULT_TORCH_INDEX_URL, index_url,
-         "native: where torch's CPU build comes from (PyPI has none); empty = your pip configuration only"),
-    Knob("VLLM_EXTRA_ARGS", "extra_args", "", extra_args,
-         "more api_server flags, appended as they are"),
-    Knob("START_TIMEOUT", "start_timeout_s", "900", positive_int,
-         "seconds to wait for /health; the first start compiles for minutes"),
-    Knob("RESTART", "restart", "on-failure", choice(*RESTART_POLICIES),
-         "native: restart a server or replica that dies after it was up, with back-off (as Compose's restart: "
-         "does); no = leave it down"),
-    Knob("RESTART_ATTEMPTS", "restart_attempts", "3", non_negative_int,
-         "native: restarts in a row that never reach /health before the kit gives up (a crash loop)"),
-    Knob("CPU_LIMIT", "cpu_limit", "4", positive_number,
-         "CPUs the Docker CPU container may use"),
-    Knob("MEMORY_LIMIT", "memory_limit", "5g", text,
-         "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)"),
-    Knob("CPU_IMAGE_TAG", "cpu_image_tag", "0.9.1-oe2403lts", image_version_tag,
-         "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM)"),
-    Knob("CPU_BASE_IMAGE", "cpu_base_image", "openeuler/vllm-cpu", base_image,
-         "the image Dockerfile.cpu builds on (with CPU_IMAGE_TAG); a tag given here wins (the tests' stand-in)"),
-    Knob("GPU_IMAGE", "gpu_image", "vllm/vllm-openai:v0.11.0", pinned_image,
-         "the GPU track's image, pinned so a rebuild serves the same vLLM"),
-    Knob("GPU_PORT", "gpu_port", "8000", port, "port of the GPU track's /v1 API"),
-    Knob("GPU_MEMORY_UTILIZATION", "gpu_memory_utilization", "0.90", fraction,
-         "share of GPU memory vLLM takes for weights + KV cache (the rest stays free)"),
-    Knob("QUANTIZATION", "quantization", "auto", quantization,
-         "auto = int8 W8A8 natively on a CPU with AVX-512, else none (the float weights); int8 on the CPU track; "
-         "GPU track: awq/gptq (4-bit) or fp8 (Hopper/Ada)"),
-    Knob("OLLAMA_IMAGE", "ollama_image", "ollama/ollama:0.12.3", pinned_image,
-         "the ollama compose profile's image, pinned"),
-    Knob("ENGINES", "engines", "vllm", engine_list,
-         "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both"),
-    Knob("LLAMACPP_PORT", "llamacpp_port", "11434", port,
-         "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no "
-         "change; Ollama's own /api routes are not served)"),
-    Knob("LLAMACPP_INTERRUPT_REQUESTS", "llamacpp_interrupt_requests", "false", boolean,
-         "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
-         "llama-cpp-python's own default: a new request cuts the running stream short"),
-    Knob("LLAMA_SERVER_PORT", "llama_server_port", "8089", port,
-         "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)"),
-    Knob("LLAMA_SERVER_SLOTS", "llama_server_slots", "4", server_slots,
-         "requests llama-server decodes together, batched continuously (-np, like OLLAMA_NUM_PARALLEL; 4 was "
-         "Ollama's own before v0.10); each slot gets MAX_MODEL_LEN tokens of context"),
-    Knob("REPLICAS", "replicas", "1", positive_int,
-         "vLLM engines serving the model; above 1 vllm-router spreads requests over them (ROUTER_POLICY)"),
-    Knob("ROUTER_POLICY", "router_policy", "cache_aware", choice(*ROUTER_POLICIES),
-         "how vllm-router picks a replica; cache_aware (its default) sends a prompt where its longest prefix went, "
-         "so a chat's turns and a shared system prompt reuse one replica's prefix cache"),
-    Knob("KEDA_MIN_REPLICAS", "keda_min_replicas", "1", positive_int,
-         "Kubernetes: fewest engine replicas KEDA keeps (not 0: with no engine, no vllm:num_requests_waiting "
-         "wakes one)"),
-    Knob("KEDA_MAX_REPLICAS", "keda_max_replicas", "3", positive_int,
-         "Kubernetes: most engine replicas KEDA scales to (the course's 1 -> 3)"),
-    Knob("KEDA_QUEUE_THRESHOLD", "keda_queue_threshold", "5", positive_number,
-         "Kubernetes: requests waiting per replica (vllm:num_requests_waiting) above which KEDA adds one"),
-)
+def setting(env: str, default: str, parse: Callable[[str, str], T], why: str) -> T:
+    """Declare a Settings field read from the variable `env`: `parse(env, raw)` turns its text into the field's type
+    (or raises SettingsError naming the fix) and `why` is its one line in .env.example and the README."""
+    if not callable(parse):  # a parser named like a field declared above it would be that field here
+        raise TypeError(f"{env}: {parse!r} is not a parser")
+    return field(metadata={"env": env, "default": default, "parse": parse, "why": why})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    runtime: str
-    model_name: str
-    model_path: Path | None  # None: the bundled model
-    host: str
-    port: int
-    dtype: str
-    max_model_len: int
-    max_num_seqs: int | None  # None: auto
-    block_size: int | None  # None: auto
-    swap_space_gib: int
-    kv_cache_space_gib: int | None  # None: auto
-    omp_threads: int | None  # None: auto
-    omp_threads_bind: str
-    openblas_threads: int
-    mkl_threads: int
-    api_key: str
-    enforce_eager: bool
-    v1_multiprocessing: bool
-    torch_index_url: str
-    extra_args: tuple[str, ...]
-    start_timeout_s: int
-    restart: str
-    restart_attempts: int
-    cpu_limit: float
-    memory_limit: str
-    cpu_image_tag: str
-    cpu_base_image: str  # the repository only: a tag given with it moved to cpu_image_tag
-    gpu_image: str
-    gpu_port: int
-    gpu_memory_utilization: float
-    quantization: str
-    ollama_image: str
-    engines: tuple[str, ...]
-    llamacpp_port: int
-    llamacpp_interrupt_requests: bool
-    llama_server_port: int
-    llama_server_slots: int
-    replicas: int
-    router_policy: str
-    keda_min_replicas: int
-    keda_max_replicas: int
-    keda_queue_threshold: float
+    """Every setting of the kit, each declared once: its variable, its default, its parser and why it exists.
+    KNOBS lists them in this order, which is also .env.example's and the README's."""
+
+    runtime: str = setting(
+        "RUNTIME", "auto", choice(*RUNTIMES),
+        "auto = Docker when an engine with compose is usable, else the native venv")
+    model_name: str = setting(
+        "MODEL_NAME", BUNDLED_MODEL_NAME, text,
+        "the name clients ask for (--served-model-name); Docker tracks load it from the hub")
+    model_path: Path | None = setting(  # None: the bundled model
+        "MODEL_PATH", "", model_folder,
+        "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)")
+    host: str = setting(
+        "VLLM_HOST", "127.0.0.1", bind_host,
+        "bind address; 127.0.0.1 keeps the engine private to this machine")
+    port: int = setting(
+        "VLLM_PORT", "8009", tcp_port,
+        "the port of the OpenAI-compatible /v1 API")
+    dtype: str = setting(
+        "DTYPE", "auto", choice(*DTYPES),
+        "auto = bfloat16 where the CPU has BF16 instructions, else float32")
+    max_model_len: int = setting(
+        "MAX_MODEL_LEN", "1024", positive_int,
+        "longest prompt+answer in tokens; every sequence may grow to it")
+    max_num_seqs: int | None = setting(  # None: auto
+        "MAX_NUM_SEQS", "auto", auto_or_positive_int,
+        "most sequences decoded together in one batch; auto = 16 per core, cut to what the KV pool holds")
+    block_size: int | None = setting(  # None: auto
+        "BLOCK_SIZE", "auto", auto_or_positive_int,
+        "tokens per KV-cache block (--block-size); auto = 32 on vLLM V1's CPU backend (its own default is 128), "
+        "else vLLM's default")
+    swap_space_gib: int = setting(
+        "SWAP_SPACE", "4", non_negative_int,
+        "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)")
+    kv_cache_space_gib: int | None = setting(  # None: auto
+        "VLLM_CPU_KVCACHE_SPACE", "auto", auto_or_whole_gib,
+        "GiB of RAM for the KV cache, whole; auto = room for MAX_NUM_SEQS full-length sequences, "
+        "within the memory free")
+    omp_threads: int | None = setting(  # None: auto
+        "OMP_THREADS", "auto", auto_or_positive_int,
+        "OpenMP threads where vLLM does not bind them (nobind, llama.cpp); auto = the cores this process may use")
+    omp_threads_bind: str = setting(
+        "VLLM_CPU_OMP_THREADS_BIND", "auto", thread_binding,
+        "auto = vLLM's: one thread per core, one core left to the frontend (nobind on 1 core or in Docker); "
+        "nobind lets all OMP_THREADS compute")
+    openblas_threads: int = setting(
+        "OPENBLAS_NUM_THREADS", "1", positive_int,
+        "keeps BLAS from spawning threads that fight the OpenMP ones")
+    mkl_threads: int = setting(
+        "MKL_NUM_THREADS", "1", positive_int,
+        "same as OPENBLAS_NUM_THREADS, for MKL")
+    api_key: str = setting(
+        "VLLM_API_KEY", "", bearer_key,
+        "when set, /v1 requires 'Authorization: Bearer <key>' (empty = no key)")
+    enforce_eager: bool = setting(
+        "ENFORCE_EAGER", "false", boolean,
+        "true skips torch.compile: starts faster, decodes slower")
+    v1_multiprocessing: bool = setting(
+        "VLLM_ENABLE_V1_MULTIPROCESSING", "true", boolean,
+        "false runs the model in the engine-core process: one Python start fewer, slower batches")
+    torch_index_url: str = setting(
+        "TORCH_INDEX_URL", DEFAULT_TORCH_INDEX_URL, index_url,
+        "native: where torch's CPU build comes from (PyPI has none); empty = your pip configuration only")
+    extra_args: tuple[str, ...] = setting(
+        "VLLM_EXTRA_ARGS", "", api_server_flags,
+        "more api_server flags, appended as they are")
+    start_timeout_s: int = setting(
+        "START_TIMEOUT", "900", positive_int,
+        "seconds to wait for /health; the first start compiles for minutes")
+    restart: str = setting(
+        "RESTART", "on-failure", choice(*RESTART_POLICIES),
+        "native: restart a server or replica that dies after it was up, with back-off (as Compose's restart: does); "
+        "no = leave it down")
+    restart_attempts: int = setting(
+        "RESTART_ATTEMPTS", "3", non_negative_int,
+        "native: restarts in a row that never reach /health before the kit gives up (a crash loop)")
+    cpu_limit: float = setting(
+        "CPU_LIMIT", "4", positive_number,
+        "CPUs the Docker CPU container may use")
+    memory_limit: str = setting(
+        "MEMORY_LIMIT", "5g", text,
+        "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)")
+    cpu_image_tag: str = setting(
+        "CPU_IMAGE_TAG", "0.9.1-oe2403lts", image_version_tag,
+        "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM)")
+    cpu_base_image: str = setting(  # the repository only: a tag given with it moved to cpu_image_tag
+        "CPU_BASE_IMAGE", "openeuler/vllm-cpu", base_image,
+        "the image Dockerfile.cpu builds on (with CPU_IMAGE_TAG); a tag given here wins (the tests' stand-in)")
+    gpu_image: str = setting(
+        "GPU_IMAGE", "vllm/vllm-openai:v0.11.0", pinned_image,
+        "the GPU track's image, pinned so a rebuild serves the same vLLM")
+    gpu_port: int = setting(
+        "GPU_PORT", "8000", tcp_port,
+        "port of the GPU track's /v1 API")
+    gpu_memory_utilization: float = setting(
+        "GPU_MEMORY_UTILIZATION", "0.90", fraction,
+        "share of GPU memory vLLM takes for weights + KV cache (the rest stays free)")
+    quantization: str = setting(
+        "QUANTIZATION", "auto", quantization_method,
+        "auto = int8 W8A8 natively on a CPU with AVX-512, else none (the float weights); int8 on the CPU track; "
+        "GPU track: awq/gptq (4-bit) or fp8 (Hopper/Ada)")
+    ollama_image: str = setting(
+        "OLLAMA_IMAGE", "ollama/ollama:0.12.3", pinned_image,
+        "the ollama compose profile's image, pinned")
+    engines: tuple[str, ...] = setting(
+        "ENGINES", "vllm", engine_list,
+        "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both")
+    llamacpp_port: int = setting(
+        "LLAMACPP_PORT", "11434", tcp_port,
+        "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no change; "
+        "Ollama's own /api routes are not served)")
+    llamacpp_interrupt_requests: bool = setting(
+        "LLAMACPP_INTERRUPT_REQUESTS", "false", boolean,
+        "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
+        "llama-cpp-python's own default: a new request cuts the running stream short")
+    llama_server_port: int = setting(
+        "LLAMA_SERVER_PORT", "8089", tcp_port,
+        "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)")
+    llama_server_slots: int = setting(
+        "LLAMA_SERVER_SLOTS", "4", server_slots,
+        "requests llama-server decodes together, batched continuously (-np, like OLLAMA_NUM_PARALLEL; 4 was "
+        "Ollama's own before v0.10); each slot gets MAX_MODEL_LEN tokens of context")
+    replicas: int = setting(
+        "REPLICAS", "1", positive_int,
+        "vLLM engines serving the model; above 1 vllm-router spreads requests over them (ROUTER_POLICY)")
+    router_policy: str = setting(
+        "ROUTER_POLICY", "cache_aware", choice(*ROUTER_POLICIES),
+        "how vllm-router picks a replica; cache_aware (its default) sends a prompt where its longest prefix went, "
+        "so a chat's turns and a shared system prompt reuse one replica's prefix cache")
+    keda_min_replicas: int = setting(
+        "KEDA_MIN_REPLICAS", "1", positive_int,
+        "Kubernetes: fewest engine replicas KEDA keeps (not 0: with no engine, no vllm:num_requests_waiting wakes one)")
+    keda_max_replicas: int = setting(
+        "KEDA_MAX_REPLICAS", "3", positive_int,
+        "Kubernetes: most engine replicas KEDA scales to (the course's 1 -> 3)")
+    keda_queue_threshold: float = setting(
+        "KEDA_QUEUE_THRESHOLD", "5", positive_number,
+        "Kubernetes: requests waiting per replica (vllm:num_requests_waiting) above which KEDA adds one")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -465,6 +485,10 @@ class Settings:
             return not ipaddress.ip_address(self.host).is_loopback
         except ValueError:  # a host name: whatever it resolves to, not known to be private
             return True
+
+
+KNOBS: tuple[Knob, ...] = tuple(Knob(field=item.name, **item.metadata) for item in fields(Settings)
+                                if "env" in item.metadata)
 
 
 def env_file() -> Path:

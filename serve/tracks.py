@@ -57,10 +57,14 @@ def resolve_for_container(settings: Settings, machine: Machine, track: Track) ->
         reason = "set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype"
         seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else "auto: vLLM's own default on GPU"
         blocks, blocks_reason = resolve_block_size(settings, V1_GPU_BLOCK_SIZE)
-        return Resolved(settings.dtype, reason, 1, "GPU track: CPU threads only serve the API",
-                        settings.omp_threads_bind, "GPU track: not used", settings.max_num_seqs, seqs_reason,
-                        blocks, blocks_reason, blocks or V1_GPU_BLOCK_SIZE, None,
-                        f"GPU track: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} sizes the KV pool")
+        return Resolved(dtype=settings.dtype, dtype_reason=reason,
+                        omp_threads=1, omp_threads_reason="GPU track: CPU threads only serve the API",
+                        omp_threads_bind=settings.omp_threads_bind, omp_threads_bind_reason="GPU track: not used",
+                        max_num_seqs=settings.max_num_seqs, max_num_seqs_reason=seqs_reason,
+                        block_size=blocks, block_size_reason=blocks_reason,
+                        kv_block_size=blocks or V1_GPU_BLOCK_SIZE, kv_cache_space_gib=None,
+                        kv_cache_space_reason=f"GPU track: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} "
+                                              "sizes the KV pool")
     try:
         cap = parse_memory_size(settings.memory_limit)
     except SizingError as exc:

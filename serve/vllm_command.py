@@ -20,7 +20,7 @@ AUTO_KV_MEMORY_SHARE = 0.5
 UNSIZED_KV_GIB = 4  # a model with no local config.json: vLLM's own CPU default (0.9 warns and uses 4)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Resolved:
     """The concrete values behind the `auto` settings, with why each was chosen."""
 
@@ -98,16 +98,20 @@ def resolve(settings: Settings, machine: Machine, facts: ModelFacts | None, *, m
         kv = settings.kv_cache_space_gib or UNSIZED_KV_GIB
         kv_reason = ("set in VLLM_CPU_KVCACHE_SPACE" if settings.kv_cache_space_gib else
                      f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default")
-        return Resolved(dtype, dtype_reason, threads, threads_reason, bind, bind_reason, seqs, seqs_reason, blocks,
-                        blocks_reason, kv_block_size, kv, kv_reason)
+        return Resolved(dtype=dtype, dtype_reason=dtype_reason, omp_threads=threads, omp_threads_reason=threads_reason,
+                        omp_threads_bind=bind, omp_threads_bind_reason=bind_reason, max_num_seqs=seqs,
+                        max_num_seqs_reason=seqs_reason, block_size=blocks, block_size_reason=blocks_reason,
+                        kv_block_size=kv_block_size, kv_cache_space_gib=kv, kv_cache_space_reason=kv_reason)
     if memory_cap_bytes is None:
         memory_cap_bytes = int(machine.memory_available_bytes * AUTO_KV_MEMORY_SHARE)
     room = memory_cap_bytes - facts.weight_bytes(dtype) - VLLM_CPU_OVERHEAD_BYTES
     plan = plan_batch(facts, dtype, settings.max_model_len, cores, room, settings.max_num_seqs,
                       settings.kv_cache_space_gib, kv_block_size)
-    return Resolved(dtype, dtype_reason, threads, threads_reason, bind, bind_reason, plan.max_num_seqs,
-                    plan.max_num_seqs_reason, blocks, blocks_reason, kv_block_size,
-                    plan.kv_space_gib, plan.kv_space_reason)
+    return Resolved(dtype=dtype, dtype_reason=dtype_reason, omp_threads=threads, omp_threads_reason=threads_reason,
+                    omp_threads_bind=bind, omp_threads_bind_reason=bind_reason, max_num_seqs=plan.max_num_seqs,
+                    max_num_seqs_reason=plan.max_num_seqs_reason, block_size=blocks, block_size_reason=blocks_reason,
+                    kv_block_size=kv_block_size, kv_cache_space_gib=plan.kv_space_gib,
+                    kv_cache_space_reason=plan.kv_space_reason)
 
 
 def parse_version(text: str) -> tuple[int, int]:
