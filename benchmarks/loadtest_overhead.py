@@ -25,6 +25,7 @@ from labs.loadtest.aggregate import summarize
 from labs.loadtest.runner import run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from serve.cli import KitArgumentParser, positive_float, positive_int
+from serve.process import free_port
 from serve.settings import ROOT
 
 GOAL_REQUESTS_PER_S = 500.0
@@ -33,12 +34,6 @@ TIMING_ERROR_BUDGET_MS = 10.0  # p99 lateness allowed: a tenth of a fast TTFT on
 LOAD_CORE, SERVER_CORE = 0, 1
 SERVER_START_TIMEOUT_S = 10.0
 MS_PER_S = 1000.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server(port: int) -> subprocess.Popen[bytes]:
