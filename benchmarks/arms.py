@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
 from serve.machine import detect
 from serve.model import served_model_facts
 from serve.native import NativeRuntime
+from serve.process import free_port
 from serve.settings import KNOBS, Settings, load_env
 from serve.sizing import V1_CPU_BLOCK_SIZE
 from serve.vllm_command import Resolved, resolve, resolve_threads
@@ -112,12 +112,6 @@ class Served:
     resolved: dict[str, Any]
     starts: list[Start] = field(default_factory=list)
     pid: int | None = None  # the server's process, where this benchmark started it
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def engine_environ(arm: Arm) -> dict[str, str]:

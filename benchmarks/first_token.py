@@ -28,10 +28,10 @@ from rich.table import Table
 
 from labs.results import Envelope, command_line, write
 from serve.cli import KitArgumentParser
-from serve.process import stop_group
+from serve.process import free_port, stop_group
 from serve.progress import console, err_console
 from serve.settings import ROOT
-from tests.support.clone import free_port, fresh_clone, stock_pip, user_env
+from tests.support.clone import fresh_clone, stock_pip, user_env
 from tests.support.torch_index import serve_index, torch_wheel, write_index
 
 STEP_LINE = re.compile(r"✓ (?P<title>.+) \((?P<seconds>\d+) s\)$")

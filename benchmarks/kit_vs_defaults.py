@@ -36,7 +36,7 @@ from labs.loadtest.aggregate import summarize
 from labs.loadtest.runner import run_load
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
 from labs.results import Envelope, MeasuredEngine, command_line, write
-from serve.cli import KitArgumentParser, non_negative_int, positive_int
+from serve.cli import KitArgumentParser, non_negative_int, positive_int, positive_ints
 from serve.machine import detect
 from serve.progress import StepFailed, console, fail
 from serve.settings import ROOT, SettingsError
@@ -57,16 +57,6 @@ WARMUP_REQUESTS = 2
 # from 75 to 400 ms without the pause.
 SETTLE_S = 1.5
 WARMUP_TOKENS = "fixed:8"
-
-
-def positive_ints(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers > 0 separated by commas, e.g. 1,4,8,16")
-    return values
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ Same prompts (the lab's set, written as a ShareGPT-style dataset), same count, s
 output length with ignore_eos, one warm-up request each. The two tools draw different Poisson samples of
 the same process, so run a few rounds (--rounds) and read the medians; rounds alternate the order.
 
-    .venv/bin/python benchmarks/loadtest_agreement.py [--base-url http://127.0.0.1:8009/v1] [--rounds 3]
+    .venv/bin/python -m benchmarks.loadtest_agreement [--base-url http://127.0.0.1:8009/v1] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -20,16 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from client.endpoint import Endpoint, EndpointError  # noqa: E402
-from labs.loadtest.aggregate import summarize  # noqa: E402
-from labs.loadtest.runner import run_load  # noqa: E402
-from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths  # noqa: E402
+from client.endpoint import Endpoint, EndpointError
+from labs.loadtest.aggregate import summarize
+from labs.loadtest.runner import run_load
+from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
 from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
-from serve.model import MODEL_DIR  # noqa: E402
-from serve.native import VENV as VLLM_VENV  # noqa: E402
+from serve.model import MODEL_DIR
+from serve.native import VENV as VLLM_VENV
 
 GOAL_RATIO_TOLERANCE = 0.10
 BENCH_TIMEOUT_S = 900
@@ -45,7 +42,8 @@ main(parser.parse_args(sys.argv[1:]))
 
 
 def parse_args() -> argparse.Namespace:
-    parser = KitArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(prog="python -m benchmarks.loadtest_agreement", description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", help="OpenAI /v1 URL (default: OPENAI_BASE_URL from the environment/.env)")
     parser.add_argument("--model", help="model name (default: MODEL from the environment/.env)")
     parser.add_argument("--requests", type=positive_int, default=32)

@@ -1,13 +1,13 @@
 """Overhead: how many requests per second the load generator sustains on ONE core, and how late it sends.
 
-A minimal streaming server (benchmarks/stream_server.py, a real local socket) answers every request with a
+A minimal streaming server (benchmarks.stream_server, a real local socket) answers every request with a
 few chunks at once; the load generator is pinned to one core (os.sched_setaffinity), the server to another
 when there is one. For each offered rate (regular arrivals) it prints the achieved requests/s and the
 timing error: how late requests leave against their schedule (sent - scheduled), the same number the
 load test reports as `queue`. Goal: >= 500 req/s sustained with the timing error small next to the
 latencies it measures (vLLM's TTFT here is tens to hundreds of ms).
 
-    .venv/bin/python benchmarks/loadtest_overhead.py [--rates 250,500,1000] [--seconds 4]
+    .venv/bin/python -m benchmarks.loadtest_overhead [--rates 250,500,1000] [--seconds 4]
 """
 
 from __future__ import annotations
@@ -19,16 +19,14 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from client.endpoint import Endpoint  # noqa: E402
-from labs.loadtest.aggregate import summarize  # noqa: E402
-from labs.loadtest.runner import run_load  # noqa: E402
-from labs.loadtest.workload import WorkloadSpec, parse_lengths  # noqa: E402
+from client.endpoint import Endpoint
+from labs.loadtest.aggregate import summarize
+from labs.loadtest.runner import run_load
+from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from serve.cli import KitArgumentParser, positive_float, positive_int
+from serve.process import free_port
+from serve.settings import ROOT
 
 GOAL_REQUESTS_PER_S = 500.0
 SUSTAINED_FRACTION = 0.95  # achieved >= 95% of offered counts as sustained
@@ -38,17 +36,11 @@ SERVER_START_TIMEOUT_S = 10.0
 MS_PER_S = 1000.0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_server(port: int) -> subprocess.Popen[bytes]:
     cores = os.sched_getaffinity(0)
     pin = ["--cpu", str(SERVER_CORE)] if SERVER_CORE in cores and len(cores) > 1 else []
-    server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stream_server.py"), "--port", str(port),
-                               *pin], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen([sys.executable, "-m", "benchmarks.stream_server", "--port", str(port), *pin],
+                              stdout=subprocess.DEVNULL, cwd=ROOT)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
@@ -69,7 +61,8 @@ def measure(target: Endpoint, spec: WorkloadSpec) -> tuple[float, object, float]
 
 
 def main() -> int:
-    parser = KitArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(prog="python -m benchmarks.loadtest_overhead", description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rates", default="250,500,1000", help="offered rates, req/s")
     parser.add_argument("--seconds", type=positive_float, default=4.0, help="length of each load point")
     parser.add_argument("--tokens", type=positive_int, default=8, help="chunks per answer")

@@ -38,12 +38,11 @@ import httpx
 import psutil
 
 from benchmarks.arms import Arm, Served, parse_overrides, serving
-from benchmarks.kit_vs_defaults import positive_ints
 from client.endpoint import Endpoint, EndpointError
 from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.results import Envelope, MeasuredEngine, ResultsError, command_line, load, write
-from serve.cli import KitArgumentParser, positive_int
+from serve.cli import KitArgumentParser, positive_int, positive_ints
 from serve.progress import StepFailed, console, fail
 from serve.settings import ROOT, SettingsError
 

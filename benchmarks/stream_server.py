@@ -5,7 +5,7 @@ SSE chunks as fast as asyncio can write them (optionally `--token-delay-ms` apar
 usage, and [DONE]. HTTP/1.1 keep-alive with chunked transfer encoding; GET /v1/models lists `fake-stream`;
 no /metrics (404), like llama.cpp's Python server.
 
-    python benchmarks/stream_server.py --port 18123 [--cpu 1] [--token-delay-ms 0]
+    python -m benchmarks.stream_server --port 18123 [--cpu 1] [--token-delay-ms 0]
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ async def serve(host: str, port: int, token_delay_s: float) -> None:
 
 
 def main() -> None:
-    parser = KitArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(prog="python -m benchmarks.stream_server", description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=tcp_port, required=True)
     parser.add_argument("--cpu", type=non_negative_int, default=None, help="pin this server to one CPU core")

@@ -41,6 +41,17 @@ def non_negative_int(text: str) -> int:
     return _flag_value(settings.non_negative_int, text, "a whole number, 0 or more")
 
 
+def positive_ints(text: str) -> list[int]:
+    """A comma-separated list of whole numbers > 0 (load points: `--concurrency 1,4,8,16`, `--users 1,16`)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers > 0 separated by commas, e.g. 1,4,8,16")
+    return values
+
+
 def tcp_port(text: str) -> int:
     return _flag_value(settings.tcp_port, text, "a TCP port (1-65535)")
 

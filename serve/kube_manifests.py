@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from serve.kube_spec import (APP, ENGINE, KEDA_POLLING_INTERVAL_S, PROBE_PERIOD_S, ROUTER, SCRAPE_ANNOTATIONS,
-                             SHM_SIZE, EngineSpec, keda_trigger, model_slug, secret_env, write_yaml)
+from serve.kube_spec import (APP, ENGINE, PROBE_PERIOD_S, ROUTER, SCRAPE_ANNOTATIONS, SHM_SIZE, EngineSpec,
+                             keda_scaling, model_slug, secret_env, write_yaml)
 from serve.settings import Settings
 from serve.tracks import CONTAINER_PORT, GPU
 
@@ -158,10 +158,7 @@ def scaled_object(settings: Settings, namespace: str, prometheus_url: str) -> di
         "metadata": meta(ENGINE, namespace, ENGINE_LABELS),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": ENGINE},
-            "minReplicaCount": settings.keda_min_replicas,
-            "maxReplicaCount": settings.keda_max_replicas,
-            "pollingInterval": KEDA_POLLING_INTERVAL_S,
-            "triggers": [keda_trigger(settings, prometheus_url)],
+            **keda_scaling(settings, prometheus_url),
         },
     }
 

@@ -155,6 +155,17 @@ def keda_trigger(settings: Settings, prometheus_url: str) -> dict:
                          "threshold": f"{settings.keda_queue_threshold:g}"}}
 
 
+def keda_scaling(settings: Settings, prometheus_url: str) -> dict:
+    """How KEDA scales the engine, the same in both renderings (a ScaledObject's spec, the chart's `keda`):
+    between KEDA_MIN_REPLICAS and KEDA_MAX_REPLICAS, asking Prometheus every KEDA_POLLING_INTERVAL_S. The
+    triggers are a list, as a ScaledObject has them and as the chart's template and its own tests write them
+    (the chart's values.schema.json says object)."""
+    return {"minReplicaCount": settings.keda_min_replicas,
+            "maxReplicaCount": settings.keda_max_replicas,
+            "pollingInterval": KEDA_POLLING_INTERVAL_S,
+            "triggers": [keda_trigger(settings, prometheus_url)]}
+
+
 def write_yaml(path: Path, documents: list[dict], header: str = "") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     body = yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, width=120)

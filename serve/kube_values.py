@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from serve.kube_spec import (API_KEY_SECRET, API_KEY_SECRET_KEY, KEDA_POLLING_INTERVAL_S, PROBE_PERIOD_S,
-                             SCRAPE_ANNOTATIONS, SHM_SIZE, EngineSpec, keda_trigger, model_slug, write_yaml)
+from serve.kube_spec import (API_KEY_SECRET, API_KEY_SECRET_KEY, PROBE_PERIOD_S, SCRAPE_ANNOTATIONS, SHM_SIZE,
+                             EngineSpec, keda_scaling, model_slug, write_yaml)
 from serve.progress import warn
 from serve.settings import Settings
 from serve.tracks import CONTAINER_PORT, GPU
@@ -73,14 +73,7 @@ def model_spec(settings: Settings, spec: EngineSpec, prometheus_url: str) -> dic
         # the key is not here: the chart sets VLLM_API_KEY itself from vllmApiKey (a second entry would hide it)
         "env": [{"name": name, "value": value} for name, value in spec.env.items()],
         "vllmConfig": vllm_config(settings, spec),
-        "keda": {
-            "enabled": True,
-            "minReplicaCount": settings.keda_min_replicas,
-            "maxReplicaCount": settings.keda_max_replicas,
-            "pollingInterval": KEDA_POLLING_INTERVAL_S,
-            # A list, as the chart's template and its own tests write it (its values.schema.json says object).
-            "triggers": [keda_trigger(settings, prometheus_url)],
-        },
+        "keda": {"enabled": True, **keda_scaling(settings, prometheus_url)},
     }
     if spec.track is not GPU:
         entry["runtimeClassName"] = ""  # the chart's default is nvidia's runtime class

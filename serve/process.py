@@ -41,13 +41,18 @@ def next_free_port(host: str, start: int) -> int:
     return next(port for port in range(start + 1, 65536) if port_is_free(host, port))
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free on `host` now (a test's or a benchmark's server, started next)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
 def free_port_run(host: str, count: int, attempts: int = 50) -> int:
     """The first of `count` consecutive ports free on `host` now (a router, its replicas and its metrics):
     the OS picks a free start, the next `count - 1` are checked."""
     for _ in range(attempts):
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-            sock.bind((host, 0))
-            start = sock.getsockname()[1]
+        start = free_port(host)
         if start + count <= 65536 and all(port_is_free(host, start + i) for i in range(count)):
             return start
     raise OSError(f"no {count} consecutive free ports on {host} after {attempts} tries")

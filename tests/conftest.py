@@ -11,13 +11,39 @@ from pathlib import Path
 
 import pytest
 
-from serve.process import stop_group
+from serve.process import free_port, stop_group
 from serve.settings import BUNDLED_MODEL_NAME, KNOBS
-from tests.support.clone import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = BUNDLED_MODEL_NAME
-collect_ignore = ["labs/engine/needs_torch"]  # the teaching engine's tests need torch: tests/run.sh runs them in .kit/vllm
+# The teaching engine's tests need torch, which only the vLLM venv has: this venv does not collect them, tests/run.sh
+# runs them there first, and a run here whose paths hold them says so at its start and its end (not silently).
+TORCH_TESTS = ROOT / "tests" / "labs" / "engine" / "needs_torch"
+TORCH_TESTS_COMMAND = (".kit/vllm/bin/python -m pytest tests/labs/engine/needs_torch "
+                       "--confcutdir=tests/labs/engine/needs_torch -q")
+collect_ignore = [str(TORCH_TESTS.relative_to(ROOT / "tests"))]
+
+
+def torch_tests_left_out(config: pytest.Config) -> str | None:
+    """The line saying the teaching engine's tests are not in this run, when its paths include their folder."""
+    start = config.invocation_params.dir
+    paths = [(start / arg.split("::")[0]).resolve() for arg in config.args]
+    if not any(TORCH_TESTS.is_relative_to(path) for path in paths):
+        return None
+    return (f"not collected: {TORCH_TESTS.relative_to(ROOT)} (the teaching engine's tests need torch, which only "
+            f"the vLLM venv has; tests/run.sh runs them first; from the repository root: {TORCH_TESTS_COMMAND})")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    line = torch_tests_left_out(config)
+    return [line] if line else []
+
+
+@pytest.hookimpl(trylast=True)  # after the durations, just above the short summary: seen with the results
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    line = torch_tests_left_out(config)
+    if line:
+        terminalreporter.write_line(line, yellow=True)
 
 
 def kit_env(**overrides: str) -> dict[str, str]:

@@ -7,11 +7,13 @@ tests timed out behind them.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import kit_env
+from tests.conftest import ROOT, TORCH_TESTS_COMMAND, kit_env
 from tests.support.docs import run_doc
 
 
@@ -41,3 +43,20 @@ def test_kit_commands_run_natively_unless_a_test_names_its_runtime(monkeypatch: 
     assert kit_env()["RUNTIME"] == "native"
     assert kit_env(VLLM_PORT="8100")["RUNTIME"] == "native"
     assert kit_env(RUNTIME="auto")["RUNTIME"] == "auto"
+
+
+def test_a_run_over_the_teaching_engines_tests_says_it_leaves_them_out_and_how_to_run_them() -> None:
+    """They need torch (the vLLM venv's), so this venv does not collect them; a plain `pytest` (or one over any
+    folder holding them) names the folder and the command tests/run.sh runs them with, instead of dropping them
+    without a word."""
+    def collect(path: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", path],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    over = collect("tests/labs/engine")
+    assert over.returncode == 0, over.stdout + over.stderr
+    assert "not collected: tests/labs/engine/needs_torch" in over.stdout and TORCH_TESTS_COMMAND in over.stdout
+    assert not [line for line in over.stdout.splitlines() if line.startswith("tests/labs/engine/needs_torch/")]
+    assert TORCH_TESTS_COMMAND in (ROOT / "tests" / "run.sh").read_text()  # the command named is the one CI runs
+    elsewhere = collect("tests/test_repository.py")
+    assert elsewhere.returncode == 0 and "not collected" not in elsewhere.stdout, elsewhere.stdout + elsewhere.stderr

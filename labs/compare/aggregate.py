@@ -1,10 +1,12 @@
-"""Aggregation: pure functions from timed phases to the numbers the lab reports. Each metric defined once.
+"""Aggregation: pure functions from timed phases to the numbers the lab reports, each defined here.
 
 - wall_s: first request sent -> last answer finished, for the whole phase.
-- output_tokens: the sum of usage.completion_tokens over the phase's *ok* answers (a truncated, empty or
-  failed answer delivers nothing the user can use, so it adds nothing here; it is counted apart). A server
-  that sends no usage in a stream (llama-cpp-python's) is counted by its streamed content chunks, one token
-  each there; `tokens_source` says which count a phase used.
+- output_tokens: usable output, the phase's *ok* answers only (a truncated, empty or failed answer delivers
+  nothing the user can use, so it adds nothing here; it is counted apart). This is not the load tester's
+  output tokens, which count truncated answers too: both sum the same per-answer count
+  (labs.loadtest.aggregate.output_tokens, told which outcomes count), usage.completion_tokens or, from a
+  server that sends no usage in a stream (llama-cpp-python's), the streamed content chunks, one token each
+  there; `tokens_source` says which count a phase used.
 - output_tokens_per_s: output_tokens / wall_s (aggregate throughput of the phase).
 - scaling: matched sequential wall_s / matched concurrent wall_s for one engine (> 1: concurrency helped).
 """
@@ -16,6 +18,9 @@ from typing import Any
 
 from client.stream import RequestRecord
 from labs.compare.run import PhaseRun
+from labs.loadtest.aggregate import output_tokens
+
+USABLE = ("ok",)  # the outcomes whose tokens this lab counts: a user can use only an ok answer
 
 SEQUENTIAL = "matched sequential"
 CONCURRENT = "matched concurrent"
@@ -45,11 +50,6 @@ class PhaseSummary:
         return asdict(self)
 
 
-def output_tokens(record: RequestRecord) -> int:
-    """usage.completion_tokens when the server sent it, else the number of streamed content chunks."""
-    return record.output_tokens if record.output_tokens is not None else len(record.chunk_times_s)
-
-
 def tokens_source(records: list[RequestRecord]) -> str:
     sources = {"usage" if record.output_tokens is not None else "chunks" for record in records}
     return "+".join(sorted(sources, reverse=True)) or "usage"
@@ -57,7 +57,7 @@ def tokens_source(records: list[RequestRecord]) -> str:
 
 def summarize(run: PhaseRun) -> PhaseSummary:
     outcomes = [record.outcome for record in run.records]
-    ok_tokens = sum(output_tokens(record) for record in run.records if record.ok)
+    ok_tokens = output_tokens(run.records, USABLE)
     latencies = [record.done_s - record.sent_s for record in run.records if record.ok and record.done_s]
     wall_s = run.wall_s
     return PhaseSummary(

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
+from labs.loadtest.workload import arrival_gap_s
+
 LENGTH_MIXES = ("mixed", "uniform")
 LENGTH_JITTER = 0.25  # each request wants its class's length +/- 25%
 QUESTIONS = (
@@ -68,7 +70,7 @@ def build(spec: WorkloadSpec, tokenizer: PreTrainedTokenizerBase) -> list[Reques
     requests, arrival_s = [], 0.0
     for request_id in range(spec.num_requests):
         if request_id:
-            arrival_s += rng.expovariate(spec.rate_per_s)  # Poisson arrivals: exponential gaps
+            arrival_s += arrival_gap_s(rng, spec.rate_per_s)  # Poisson arrivals: exponential gaps
         is_long = spec.lengths == "mixed" and rng.random() < spec.long_fraction
         wanted = spec.long_tokens if is_long else spec.short_tokens
         max_tokens = max(1, round(wanted * rng.uniform(1 - LENGTH_JITTER, 1 + LENGTH_JITTER)))

@@ -7,7 +7,7 @@ report only present what is computed here (milliseconds, /metrics peaks, vLLM's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ MS_PER_S = 1000.0
 PERCENTILES = (50, 90, 95, 99)
 # Our latency names -> `vllm bench serve`'s (its result JSON, saved with --save-result)
 VLLM_LATENCY_NAMES = {"ttft_ms": "ttft", "tpot_ms": "tpot", "itl_ms": "itl", "e2e_ms": "e2el"}
+DELIVERED = ("ok", "truncated")  # the outcomes whose tokens the engine delivered: this load tester's output tokens
 
 # Each definition, stated once; the console, JSON and HTML reports print these texts.
 DEFINITIONS = {
@@ -149,10 +150,18 @@ def queue_ms(record: RequestRecord) -> float | None:
 
 
 def delivered_tokens(record: RequestRecord) -> int:
-    """usage.completion_tokens when the engine reported it, else the number of content chunks."""
+    """One answer's output tokens: usage.completion_tokens when the engine reported it, else the number of content
+    chunks (one token each on a server that sends no usage in a stream, llama-cpp-python's)."""
     if record.output_tokens is not None:
         return record.output_tokens
     return len(record.chunk_times_s)
+
+
+def output_tokens(records: Iterable[RequestRecord], outcomes: Collection[str]) -> int:
+    """delivered_tokens summed over the records whose outcome is one of `outcomes`: each caller says which answers
+    its output tokens count. This load tester counts DELIVERED (ok and truncated: what the engine sent); the
+    compare lab counts ok answers only (what a user can use, labs/compare/aggregate.py)."""
+    return sum(delivered_tokens(record) for record in records if record.outcome in outcomes)
 
 
 def duration_s(records: Sequence[RequestRecord]) -> float:
@@ -165,10 +174,10 @@ def duration_s(records: Sequence[RequestRecord]) -> float:
 def summarize(records: Sequence[RequestRecord]) -> Summary:
     outcomes = [record.outcome for record in records]  # ok | truncated | empty | failed: one each
     ok = [record for record, outcome in zip(records, outcomes) if outcome == "ok"]
-    answered = [record for record, outcome in zip(records, outcomes) if outcome in ("ok", "truncated")]
+    answered = [record for record, outcome in zip(records, outcomes) if outcome in DELIVERED]
     num_truncated = outcomes.count("truncated")
     seconds = duration_s(records)
-    total_output = sum(delivered_tokens(record) for record in answered)
+    total_output = output_tokens(records, DELIVERED)
     ttft, tpot, itl, e2e = [], [], [], []
     for record in ok:
         ttft.append(ttft_ms(record))

@@ -141,6 +141,17 @@ class PlannedRequest:
     max_tokens: int
 
 
+def arrival_gap_s(rng: random.Random, rate_per_s: float, burstiness: float = 1.0) -> float:
+    """The seeded gap before the next open-loop arrival: gamma-distributed with mean 1/rate and shape
+    `burstiness` (scale = mean / shape). Burstiness 1 is a Poisson process, whose gaps are exponential and
+    drawn as such. The kit's one arrival generator: this load tester and the teaching engine's seed study
+    (labs/engine/workload.py) both draw from it."""
+    if burstiness == 1.0:
+        return rng.expovariate(rate_per_s)
+    mean_gap_s = 1.0 / rate_per_s
+    return rng.gammavariate(burstiness, mean_gap_s / burstiness)
+
+
 def arrival_offsets_s(spec: WorkloadSpec, rng: random.Random) -> list[float]:
     if spec.closed_loop:
         return [0.0] * spec.num_requests
@@ -150,8 +161,8 @@ def arrival_offsets_s(spec: WorkloadSpec, rng: random.Random) -> list[float]:
         offsets.append(now_s)
         if spec.arrival == "regular":
             now_s += mean_gap_s
-        else:  # gamma with mean mean_gap_s: shape = burstiness, scale = mean / shape
-            now_s += rng.gammavariate(spec.burstiness, mean_gap_s / spec.burstiness)  # type: ignore[arg-type]
+        else:
+            now_s += arrival_gap_s(rng, spec.rate_rps, spec.burstiness)  # type: ignore[arg-type]
     return offsets
 
 

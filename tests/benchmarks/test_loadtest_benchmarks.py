@@ -13,12 +13,13 @@ from benchmarks.loadtest_overhead import GOAL_REQUESTS_PER_S
 from tests.conftest import MODEL, ROOT, Server, run_bounded
 
 
-def script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run_bounded([sys.executable, str(ROOT / "benchmarks" / name), *args], env, timeout_s=600)
+def script(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m benchmarks.<module>`, as the lab page runs it, from the repository root."""
+    return run_bounded([sys.executable, "-m", f"benchmarks.{module}", *args], env, timeout_s=600, cwd=ROOT)
 
 
 def test_overhead_script_prints_rate_and_timing_error() -> None:
-    result = script("loadtest_overhead.py", "--rates", "20,40", "--seconds", "1")
+    result = script("loadtest_overhead", "--rates", "20,40", "--seconds", "1")
     # the script's own verdict: at 20 and 40 req/s offered, the sustained rate cannot reach the goal
     assert f"(goal >= {GOAL_REQUESTS_PER_S:.0f} req/s" in result.stdout and "): NOT met" in result.stdout, result.stdout
     assert result.returncode == 1, result.stderr
@@ -30,7 +31,7 @@ def test_overhead_script_prints_rate_and_timing_error() -> None:
 @pytest.mark.server
 @pytest.mark.slow
 def test_agreement_script_runs_both_tools_on_the_real_server(vllm_server: Server) -> None:
-    result = script("loadtest_agreement.py", "--base-url", vllm_server.api_url, "--model", MODEL, "--requests", "4",
+    result = script("loadtest_agreement", "--base-url", vllm_server.api_url, "--model", MODEL, "--requests", "4",
                     "--rate", "4", "--output-len", "8", "--rounds", "1", env=vllm_server.client_env())
     verdicts = re.findall(r"ratio [\d.]+ +(within|OUTSIDE) ", result.stdout)
     assert len(verdicts) == 2, result.stdout  # TTFT and output tok/s, each judged

@@ -21,7 +21,7 @@ import pytest
 from serve.model import quantization_for
 from serve.native import TORCH_VERSION
 from serve.settings import Settings
-from tests.support.clone import free_port, fresh_clone, stock_pip, user_env
+from tests.support.clone import fresh_clone, stock_pip, user_env
 from tests.conftest import kit_env, run_bounded
 from tests.support.docs import doc_commands, run_doc
 from tests.support.torch_index import serve_index, write_index

@@ -1,14 +1,13 @@
-"""A fresh clone of the working tree, as `git clone` would give it (no .venv, no .kit), a user's environment
-for it, and a free port.
+"""A fresh clone of the working tree, as `git clone` would give it (no .venv, no .kit), and a user's environment
+for it.
 
-Plain functions, no pytest: benchmarks/first_token.py uses them too.
+Plain functions, no pytest: benchmarks.first_token uses them too.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -27,12 +26,6 @@ def fresh_clone(destination: Path, source: Path = ROOT) -> Path:
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source / name, destination / name)
     return destination
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def user_env(port: int) -> dict[str, str]:

@@ -7,7 +7,6 @@ The main suite's conftest (light venv) is deliberately not loaded here, nor this
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,6 @@ from serve.model import MODEL_DIR
 ROOT = Path(__file__).resolve().parents[4]
 TEST_THREADS = 1  # these tests share two cores with everything else; one thread avoids OpenMP stalls
 torch.set_num_threads(TEST_THREADS)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
