@@ -157,6 +157,8 @@ def compile_cache_state(log_text: str, settings: Settings) -> str:
 
 def _vllm_facts(settings: Settings) -> tuple[int, Resolved, dict[str, Any]]:
     model = served_model_facts(settings, "native")
+    if model is None:  # the native runtime always knows its model (MODEL_PATH's config.json or the bundled one)
+        raise ValueError(f"no config.json known for {settings.model_name}: set MODEL_PATH to its checkpoint folder")
     resolved = resolve(settings, detect(), model)
     weight_bytes = model.weight_bytes(resolved.dtype)
     facts = {"dtype": resolved.dtype, "dtype_reason": resolved.dtype_reason, "omp_threads": resolved.omp_threads,
@@ -181,13 +183,13 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
         if arm.attach_url:
             yield Served(arm.attach_url, MODEL_ALIAS, weight_bytes, LLAMACPP_SEQUENCES_PER_STEP, resolved)
             return
-        runtime = LlamaCppRuntime(settings)
+        llama_cpp = LlamaCppRuntime(settings)
         try:
-            served = Served(f"{runtime.base_url}/v1", MODEL_ALIAS, weight_bytes, LLAMACPP_SEQUENCES_PER_STEP,
-                            resolved, [Start(runtime.start().seconds_to_healthy, "no compile step")])
+            served = Served(f"{llama_cpp.base_url}/v1", MODEL_ALIAS, weight_bytes, LLAMACPP_SEQUENCES_PER_STEP,
+                            resolved, [Start(llama_cpp.start().seconds_to_healthy, "no compile step")])
             yield served
         finally:
-            runtime.stop(quiet=True)
+            llama_cpp.stop(quiet=True)
         return
     weight_bytes, plan, resolved = _vllm_facts(settings)
     seqs = plan.max_num_seqs or 1

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 import httpx
 import psutil
@@ -115,7 +115,15 @@ def first_error(records: list[RequestRecord]) -> str | None:
     return next((f"{record.status}: {record.error or record.text}"[:300] for record in records if not record.ok), None)
 
 
-def typical(found: list[T], key: Callable[[T], float] = lambda s: s.output_tokens_per_s) -> T:
+def output_rate(summary: Summary) -> float:
+    return summary.output_tokens_per_s
+
+
+@overload
+def typical(found: list[Summary]) -> Summary: ...
+@overload
+def typical(found: list[T], key: Callable[[T], float]) -> T: ...
+def typical(found: list[Any], key: Callable[[Any], float] = output_rate) -> Any:
     """The round with the median `key` (output tok/s unless told; the lower middle one of an even count): one
     slow round, a burst of someone else's load, moves it less than a mean or a best-of."""
     ranked = sorted(found, key=key)
@@ -208,7 +216,8 @@ def two_replicas(settings: Settings, requests: int, max_tokens: int, rounds: int
                     summary = measure(two, two.base_url, 8, prefix_messages(requests, f"{policy}{number}", number),
                                       max_tokens)
                     after = [scrape(url) for url in urls]
-                    served = [new.requests_done_total - old.requests_done_total for new, old in zip(after, before)]
+                    served = [new.requests_done_total - old.requests_done_total
+                              for new, old in zip(after, before, strict=True)]
                     runs[policy].append((summary, prefix_rate(combine(before), combine(after)), served))
         print("| policy | ok | output tok/s | TTFT p50 ms | prefix-cache hit rate | requests per replica | "
               "rounds' TTFT p50 ms |\n|---|---|---|---|---|---|---|")

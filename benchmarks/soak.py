@@ -23,6 +23,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -34,6 +35,7 @@ from client.stream import RequestRecord, chat_payload, stream_chat
 from serve import process, runtimes
 from serve.cli import KitArgumentParser, positive_int
 from serve.local_server import LocalRuntime
+from serve.native import NativeRuntime
 from serve.settings import ROOT, Settings
 
 RSS_BOUND = 1.25  # a group's RSS at the end over the same group's after warm-up (a fresh replica included)
@@ -108,7 +110,7 @@ def gauges(url: str) -> tuple[float, float, float]:
     return snapshot.running, snapshot.waiting, snapshot.kv_usage or 0.0
 
 
-def groups_rss_mib(servers: list[LocalRuntime]) -> dict[str, float]:
+def groups_rss_mib(servers: Sequence[LocalRuntime]) -> dict[str, float]:
     result = {}
     for runtime in servers:
         pgid = runtime.running_pid()
@@ -118,7 +120,7 @@ def groups_rss_mib(servers: list[LocalRuntime]) -> dict[str, float]:
     return result
 
 
-def strays(servers: list[LocalRuntime]) -> list[str]:
+def strays(servers: Sequence[LocalRuntime]) -> list[str]:
     """Processes run from this checkout (cwd ROOT) that are not in a recorded group, this benchmark aside."""
     groups = {runtime.running_pid() for runtime in servers}
     mine = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
@@ -161,9 +163,10 @@ def kill(runtime: LocalRuntime, what: str, tally: Tally, kills: list[float]) -> 
     return api_server
 
 
-async def soak(settings: Settings, engines: list[LocalRuntime], users: int, kill_after_s: float,
+async def soak(settings: Settings, engines: Sequence[LocalRuntime], users: int, kill_after_s: float,
                settle_s: float) -> tuple[Tally, float]:
-    tally, kills, stop = Tally(), [], asyncio.Event()
+    tally, stop = Tally(), asyncio.Event()
+    kills: list[float] = []  # when each SIGKILL was sent (perf_counter)
     started = time.monotonic()
     clients = [asyncio.create_task(user(n, settings, stop, tally, kills)) for n in range(users)]
     await asyncio.sleep(kill_after_s)
@@ -189,7 +192,7 @@ def main() -> None:
     base = dataclasses.replace(Settings.load(), runtime="native", replicas=2, restart="on-failure")
     settings = dataclasses.replace(base, port=process.free_port_run("127.0.0.1", 4))
     started = runtimes.vllm_runtimes(settings)
-    engines = [runtime for runtime in started[:-1] if isinstance(runtime, LocalRuntime)]
+    engines = [runtime for runtime in started[:-1] if isinstance(runtime, NativeRuntime)]
     servers = [runtime for runtime in started if isinstance(runtime, LocalRuntime)]
     with running(started):
         measure(settings, settings.base_url, 4, plain_messages(8), 32)  # warm-up: every replica has served

@@ -28,7 +28,7 @@ from serve.progress import StepFailed, run_logged
 from serve.runtime import Started
 from serve.settings import CACHE_DIR, STATE_DIR, Settings
 from serve.venv import Venv
-from serve.vllm_command import resolve_threads
+from serve.vllm_command import Resolved, resolve_threads
 
 LLAMACPP_VERSION = "0.3.36"
 PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
@@ -130,8 +130,8 @@ class GgufRuntime(LocalRuntime):
     def threads(self) -> int:
         return resolve_threads(self.settings, detect())[0]
 
-    def start(self, resolved: None = None) -> Started:
-        """Start the server and wait until it answers. On failure it is stopped."""
+    def start(self, resolved: Resolved | None = None) -> Started:
+        """Start the server and wait until it answers (`resolved`: none, no `auto` plan). On failure it is stopped."""
         self.server.ensure_port_free(hint=self.port_hint)
         self.install()
         argv, env = self.command(self.threads())

@@ -125,6 +125,7 @@ class LocalRuntime:
     """A runtime whose engine is one LocalServer: the lifecycle calls are the server's own."""
 
     server: LocalServer
+    label: str  # what users call it: "vLLM", "llama.cpp"
     picked_because = ""
 
     @property

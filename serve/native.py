@@ -206,6 +206,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
     of REPLICAS on its own port with its share of the machine (serve/replicas.py)."""
 
     name = "native"
+    settings: Settings
 
     def __init__(self, settings: Settings, share: Share | None = None, port: int | None = None) -> None:
         self.settings = settings

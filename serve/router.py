@@ -24,6 +24,7 @@ from serve.progress import run_logged
 from serve.runtime import Started
 from serve.settings import STATE_DIR, Settings
 from serve.venv import Venv
+from serve.vllm_command import Resolved
 
 ROUTER_VERSION = "0.1.17"
 REQUIREMENT = f"vllm-router=={ROUTER_VERSION}"
@@ -97,7 +98,7 @@ class RouterRuntime(LocalRuntime):
                 "--worker-startup-check-interval", "1"]
         return argv, {**os.environ}
 
-    def start(self, resolved: None = None) -> Started:
+    def start(self, resolved: Resolved | None = None) -> Started:  # no `auto` plan of its own
         self.server.ensure_port_free()
         install()
         argv, env = self.command()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from serve import preflight, system
 from serve.health import kv_cache_report
@@ -32,11 +32,15 @@ class Runtime(Protocol):
     label: str  # what users call it: "vLLM", "llama.cpp"
     name: str  # how it runs: "native", "docker", "docker-gpu", "llama.cpp"
     port: int
-    log_path: Path  # the engine's own output
     picked_because: str  # why RUNTIME=auto chose this runtime (serve/runtimes.py); "" when it was asked for
 
     @property
     def base_url(self) -> str: ...
+
+    @property
+    def log_path(self) -> Path:
+        """The engine's own output."""
+        ...
 
     @property
     def served_model(self) -> str:
@@ -80,8 +84,11 @@ class VllmRuntime:
     label = "vLLM"
     name: str
     picked_because = ""
-    settings: Settings
     log_path: Path
+
+    if TYPE_CHECKING:  # read-only here: the native runtime is given its settings, Docker's caps CPU_LIMIT in them
+        @property
+        def settings(self) -> Settings: ...
 
     @property
     def served_model(self) -> str:
