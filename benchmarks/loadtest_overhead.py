@@ -21,7 +21,7 @@ import sys
 import time
 
 from client.endpoint import Endpoint
-from labs.loadtest.aggregate import summarize
+from labs.loadtest.aggregate import Summary, summarize
 from labs.loadtest.runner import run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from serve.cli import KitArgumentParser, positive_float, positive_int
@@ -52,7 +52,7 @@ def start_server(port: int) -> subprocess.Popen[bytes]:
     sys.exit("error: the stream server did not start")
 
 
-def measure(target: Endpoint, spec: WorkloadSpec) -> tuple[float, object, float]:
+def measure(target: Endpoint, spec: WorkloadSpec) -> tuple[float, Summary, float]:
     cpu_before_s = time.process_time()
     result = asyncio.run(run_load(target, spec, scrape_interval_s=None))
     cpu_ms_per_request = (time.process_time() - cpu_before_s) * MS_PER_S / spec.num_requests

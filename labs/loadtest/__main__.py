@@ -163,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     command = command_line("python -m labs.loadtest", sys.argv[1:] if argv is None else argv)
     # an engine that exposes vLLM's /metrics names is a vLLM; nothing else here tells the kind for sure
     with_vllm_metrics = {result.target.name for result, _ in results if result.snapshots}
-    targets = {result.target.name: result.target for result, _ in results}
+    name_to_target = {result.target.name: result.target for result, _ in results}
     envelope = Envelope.now(command, [MeasuredEngine(target.model, target.root_url,
                                                      "vllm" if name in with_vllm_metrics else None)
-                                      for name, target in targets.items()])
+                                      for name, target in name_to_target.items()])
     data_paths = write_data(args.out, results, envelope)
     plots = write_plots(args.out, results)
     report = write_html(args.out, results, plots, envelope)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from itertools import pairwise
+from typing import Any, overload
 
 import numpy as np
 
@@ -131,9 +132,18 @@ class Summary:
         return fields
 
 
+@overload
+def ms_between(start_s: float, end_s: float) -> float: ...
+@overload
+def ms_between(start_s: float | None, end_s: float | None) -> float | None: ...
 def ms_between(start_s: float | None, end_s: float | None) -> float | None:
     """end - start in milliseconds; None when either moment never came."""
     return None if start_s is None or end_s is None else (end_s - start_s) * MS_PER_S
+
+
+def measured(values_ms: Iterable[float | None]) -> list[float]:
+    """The latencies whose moments all came (an ok answer has every one; a request never sent has no queue time)."""
+    return [value_ms for value_ms in values_ms if value_ms is not None]
 
 
 def ttft_ms(record: RequestRecord) -> float | None:
@@ -173,21 +183,22 @@ def duration_s(records: Sequence[RequestRecord]) -> float:
 
 def summarize(records: Sequence[RequestRecord]) -> Summary:
     outcomes = [record.outcome for record in records]  # ok | truncated | empty | failed: one each
-    ok = [record for record, outcome in zip(records, outcomes) if outcome == "ok"]
-    answered = [record for record, outcome in zip(records, outcomes) if outcome in DELIVERED]
+    ok = [record for record, outcome in zip(records, outcomes, strict=True) if outcome == "ok"]
+    answered = [record for record, outcome in zip(records, outcomes, strict=True) if outcome in DELIVERED]
     num_truncated = outcomes.count("truncated")
     seconds = duration_s(records)
     total_output = output_tokens(records, DELIVERED)
-    ttft, tpot, itl, e2e = [], [], [], []
+    ttft, e2e = measured(ttft_ms(record) for record in ok), measured(e2e_ms(record) for record in ok)
+    tpot: list[float] = []
+    itl: list[float] = []
     for record in ok:
-        ttft.append(ttft_ms(record))
-        e2e.append(e2e_ms(record))
         tokens = delivered_tokens(record)
-        if tokens > 1:
-            tpot.append(ms_between(record.first_token_s, record.done_s) / (tokens - 1))  # type: ignore[operator]
+        after_first_ms = ms_between(record.first_token_s, record.done_s)
+        if tokens > 1 and after_first_ms is not None:
+            tpot.append(after_first_ms / (tokens - 1))
         chunks = record.chunk_times_s
-        itl.extend(ms_between(earlier, later) for earlier, later in zip(chunks, chunks[1:]))
-    queue = [queue_ms(record) for record in records if record.sent_s]
+        itl.extend(ms_between(earlier, later) for earlier, later in pairwise(chunks))
+    queue = measured(queue_ms(record) for record in records)  # None for a request never sent
     return Summary(
         num_requests=len(records),
         num_ok=len(ok),

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from labs.loadtest.aggregate import Summary, e2e_ms, ttft_ms  # noqa: E402
+from labs.loadtest.aggregate import Summary, e2e_ms, measured, ttft_ms  # noqa: E402
 from labs.loadtest.runner import RunResult  # noqa: E402
 
 DPI = 100
@@ -41,12 +41,12 @@ def latency_cdfs(results: Sequence[tuple[RunResult, Summary]], path: Path) -> Pl
     figure, axes = plt.subplots(1, 2, figsize=(WIDTH_IN, PANEL_HEIGHT_IN))
     for result, _ in results:
         ok = [record for record in result.records if record.ok]
-        for axis, latency_ms in zip(axes, (ttft_ms, e2e_ms)):
-            values = sorted(latency_ms(record) for record in ok)
+        for axis, latency_ms in zip(axes, (ttft_ms, e2e_ms), strict=True):
+            values = sorted(measured(latency_ms(record) for record in ok))
             if values:
                 axis.step(values, [(index + 1) / len(values) for index in range(len(values))],
                           where="post", label=_name(result))
-    for axis, title in zip(axes, ("TTFT (ms)", "E2E latency (ms)")):
+    for axis, title in zip(axes, ("TTFT (ms)", "E2E latency (ms)"), strict=True):
         axis.set_xlabel(title)
         axis.set_ylabel("fraction of ok requests")
         axis.grid(alpha=0.3)
@@ -81,7 +81,7 @@ def metrics_series(results: Sequence[tuple[RunResult, Summary]], path: Path) -> 
         axes[1].plot(times_s, [snapshot.waiting for snapshot in result.snapshots], label=_name(result))
         axes[2].plot(times_s, [(snapshot.kv_usage or 0.0) * PERCENT for snapshot in result.snapshots],
                      label=_name(result))
-    for axis, ylabel in zip(axes, ("running", "waiting", "KV cache used (%)")):
+    for axis, ylabel in zip(axes, ("running", "waiting", "KV cache used (%)"), strict=True):
         axis.set_ylabel(ylabel)
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize="small")

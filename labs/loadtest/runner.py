@@ -8,6 +8,7 @@ client/metrics.py. Client-side queueing (a closed loop's users, a concurrency ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from collections.abc import Callable
@@ -83,10 +84,8 @@ async def sample_metrics(target: Endpoint, result: RunResult, stop: asyncio.Even
             return
         except httpx.HTTPError as exc:
             result.metrics_note = f"/metrics unreadable at {target.root_url}: {exc.__class__.__name__}"
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)
-        except TimeoutError:
-            pass
 
 
 def finished_by_replica(target: Endpoint) -> dict[str, float]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 ARRIVALS = ("poisson", "bursty", "regular")
 BURSTY_BURSTINESS = 0.25  # gamma shape for "bursty": coefficient of variation of the gaps = 1/sqrt(0.25) = 2
+NO_LOAD = "no load given: set --rate (open loop) or --concurrency (closed loop)"
 DEFAULT_NUM_REQUESTS = 48
 DEFAULT_RATE_RPS = 25.0
 # The seed engine study's heavy tail: 80% of requests want ~24 tokens, 20% want ~150.
@@ -58,8 +59,8 @@ def parse_lengths(spec: str) -> tuple[LengthBand, ...]:
             bands = []
             for part in body.split(","):
                 tokens, weight = part.split("@")
-                low, _, high = tokens.partition("-")
-                bands.append(LengthBand(int(low), int(high or low), float(weight)))
+                shortest, _, longest = tokens.partition("-")
+                bands.append(LengthBand(int(shortest), int(longest or shortest), float(weight)))
             return tuple(bands)
     except ValueError:
         pass
@@ -71,7 +72,8 @@ def read_prompts(path: Path) -> tuple[str, ...]:
     try:
         prompts = tuple(line.strip() for line in path.read_text().splitlines() if line.strip())
     except OSError as exc:
-        raise ValueError(f"--prompts {path} cannot be read ({exc.strerror}): give a text file, one prompt a line")
+        raise ValueError(
+            f"--prompts {path} cannot be read ({exc.strerror}): give a text file, one prompt a line") from exc
     if not prompts:
         raise ValueError(f"--prompts {path} holds no prompt: write one prompt per line")
     return prompts
@@ -102,9 +104,8 @@ class WorkloadSpec:
         if self.concurrency is not None and self.concurrency <= 0:
             raise ValueError(f"--concurrency {self.concurrency} is invalid: give at least 1 user")
         if self.rate_rps is None and self.concurrency is None:
-            raise ValueError("no load given: set --rate (open loop) or --concurrency (closed loop)")
-        if self.burstiness is None:
-            self.burstiness = BURSTY_BURSTINESS if self.arrival == "bursty" else 1.0
+            raise ValueError(NO_LOAD)
+        self.burstiness = self.gamma_shape
         if self.burstiness <= 0:
             raise ValueError(f"--burstiness {self.burstiness} is invalid: give a gamma shape > 0 (1 = Poisson)")
         if self.arrival == "poisson" and self.burstiness != 1.0:
@@ -128,9 +129,20 @@ class WorkloadSpec:
         return f"{self.rate_rps:g} req/s {self.arrival}{cap}"
 
     @property
+    def gamma_shape(self) -> float:
+        """The arrivals' gamma shape: --burstiness, else 1 for poisson and BURSTY_BURSTINESS for bursty."""
+        if self.burstiness is not None:
+            return self.burstiness
+        return BURSTY_BURSTINESS if self.arrival == "bursty" else 1.0
+
+    @property
     def load_value(self) -> float:
         """The x of a sweep plot: the rate (open loop) or the number of users (closed loop)."""
-        return float(self.concurrency if self.closed_loop else self.rate_rps)  # type: ignore[arg-type]
+        if self.rate_rps is not None:
+            return float(self.rate_rps)
+        if self.concurrency is None:  # only when changed after __post_init__, which refuses it
+            raise ValueError(NO_LOAD)
+        return float(self.concurrency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,16 +165,16 @@ def arrival_gap_s(rng: random.Random, rate_per_s: float, burstiness: float = 1.0
 
 
 def arrival_offsets_s(spec: WorkloadSpec, rng: random.Random) -> list[float]:
-    if spec.closed_loop:
+    if spec.rate_rps is None:  # a closed loop
         return [0.0] * spec.num_requests
-    mean_gap_s = 1.0 / spec.rate_rps  # type: ignore[operator]
+    mean_gap_s = 1.0 / spec.rate_rps
     offsets, now_s = [], 0.0
     for _ in range(spec.num_requests):
         offsets.append(now_s)
         if spec.arrival == "regular":
             now_s += mean_gap_s
         else:
-            now_s += arrival_gap_s(rng, spec.rate_rps, spec.burstiness)  # type: ignore[arg-type]
+            now_s += arrival_gap_s(rng, spec.rate_rps, spec.gamma_shape)
     return offsets
 
 
