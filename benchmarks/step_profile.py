@@ -189,10 +189,10 @@ def read_folded(path: Path, role: str, pid: int) -> Profile:
     main = next((thread for thread in threads if "MainThread" in thread), None)
     if main is None and threads:
         main = threads.most_common(1)[0][0]
-    for thread, frames, count in lines:
+    for thread, frames, num_samples in lines:
         if thread == main:
-            profile.samples += count
-            profile.by_category[categorize(frames, role)] += count
+            profile.samples += num_samples
+            profile.by_category[categorize(frames, role)] += num_samples
     return profile
 
 
@@ -305,11 +305,11 @@ def reread(folder: Path) -> tuple[Envelope, dict[str, Any]]:
     """A finished profile's stacks sorted again (after a change to CATEGORIES): nothing is run."""
     envelope, payload = load(folder / "results.json")
     for number, point in enumerate(payload["points"]):
-        windows = [Window(raw["seconds"], raw["steps"], raw["output_tokens"])
-                   for raw in (point["plain"], point["profiled"])]
+        plain, profiled = (Window(raw["seconds"], raw["steps"], raw["output_tokens"])
+                           for raw in (point["plain"], point["profiled"]))
         profiles = [read_folded(folded_path(folder, point["users"], role), role, process["pid"])
                     for role, process in point["processes"].items()]
-        payload["points"][number] = described(point["users"], *windows, profiles)
+        payload["points"][number] = described(point["users"], plain, profiled, profiles)
     return envelope, payload
 
 

@@ -48,7 +48,7 @@ def stream_reply(client: openai.OpenAI, request: dict[str, Any], usage: bool) ->
     """Print the answer as it streams (asking for the token counts when `usage`); Ctrl-C closes the stream and
     returns what came (`stopped`)."""
     reply = Reply(sent_s=time.perf_counter())
-    options = {"stream_options": {"include_usage": True}} if usage else {}
+    options: dict[str, Any] = {"stream_options": {"include_usage": True}} if usage else {}
     stream = None
     try:
         stream = client.chat.completions.create(**request, stream=True, **options)

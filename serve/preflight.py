@@ -35,9 +35,9 @@ V1_ON_CPU_SINCE = (0, 10)  # the CPU image's vLLM before this runs V0, with 16-t
 
 def block_size_for(settings: Settings, runtime: str) -> int:
     """V0's 16-token blocks in a CPU image older than 0.10 (CPU_IMAGE_TAG), else V1's 128 on CPU."""
-    if runtime in CONTAINER_RUNTIMES:
-        if parse_version(settings.cpu_image_tag.removeprefix("v").split("-")[0]) < V1_ON_CPU_SINCE:
-            return V0_BLOCK_SIZE
+    if (runtime in CONTAINER_RUNTIMES
+            and parse_version(settings.cpu_image_tag.removeprefix("v").split("-")[0]) < V1_ON_CPU_SINCE):
+        return V0_BLOCK_SIZE
     return V1_CPU_BLOCK_SIZE
 
 
@@ -77,8 +77,8 @@ def check(settings: Settings, resolved: Resolved, facts: ModelFacts | None, runt
     if facts is None:
         return verdict
     dtype, kv_gib = resolved.dtype, resolved.kv_cache_space_gib
-    sized = runtime not in GPU_RUNTIMES and kv_gib is not None  # the GPU's KV pool is GPU_MEMORY_UTILIZATION's
-    pool = kv_pool(facts, dtype, kv_gib * GiB, resolved.kv_block_size) if sized else None
+    sized = runtime not in GPU_RUNTIMES  # the GPU's KV pool is GPU_MEMORY_UTILIZATION's
+    pool = kv_pool(facts, dtype, kv_gib * GiB, resolved.kv_block_size) if sized and kv_gib is not None else None
     context = facts.max_position_embeddings
     if context is not None and settings.max_model_len > context:
         longest = min(context, pool.num_tokens) if pool else context

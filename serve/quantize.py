@@ -26,12 +26,18 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the native runtime's venv has torch; the light tools import RECIPE_FILE from here without it
+    import torch
 
 # The recipe's every choice, measured in labs/quantization.md (perplexity on the evaluation text).
+SMOOTHQUANT_ALPHA = 0.5
+CALIBRATION_TOKENS = 4096
 RECIPE = {
     "method": "smoothquant+rtn",
-    "smoothquant_alpha": 0.5,
-    "calibration_tokens": 4096,
+    "smoothquant_alpha": SMOOTHQUANT_ALPHA,
+    "calibration_tokens": CALIBRATION_TOKENS,
     "weights": "int8, symmetric, per output channel",
     "activations": "int8, symmetric, per token, dynamic",
 }
@@ -57,7 +63,7 @@ QUANTIZATION_CONFIG = {
 }
 
 
-def input_abs_max(model, token_ids: list[int]) -> dict[str, "torch.Tensor"]:  # noqa: F821 (torch is imported late)
+def input_abs_max(model, token_ids: list[int]) -> dict[str, torch.Tensor]:
     """Per input channel, the largest |activation| each projection sees on the calibration tokens."""
     import torch
 
@@ -131,9 +137,9 @@ def quantize(source: Path, out_dir: Path, calibration: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     model.eval()
-    token_ids = tokenizer(calibration.read_text())["input_ids"][:RECIPE["calibration_tokens"]]
+    token_ids = tokenizer(calibration.read_text())["input_ids"][:CALIBRATION_TOKENS]
     print(f"calibrating on {len(token_ids):,} tokens of {calibration.name}", flush=True)
-    smooth(model, input_abs_max(model, token_ids), RECIPE["smoothquant_alpha"])
+    smooth(model, input_abs_max(model, token_ids), SMOOTHQUANT_ALPHA)
     state = quantized_state(model)
     num_int8 = sum(tensor.numel() for tensor in state.values() if tensor.dtype == torch.int8)
     print(f"{num_int8 / 1e6:.0f}M parameters in int8, {sum(t.numel() for t in state.values()) / 1e6:.0f}M in all",

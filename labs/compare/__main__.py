@@ -10,11 +10,13 @@ import argparse
 import asyncio
 import sys
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
 
 from client.endpoint import Endpoint, EndpointError
+from client.stream import RequestRecord
 from labs.compare.aggregate import CONCURRENT, scaling
 from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_line, table
 from labs.compare.run import check, engine_died, http_client, run_phase, warm_up
@@ -65,6 +67,10 @@ def engine_settings(settings: Settings) -> dict[str, str]:
                            f"source, Q4_1 GGUF, LLAMA_SERVER_SLOTS={settings.llama_server_slots})"}
 
 
+def print_request(engine: str, mode: str, record: RequestRecord) -> None:
+    console.print(request_line(engine, mode, record), markup=False)
+
+
 async def compare(chosen: tuple[Endpoint, ...], plan: tuple[Phase, ...], max_tokens: int,
                   writer: ResultsWriter) -> bool:
     """Run every phase on every engine; False if an engine stopped answering (its later runs skipped)."""
@@ -80,8 +86,7 @@ async def compare(chosen: tuple[Endpoint, ...], plan: tuple[Phase, ...], max_tok
                 how = "all at once" if phase.concurrent else "one after another"
                 with console.status(f"{target.name}: {phase.mode}, {len(phase.prompts)} requests {how} ..."):
                     run = await run_phase(http, target, phase, max_tokens,
-                                          lambda record, mode=phase.mode: console.print(
-                                              request_line(target.name, mode, record), markup=False))
+                                          partial(print_request, target.name, phase.mode))
                 if engine_died(run):
                     run.note = "engine stopped answering"
                     writer.add(run)

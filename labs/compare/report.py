@@ -15,7 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
-from rich.console import Console  # noqa: E402
+from rich.console import Console, JustifyMethod  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from client.stream import RequestRecord  # noqa: E402
@@ -45,9 +45,10 @@ def request_line(engine: str, mode: str, record: RequestRecord) -> str:
 def table(summaries: list[PhaseSummary]) -> Table:
     factors = scaling(summaries)
     result = Table(title="Sequential vs concurrent, same model on every engine")
-    for column, justify in (("engine", "left"), ("mode", "left"), ("requests", "right"), ("wall s", "right"),
-                            ("output tok/s", "right"), ("ok", "right"), ("truncated", "right"),
-                            ("empty/failed", "right"), ("scaling", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("engine", "left"), ("mode", "left"), ("requests", "right"), ("wall s", "right"), ("output tok/s", "right"),
+        ("ok", "right"), ("truncated", "right"), ("empty/failed", "right"), ("scaling", "right"))
+    for column, justify in columns:
         result.add_column(column, justify=justify, no_wrap=column in ("engine", "mode", "scaling"))
     for summary in summaries:
         factor = factors.get(summary.engine) if summary.mode == CONCURRENT else None

@@ -162,7 +162,7 @@ def completions_logprobs(probe: Probe) -> Outcome:
     if not found or not found.tokens:
         return differs(f"no logprobs.tokens in the answer (logprobs {short(found)})")
     sizes = [len(top or {}) for top in found.top_logprobs or []]
-    return expect(len(found.token_logprobs or []) == len(found.tokens) and sizes
+    return expect(len(found.token_logprobs or []) == len(found.tokens) and bool(sizes)
                   and all(size >= NUM_TOP_LOGPROBS for size in sizes),
                   f"{len(found.tokens)} tokens; top_logprobs per token {sizes}")
 

@@ -101,7 +101,7 @@ def one_shot(url: str, limits: Limits, samples: int, interval_s: float, settings
     urls = replicas.replica_urls(settings, url) if settings is not None else []
     rounds = sample(urls or [url], samples, interval_s)
     history = [combine(round_) for round_ in rounds]
-    if urls:
+    if settings is not None and urls:
         named = list(zip(urls, rounds[-1], strict=True))
         console.print(f"[bold]{url}[/bold] is vllm-router over {len(urls)} replicas ({samples} samples, "
                       f"{interval_s:g} s apart)")

@@ -48,9 +48,11 @@ class EngineLoop:
         """Submits now, from the event loop; yields (token id, finish reason or None) up to the finishing one."""
         tokens: asyncio.Queue[tuple[int, str | None]] = asyncio.Queue()
         event_loop = asyncio.get_running_loop()
-        self.submit(Submission(prompt_token_ids, params,
-                               lambda token_id, reason: event_loop.call_soon_threadsafe(tokens.put_nowait,
-                                                                                        (token_id, reason))))
+
+        def sink(token_id: int, reason: str | None) -> None:
+            event_loop.call_soon_threadsafe(tokens.put_nowait, (token_id, reason))
+
+        self.submit(Submission(prompt_token_ids, params, sink))
         return _until_finished(tokens)
 
     def _admit(self, block: bool) -> None:
@@ -78,7 +80,7 @@ class EngineLoop:
             self.gauges.observe(self.engine, self.engine.num_preemptions - preemptions_before)
             if output is None:
                 continue
-            for seq, token_id in zip(output.seqs, output.new_token_ids):
+            for seq, token_id in zip(output.seqs, output.new_token_ids, strict=True):
                 sink = self.seq_id_to_sink[seq.seq_id]
                 if seq.is_finished:
                     del self.seq_id_to_sink[seq.seq_id]

@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from transformers import AutoTokenizer
 
 from labs.engine import workload
@@ -30,7 +31,7 @@ from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES
 from labs.engine.replay import SkipIdleClock, replay
 from labs.engine.report import print_report, summarize
-from labs.engine.sequence import SamplingParams
+from labs.engine.sequence import SamplingParams, Sequence
 from labs.engine.study import BatchingResult, write_study
 from labs.results import Envelope, MeasuredEngine, command_line
 from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
@@ -74,6 +75,11 @@ def configs(args: argparse.Namespace) -> list[EngineConfig]:
             for batch in batches for policy in policies]
 
 
+def advancing(progress: Progress, task: TaskID) -> Callable[[Sequence], None]:
+    """A replay's on_finished that moves `task` on by one request."""
+    return lambda seq: progress.advance(task)
+
+
 def run(args: argparse.Namespace, console: Console) -> list[BatchingResult]:
     spec = workload.WorkloadSpec(num_requests=args.requests, rate_per_s=args.rate, lengths=args.lengths,
                                  short_tokens=args.short_tokens, long_tokens=args.long_tokens,
@@ -92,7 +98,7 @@ def run(args: argparse.Namespace, console: Console) -> list[BatchingResult]:
             clock = SkipIdleClock()
             engine = Engine(config, model, clock)
             started_s = time.perf_counter()
-            seqs = replay(engine, clock, requests, on_finished=lambda seq: progress.advance(task))
+            seqs = replay(engine, clock, requests, on_finished=advancing(progress, task))
             results.append(summarize(engine, seqs, time.perf_counter() - started_s))
     return results
 

@@ -17,9 +17,17 @@ from labs.loadtest.aggregate import MS_PER_S, Distribution
 
 def summarize(engine: Engine, seqs: list[Sequence], wall_s: float) -> BatchingResult:
     """Percentiles are the load tester's (`Distribution`): the kit computes them one way."""
-    ttft_ms = Distribution.of([(seq.first_token_s - seq.arrival_s) * MS_PER_S for seq in seqs])
-    e2e_s = Distribution.of([seq.finished_s - seq.arrival_s for seq in seqs])
-    span_s = max(seq.finished_s for seq in seqs) - min(seq.arrival_s for seq in seqs)
+    ttfts_ms: list[float] = []
+    e2es_s: list[float] = []
+    finishes_s: list[float] = []
+    for seq in seqs:
+        if seq.first_token_s is None or seq.finished_s is None:
+            raise ValueError(f"request {seq.seq_id} has not finished: summarize a replay that ran to the end")
+        ttfts_ms.append((seq.first_token_s - seq.arrival_s) * MS_PER_S)
+        e2es_s.append(seq.finished_s - seq.arrival_s)
+        finishes_s.append(seq.finished_s)
+    ttft_ms, e2e_s = Distribution.of(ttfts_ms), Distribution.of(e2es_s)
+    span_s = max(finishes_s) - min(seq.arrival_s for seq in seqs)
     peak = engine.kv_peak
     return BatchingResult(
         policy=engine.config.policy, max_batch_size=engine.config.max_batch_size, num_requests=len(seqs),

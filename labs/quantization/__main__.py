@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     env = load_env()
     endpoints = [Endpoint.at(f"engine {index}", url, args.model or settings.model_name, env, url_source="--url",
                              model_source="--model") for index, url in enumerate(args.url or [f"{settings.base_url}/v1"], 1)]
-    rows = []
+    rows: list[dict[str, Any]] = []  # one per engine, as results.json keeps it
     try:
         roots = [next(model.root for model in endpoint.check() if model.id == endpoint.model) for endpoint in endpoints]
         reference_tokens: list[list[int]] = []

@@ -102,6 +102,8 @@ def verify(args: argparse.Namespace) -> int:
     dtype = args.dtype or resolved.dtype
     url = args.url or settings.base_url
     kv_gib = args.kv_gib if args.kv_gib is not None else resolved.kv_cache_space_gib
+    if kv_gib is None:  # resolve() sizes the CPU's KV pool; only the GPU track leaves it to vLLM
+        raise SizingError("no KV budget to compare against: pass --kv-gib")
     log = Path(args.log) if args.log else LOG_DIR / f"vllm-{settings.port}.log"
     facts = facts_for(args.model)
     try:

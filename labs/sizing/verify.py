@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from client.endpoint import Endpoint
+from client.endpoint import Endpoint, EndpointError
 from client.metrics import scrape
 from serve.health import kv_cache_report
 from serve.sizing import GiB, ModelFacts, kv_pool
@@ -39,8 +39,11 @@ def served(base_url: str, log_path: Path | None = None, timeout_s: float = 10.0)
     check comes first for its one-line error), NoMetrics when it is not a vLLM."""
     models = Endpoint.at("engine", f"{base_url}/v1", url_source="--url").models(timeout_s)
     snapshot = scrape(base_url, timeout_s)
+    max_model_len = models[0].max_model_len
+    if max_model_len is None:  # vLLM lists it; an engine with /metrics but not this field is not one
+        raise EndpointError(f"{base_url}/v1/models lists no max_model_len: point --url at a vLLM server")
     log_text = log_path.read_text(errors="replace") if log_path is not None and log_path.exists() else None
-    return Served(snapshot.cache_config, int(models[0].max_model_len), log_text)
+    return Served(snapshot.cache_config, max_model_len, log_text)
 
 
 def _concurrency(value: float) -> str:
