@@ -18,8 +18,7 @@ from serve import process
 from serve.compose import project_name
 from serve.sizing import parse_memory_size
 from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, run_bounded, run_script
-from tests.support.docker.engine import Engine, docker_engine  # noqa: F401  (fixture)
-from tests.support.docker.standin import standin_image  # noqa: F401  (fixture)
+from tests.support.docker.engine import Engine
 from tests.support.docs import doc_commands, retarget, run_doc
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
@@ -56,7 +55,7 @@ UP_TIMEOUT_S = 900  # eager: ~1 min to healthy; compiled it is ~4 min the first 
 
 
 @pytest.fixture(scope="module")
-def container(docker_engine: Engine, standin_image: str) -> Iterator[Server]:  # noqa: F811
+def container(docker_engine: Engine, standin_image: str) -> Iterator[Server]:
     """The README's own `RUNTIME=docker bash up.sh`, on the stand-in; torn down with --volumes whatever happens.
 
     ENFORCE_EAGER=true keeps CI within its budget: what is under test is the container's plumbing, and the
@@ -80,7 +79,7 @@ def container(docker_engine: Engine, standin_image: str) -> Iterator[Server]:  #
         run_doc(README_DOWN_VOLUMES, env, timeout_s=300)  # whatever a failed test left
 
 
-def test_up_builds_on_the_standin_patches_and_recaps(container: Server, standin_image: str) -> None:  # noqa: F811
+def test_up_builds_on_the_standin_patches_and_recaps(container: Server, standin_image: str) -> None:
     out = container.up_output
     assert f"Building the patched CPU image (Dockerfile.cpu on {standin_image}" in out
     build_log = COMPOSE_LOG.read_text()
