@@ -3,9 +3,9 @@
     .venv/bin/python -m benchmarks.first_token            # this machine's pip configuration
     .venv/bin/python -m benchmarks.first_token --stock-pip  # as a user's machine: PyPI + a torch index only
 
-It copies the repository's files (or --source's) into a new folder (what `git clone` gives: no .venv, no .kit), points every
-cache at empty folders there (pip's and uv's, the kit's wheel cache, vLLM's compile cache, inductor's, Hugging
-Face's), runs `bash up.sh` on a free port, then runs the README's client and notes when its first token
+It copies the repository's files (or --source's) into a new folder (what `git clone` gives: no .venv, no .kit),
+points every cache at empty folders there (pip's and uv's, the kit's wheel cache, vLLM's compile cache, inductor's,
+Hugging Face's), runs `bash up.sh` on a free port, then runs the README's client and notes when its first token
 arrives. It prints each phase's seconds (the kit's own step lines, "✓ title (N s)") and the total, writes
 results.json, and stops the server. `--stock-pip` switches this machine's pip configuration off
 (PIP_CONFIG_FILE=/dev/null) and serves torch from a stand-in for PyTorch's CPU index on 127.0.0.1

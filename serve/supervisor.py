@@ -21,6 +21,7 @@ which `status` reads to tell a crash from a stop. It imports only the standard l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -172,10 +173,8 @@ class Supervisor:
                 self.record.add(self.record_path, Event(time.time(), "healthy", child.pid))
             self.stopping.wait(HEALTH_POLL_S)
             if self.stopping.is_set() and child.poll() is None:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     child.wait(timeout=HEALTH_POLL_S)
-                except subprocess.TimeoutExpired:
-                    pass
         with self.log_path.open(errors="replace") as log:
             log.seek(offset)
             cause = root_cause(log.read()[-200_000:])
@@ -187,10 +186,8 @@ class Supervisor:
         while (left := [pid for pid in group_members(os.getpgrp()) if pid != os.getpid()]):
             if time.monotonic() > deadline:
                 for pid in left:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
                 self.say(f"killed {len(left)} leftover process(es) of the dead server: {left}")
                 deadline = time.monotonic() + LEFTOVER_GRACE_S
             time.sleep(0.2)

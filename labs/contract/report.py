@@ -30,11 +30,11 @@ def matrix_lines(records: Sequence[CheckRecord], engines: Sequence[str]) -> list
     table = matrix(records)
     check_width = max([len("check"), *map(len, table)])
     widths = [max(len(engine), len("differs")) for engine in engines]
-    lines = ["  ".join([f"{'check':<{check_width}}", *(f"{engine:<{width}}" for engine, width in zip(engines, widths))])
-             .rstrip()]
+    header = [f"{engine:<{width}}" for engine, width in zip(engines, widths, strict=True)]
+    lines = ["  ".join([f"{'check':<{check_width}}", *header]).rstrip()]
     for check, by_engine in table.items():
         cells = [f"{by_engine[engine].mark if engine in by_engine else '-':<{width}}"
-                 for engine, width in zip(engines, widths)]
+                 for engine, width in zip(engines, widths, strict=True)]
         lines.append("  ".join([f"{check:<{check_width}}", *cells]).rstrip())
     return lines
 

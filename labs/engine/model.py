@@ -126,7 +126,7 @@ class SmolLM2:
         sin = self.rope_sin[inputs.positions].unsqueeze(2)
         q_size, kv_size = shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
         hidden = self.embed[inputs.token_ids]
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_cache):
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             qkv = F.linear(self._rms_norm(hidden, layer.input_norm), layer.qkv)
             q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
             q = self._rotate(q.view(batch, num_new, shape.num_heads, shape.head_dim), cos, sin)

@@ -35,10 +35,10 @@ class ModelRunner:
             starts = [seq.num_cached_tokens for seq in batch.seqs]
         else:
             starts = [seq.num_tokens - 1 for seq in batch.seqs]
-        num_new = max(seq.num_tokens - start for seq, start in zip(batch.seqs, starts))
+        num_new = max(seq.num_tokens - start for seq, start in zip(batch.seqs, starts, strict=True))
         num_context = max(seq.num_tokens for seq in batch.seqs)
         token_ids, positions, write_slots, context_slots, last_index = [], [], [], [], []
-        for seq, start in zip(batch.seqs, starts):
+        for seq, start in zip(batch.seqs, starts, strict=True):
             pad_new = num_new - (seq.num_tokens - start)
             token_ids.append(seq.token_ids[start:] + [0] * pad_new)
             positions.append(list(range(start, seq.num_tokens)) + [0] * pad_new)

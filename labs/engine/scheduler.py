@@ -95,7 +95,7 @@ class Scheduler:
     def postprocess(self, batch: ScheduledBatch, token_ids: list[int]) -> list[Sequence]:
         """Append each sequence's new token; retire (and free) the finished ones. Returns them."""
         finished = []
-        for seq, token_id in zip(batch.seqs, token_ids):
+        for seq, token_id in zip(batch.seqs, token_ids, strict=True):
             seq.append_token(token_id)
             reason = self._finish_reason(seq, token_id)
             if reason:

@@ -66,8 +66,9 @@ def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:  # noqa:
 
         if not request.stream:
             text, reason = "", None
-            async for delta, reason in deltas:
+            async for delta, delta_reason in deltas:
                 text += delta
+                reason = delta_reason  # the last one's: the finish reason
             return answer.message(text, reason, len(detokenizer.token_ids))
 
         include_usage = request.include_usage

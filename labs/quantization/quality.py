@@ -86,7 +86,8 @@ def agreement(reference: list[list[int]], answers: list[list[int]]) -> Agreement
     """Token-level agreement of `answers` with `reference` (both tokenized by the same tokenizer)."""
     shares = []
     for ours, theirs in zip(reference, answers, strict=True):
-        shared = next((index for index, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+        shared = next((index for index, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
+                      min(len(ours), len(theirs)))
         shares.append(shared / len(ours) if ours else 1.0)
-    return Agreement(len(reference), sum(ours == theirs for ours, theirs in zip(reference, answers)),
+    return Agreement(len(reference), sum(ours == theirs for ours, theirs in zip(reference, answers, strict=True)),
                      sum(shares) / len(shares) if shares else 1.0)

@@ -88,7 +88,8 @@ def test_gpu_track_uses_its_profile_image_port_and_quantization(docker: FakeDock
 
 
 def test_readme_docker_commands_run_as_documented(docker: FakeDocker) -> None:
-    # The CPU track's commands run on the real engine (tests/serve/test_docker_cpu.py); these are the GPU's and Ollama's.
+    # The CPU track's commands run on the real engine (tests/serve/test_docker_cpu.py); these are the GPU's and
+    # Ollama's.
     commands = [command for command in doc_commands("README.md")
                 if is_docker_command(command) and "RUNTIME=docker " not in command]
     assert len(commands) >= 5, commands

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import httpx
 import pytest
@@ -148,7 +149,7 @@ def served_by(cluster: Cluster, send) -> int:
     before = cluster.counters(SUCCESS)
     response = send()
     assert response.status_code == 200, response.text
-    grown = [i for i, (a, b) in enumerate(zip(before, cluster.counters(SUCCESS))) if b > a]
+    grown = [i for i, (a, b) in enumerate(zip(before, cluster.counters(SUCCESS), strict=True)) if b > a]
     assert len(grown) == 1, (before, grown)
     return grown[0]
 
@@ -191,7 +192,7 @@ def test_round_robin_spreads_requests_evenly(cluster: Cluster) -> None:
     before = cluster.counters(SUCCESS)
     for n in range(8):
         assert chat(cluster.router_url, f"Count to {n}.").status_code == 200
-    grown = [b - a for a, b in zip(before, cluster.counters(SUCCESS))]
+    grown = [b - a for a, b in zip(before, cluster.counters(SUCCESS), strict=True)]
     assert grown == [4, 4], grown
 
 
@@ -225,8 +226,8 @@ def test_consistent_hash_keeps_each_session_on_one_replica(cluster: Cluster) -> 
     placed: dict[str, set[int]] = {}
     for turn in range(3):
         for session in ("alice", "bob", "carol", "dave"):
-            replica = served_by(cluster, lambda: chat(cluster.router_url, f"Turn {turn}.",
-                                                      headers={"X-Session-ID": session}))
+            replica = served_by(cluster, partial(chat, cluster.router_url, f"Turn {turn}.",
+                                                 headers={"X-Session-ID": session}))
             placed.setdefault(session, set()).add(replica)
     assert all(len(where) == 1 for where in placed.values()), placed
 
@@ -236,11 +237,11 @@ def test_consistent_hash_keeps_each_session_on_one_replica(cluster: Cluster) -> 
 def test_cache_aware_keeps_a_shared_prompt_on_one_replica_and_its_cache_hits(cluster: Cluster) -> None:
     cluster.use_policy("cache_aware")
     hits_before = cluster.counters(PREFIX_HITS)
-    where = {served_by(cluster, lambda: chat(cluster.router_url, question, system=SYSTEM_PROMPT))
+    where = {served_by(cluster, partial(chat, cluster.router_url, question, system=SYSTEM_PROMPT))
              for question in ("What is 2+2?", "Name a colour.", "Say hello.", "Name a fruit.", "Pick a number.")}
     assert len(where) == 1, where
     chosen = where.pop()
-    hits = [b - a for a, b in zip(hits_before, cluster.counters(PREFIX_HITS))]
+    hits = [b - a for a, b in zip(hits_before, cluster.counters(PREFIX_HITS), strict=True)]
     assert hits[chosen] > 0 and hits[1 - chosen] == 0, hits
 
 

@@ -7,6 +7,7 @@ every console error, uncaught exception or failed load the page produced.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -90,10 +91,8 @@ class Browser:
         return json.loads(message)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError, TimeoutError, OSError):
             self.send("Browser.close")
-        except (RuntimeError, TimeoutError, OSError):
-            pass
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -203,7 +204,7 @@ def test_lab_page_commands_run_verbatim_in_a_clone_with_an_untouched_env(vllm_se
         _, document = load(Path(written.group(1)).with_name("comparison-results.json"))
         [queued] = [phase for phase in document["phases"] if phase["engine"] == "llamacpp" and phase["concurrent"]]
         streams = sorted((record["first_token_s"], record["done_s"]) for record in queued["records"])
-        overlaps_s = [previous_done - first_token for (_, previous_done), (first_token, _) in zip(streams, streams[1:])]
+        overlaps_s = [previous_done - first_token for (_, previous_done), (first_token, _) in pairwise(streams)]
         assert len(streams) > 1 and max(overlaps_s) < QUEUED_OVERLAP_S, (command, overlaps_s)
     at_8 = next(factors for command, factors in scalings.items() if "--n 8" in command)
     assert at_8["vllm"] > 2, scalings  # vLLM batches: 3.75x at N=8 even on a loaded machine

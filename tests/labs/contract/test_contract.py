@@ -25,7 +25,7 @@ def shown_matrix() -> tuple[str, dict[str, dict[str, str]]]:
     """The page's contract command and its matrix, check -> engine -> mark, as the ```text block shows them."""
     (command, lines), = [(command, lines) for command, lines in doc_examples(PAGE).items() if CONTRACT in command]
     engines = lines[0].split()[1:]
-    return command, {line.split()[0]: dict(zip(engines, line.split()[1:])) for line in lines[1:]}
+    return command, {line.split()[0]: dict(zip(engines, line.split()[1:], strict=True)) for line in lines[1:]}
 
 
 def test_the_page_shows_every_check_of_the_registry_in_its_order() -> None:

@@ -1,4 +1,5 @@
-"""The /metrics doctor's command: V0 text over HTTP, a real burst, and engines without metrics (rules: test_diagnosis.py).
+"""The /metrics doctor's command: V0 text over HTTP, a real burst, and engines without metrics
+(rules: test_diagnosis.py).
 
 Real first: the burst test saturates the session's real vLLM (more requests than MAX_NUM_SEQS) and watches
 the diagnosis go idle -> slot-bound -> idle. KV pressure and preemptions cannot be produced on demand on a

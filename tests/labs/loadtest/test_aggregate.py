@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from itertools import pairwise
 
 import pytest
 
@@ -137,7 +138,7 @@ def test_default_scenario_is_the_seed_study() -> None:
 
 def gaps(spec: WorkloadSpec) -> list[float]:
     offsets = [p.offset_s for p in plan(spec)]
-    return [later - earlier for earlier, later in zip(offsets, offsets[1:])]
+    return [later - earlier for earlier, later in pairwise(offsets)]
 
 
 def test_arrival_gaps_have_the_mean_rate_and_the_shape_asked_for() -> None:

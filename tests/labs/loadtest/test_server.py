@@ -7,6 +7,7 @@ import csv
 import json
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
@@ -118,7 +119,7 @@ def test_a_concurrency_cap_queues_on_the_client_not_inside_ttft(vllm_server: Ser
     result = asyncio.run(run_load(Endpoint("vllm", vllm_server.api_url, MODEL), spec, scrape_interval_s=None))
     records = sorted(result.records, key=lambda record: record.sent_s)
     assert all(record.ok for record in records)
-    for earlier, later in zip(records, records[1:]):  # one at a time: each is sent after the previous ended
+    for earlier, later in pairwise(records):  # one at a time: each is sent after the previous ended
         assert later.sent_s >= earlier.done_s
     assert records[-1].sent_s - records[-1].scheduled_s > records[0].done_s - records[0].sent_s
     assert all(record.first_token_s - record.sent_s < 5.0 for record in records)

@@ -1,4 +1,5 @@
-"""The sizing command and its predictions checked against live vLLM servers (the arithmetic: tests/serve/test_sizing.py)."""
+"""The sizing command and its predictions checked against live vLLM servers
+(the arithmetic: tests/serve/test_sizing.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The stand-in for openeuler/vllm-cpu (tests/support/docker/standin.sh), built once and reused while its inputs hold."""
+"""The stand-in for openeuler/vllm-cpu (tests/support/docker/standin.sh), built once and reused while its inputs
+hold."""
 
 from __future__ import annotations
 

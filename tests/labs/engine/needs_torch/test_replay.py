@@ -58,7 +58,7 @@ def run_policy(policy: str, max_batch: int, requests: list[workload.Request]):  
 
     engine.runner.run = fixed_cost_step
     seqs = replay(engine, clock, requests)
-    assert all(seq.num_completion_tokens == request.max_tokens for seq, request in zip(seqs, requests))
+    assert all(seq.num_completion_tokens == request.max_tokens for seq, request in zip(seqs, requests, strict=True))
     return summarize(engine, seqs, wall_s=0.0)
 
 
