@@ -20,6 +20,7 @@ import pytest
 
 from serve.model import quantization_for
 from serve.native import TORCH_VERSION
+from serve.process import free_port
 from serve.settings import Settings
 from tests.support.clone import fresh_clone, stock_pip, user_env
 from tests.conftest import kit_env, run_bounded
