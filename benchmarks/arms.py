@@ -52,8 +52,9 @@ class Arm:
         """The arm as it runs for a benchmark of up to `max_users` users at once."""
         if not self.slot_per_user:
             return self
-        return dataclasses.replace(self, overrides=(*self.overrides, (SLOTS, str(max_users))),
-                                   why=f"{self.why} ({max_users})")
+        return dataclasses.replace(
+            self, overrides=(*self.overrides, (SLOTS, str(max_users))), why=f"{self.why} ({max_users})"
+        )
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -62,25 +63,53 @@ class Arm:
 
 BUILTIN_ARMS = {
     "kit": Arm("kit", "vllm", (), "the kit's defaults, resolved for this machine (.env)"),
-    "vllm-defaults": Arm("vllm-defaults", "vllm",
-                         (("DTYPE", "float32"), ("VLLM_CPU_OMP_THREADS_BIND", "auto"), ("OMP_THREADS", "auto"),
-                          ("BLOCK_SIZE", str(V1_CPU_BLOCK_SIZE))),
-                         "vLLM out of the box: float32, its own thread binding (one core computes, one reserved), "
-                         f"{V1_CPU_BLOCK_SIZE}-token blocks"),
+    "vllm-defaults": Arm(
+        "vllm-defaults",
+        "vllm",
+        (
+            ("DTYPE", "float32"),
+            ("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+            ("OMP_THREADS", "auto"),
+            ("BLOCK_SIZE", str(V1_CPU_BLOCK_SIZE)),
+        ),
+        "vLLM out of the box: float32, its own thread binding (one core computes, one reserved), "
+        f"{V1_CPU_BLOCK_SIZE}-token blocks",
+    ),
     "float": Arm("float", "vllm", (("QUANTIZATION", "none"),), "the kit's defaults with the float weights"),
-    "int8": Arm("int8", "vllm", (("QUANTIZATION", "int8"),),
-                "the kit's defaults with int8 W8A8 weights (serve/quantize.py)"),
-    "float-2threads": Arm("float-2threads", "vllm", (("QUANTIZATION", "none"), (RESERVED_CPUS, "0")),
-                          "float weights, vLLM's binding on every core (none reserved for its frontend)"),
-    "int8-2threads": Arm("int8-2threads", "vllm", (("QUANTIZATION", "int8"), (RESERVED_CPUS, "0")),
-                         "int8 weights, vLLM's binding on every core (none reserved for its frontend)"),
-    "llamacpp": Arm("llamacpp", "llamacpp", (("LLAMACPP_INTERRUPT_REQUESTS", "false"),),
-                    "the Ollama-class engine: llama.cpp's server, Q4_1 GGUF, requests wait their turn"),
-    "llamaserver-1": Arm("llamaserver-1", "llamaserver", ((SLOTS, "1"),),
-                         "llama.cpp's own llama-server, Q4_1 GGUF, one slot: requests queue (Ollama's default)"),
-    "llamaserver-n": Arm("llamaserver-n", "llamaserver", (),
-                         "llama.cpp's own llama-server, Q4_1 GGUF, a slot per user, batched continuously",
-                         slot_per_user=True),
+    "int8": Arm(
+        "int8", "vllm", (("QUANTIZATION", "int8"),), "the kit's defaults with int8 W8A8 weights (serve/quantize.py)"
+    ),
+    "float-2threads": Arm(
+        "float-2threads",
+        "vllm",
+        (("QUANTIZATION", "none"), (RESERVED_CPUS, "0")),
+        "float weights, vLLM's binding on every core (none reserved for its frontend)",
+    ),
+    "int8-2threads": Arm(
+        "int8-2threads",
+        "vllm",
+        (("QUANTIZATION", "int8"), (RESERVED_CPUS, "0")),
+        "int8 weights, vLLM's binding on every core (none reserved for its frontend)",
+    ),
+    "llamacpp": Arm(
+        "llamacpp",
+        "llamacpp",
+        (("LLAMACPP_INTERRUPT_REQUESTS", "false"),),
+        "the Ollama-class engine: llama.cpp's server, Q4_1 GGUF, requests wait their turn",
+    ),
+    "llamaserver-1": Arm(
+        "llamaserver-1",
+        "llamaserver",
+        ((SLOTS, "1"),),
+        "llama.cpp's own llama-server, Q4_1 GGUF, one slot: requests queue (Ollama's default)",
+    ),
+    "llamaserver-n": Arm(
+        "llamaserver-n",
+        "llamaserver",
+        (),
+        "llama.cpp's own llama-server, Q4_1 GGUF, a slot per user, batched continuously",
+        slot_per_user=True,
+    ),
 }
 
 
@@ -121,8 +150,10 @@ def engine_environ(arm: Arm) -> dict[str, str]:
     extra = {key: value for key, value in arm.overrides if key not in known}
     typos = [key for key in extra if not key.startswith("VLLM_")]
     if typos:
-        raise ValueError(f"arm {arm.name!r}: {', '.join(typos)} is neither a setting of .env.example nor a vLLM "
-                         "environment variable (VLLM_...): check the spelling")
+        raise ValueError(
+            f"arm {arm.name!r}: {', '.join(typos)} is neither a setting of .env.example nor a vLLM "
+            "environment variable (VLLM_...): check the spelling"
+        )
     return extra
 
 
@@ -161,12 +192,20 @@ def _vllm_facts(settings: Settings) -> tuple[int, Resolved, dict[str, Any]]:
         raise ValueError(f"no config.json known for {settings.model_name}: set MODEL_PATH to its checkpoint folder")
     resolved = resolve(settings, detect(), model)
     weight_bytes = model.weight_bytes(resolved.dtype)
-    facts = {"dtype": resolved.dtype, "dtype_reason": resolved.dtype_reason, "omp_threads": resolved.omp_threads,
-             "omp_threads_bind": resolved.omp_threads_bind, "max_num_seqs": resolved.max_num_seqs,
-             "max_num_seqs_reason": resolved.max_num_seqs_reason, "block_size": resolved.kv_block_size,
-             "kv_cache_space_gib": resolved.kv_cache_space_gib,
-             "kv_cache_space_reason": resolved.kv_cache_space_reason, "max_model_len": settings.max_model_len,
-             "enforce_eager": settings.enforce_eager, "extra_args": list(settings.extra_args)}
+    facts = {
+        "dtype": resolved.dtype,
+        "dtype_reason": resolved.dtype_reason,
+        "omp_threads": resolved.omp_threads,
+        "omp_threads_bind": resolved.omp_threads_bind,
+        "max_num_seqs": resolved.max_num_seqs,
+        "max_num_seqs_reason": resolved.max_num_seqs_reason,
+        "block_size": resolved.kv_block_size,
+        "kv_cache_space_gib": resolved.kv_cache_space_gib,
+        "kv_cache_space_reason": resolved.kv_cache_space_reason,
+        "max_model_len": settings.max_model_len,
+        "enforce_eager": settings.enforce_eager,
+        "extra_args": list(settings.extra_args),
+    }
     return weight_bytes, resolved, facts
 
 
@@ -185,8 +224,14 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
             return
         llama_cpp = LlamaCppRuntime(settings)
         try:
-            served = Served(f"{llama_cpp.base_url}/v1", MODEL_ALIAS, weight_bytes, LLAMACPP_SEQUENCES_PER_STEP,
-                            resolved, [Start(llama_cpp.start().seconds_to_healthy, "no compile step")])
+            served = Served(
+                f"{llama_cpp.base_url}/v1",
+                MODEL_ALIAS,
+                weight_bytes,
+                LLAMACPP_SEQUENCES_PER_STEP,
+                resolved,
+                [Start(llama_cpp.start().seconds_to_healthy, "no compile step")],
+            )
             yield served
         finally:
             llama_cpp.stop(quiet=True)
@@ -215,15 +260,25 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
 def _llama_server(arm: Arm, settings: Settings) -> Iterator[Served]:
     """serving() for llama-server: it decodes up to LLAMA_SERVER_SLOTS sequences per step."""
     llama_server.install()  # the GGUF it serves, and the binary
-    resolved = {"gguf": llama_server.GGUF.name, "threads": resolve_threads(settings, detect())[0],
-                "slots": settings.llama_server_slots, "ctx_size": settings.llama_server_slots * settings.max_model_len}
+    resolved = {
+        "gguf": llama_server.GGUF.name,
+        "threads": resolve_threads(settings, detect())[0],
+        "slots": settings.llama_server_slots,
+        "ctx_size": settings.llama_server_slots * settings.max_model_len,
+    }
     weight_bytes = os.path.getsize(llama_server.GGUF)
     if arm.attach_url:
         yield Served(arm.attach_url, MODEL_ALIAS, weight_bytes, settings.llama_server_slots, resolved)
         return
     runtime = LlamaServerRuntime(settings)
     try:
-        yield Served(f"{runtime.base_url}/v1", MODEL_ALIAS, weight_bytes, settings.llama_server_slots, resolved,
-                     [Start(runtime.start().seconds_to_healthy, "no compile step")])
+        yield Served(
+            f"{runtime.base_url}/v1",
+            MODEL_ALIAS,
+            weight_bytes,
+            settings.llama_server_slots,
+            resolved,
+            [Start(runtime.start().seconds_to_healthy, "no compile step")],
+        )
     finally:
         runtime.stop(quiet=True)

@@ -10,7 +10,6 @@ counts. Goal of the course: the engine reaches at least 70% of HF at batch 16 an
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -42,8 +41,14 @@ def engine_tok_s(model: SmolLM2, prompt_ids: list[int], batch: int, new_tokens: 
 def hf_tok_s(hf_model: torch.nn.Module, prompt_ids: list[int], batch: int, new_tokens: int) -> float:
     input_ids = torch.tensor([prompt_ids] * batch)
     start = time.perf_counter()
-    out = hf_model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens,
-                            min_new_tokens=new_tokens, do_sample=False, pad_token_id=2)
+    out = hf_model.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        pad_token_id=2,
+    )
     elapsed_s = time.perf_counter() - start
     assert out.shape[1] - len(prompt_ids) == new_tokens
     return batch * new_tokens / elapsed_s
@@ -59,12 +64,17 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
-    prompt_ids = list(tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}],
-                                                    add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+    prompt_ids = list(
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": PROMPT}], add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+    )
     model = SmolLM2(MODEL_DIR, DTYPES[args.dtype])
     hf_model = AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=DTYPES[args.dtype]).eval()
-    print(f"dtype {args.dtype}, threads {args.threads}, prompt {len(prompt_ids)} tokens, "
-          f"{args.new_tokens} new tokens forced, best of {args.repeats}")
+    print(
+        f"dtype {args.dtype}, threads {args.threads}, prompt {len(prompt_ids)} tokens, "
+        f"{args.new_tokens} new tokens forced, best of {args.repeats}"
+    )
     print(f"{'batch':>5}  {'engine tok/s':>12}  {'HF tok/s':>9}  {'ratio':>6}  goal >= {GOAL_RATIO:.0%}")
     for batch in (int(value) for value in args.batches.split(",")):
         engine_runs, hf_runs = [], []

@@ -44,21 +44,33 @@ DEFAULT_OUT = ROOT / "results" / "first_token"
 def empty_caches_env(scratch: Path, port: int) -> dict[str, str]:
     """The environment of a machine that never ran the kit: every cache the install and start use is new."""
     caches = scratch / "caches"
-    return {**user_env(port),
-            "XDG_CACHE_HOME": str(caches / "xdg"),  # vLLM's compile cache, the kit's wheels, HF, uv
-            "PIP_CACHE_DIR": str(caches / "pip"),
-            "UV_CACHE_DIR": str(caches / "uv"),
-            "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-            "HF_HOME": str(caches / "hf")}
+    return {
+        **user_env(port),
+        "XDG_CACHE_HOME": str(caches / "xdg"),  # vLLM's compile cache, the kit's wheels, HF, uv
+        "PIP_CACHE_DIR": str(caches / "pip"),
+        "UV_CACHE_DIR": str(caches / "uv"),
+        "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+        "HF_HOME": str(caches / "hf"),
+    }
 
 
-def timed_lines(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float) -> tuple[int, list[tuple[float, str]]]:
+def timed_lines(
+    argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float
+) -> tuple[int, list[tuple[float, str]]]:
     """Run argv, echo its output, and return its exit code with each line's seconds since the start."""
     started = time.monotonic()
-    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               bufsize=1, start_new_session=True)
+    process = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+    )
     lines: list[tuple[float, str]] = []
-    assert process.stdout is not None  # noqa: S101 - guaranteed by stdout=PIPE
+    assert process.stdout is not None
     try:
         for line in process.stdout:
             lines.append((time.monotonic() - started, line.rstrip("\n")))
@@ -74,8 +86,10 @@ def timed_lines(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: floa
 def phases(lines: list[tuple[float, str]]) -> list[tuple[str, float]]:
     """The kit's steps as it timed them (the server's start among them), and the light tools before them."""
     found: list[tuple[str, float]] = []
-    first_kit_line = next((at for at, line in lines if line.startswith(("Bringing up", "✓", "Installing torch",
-                                                                          "Creating the vLLM"))), None)
+    first_kit_line = next(
+        (at for at, line in lines if line.startswith(("Bringing up", "✓", "Installing torch", "Creating the vLLM"))),
+        None,
+    )
     if first_kit_line is not None:
         found.append(("light tools (.venv: client, labs, controller)", first_kit_line))
     for _, line in lines:
@@ -88,9 +102,14 @@ def phases(lines: list[tuple[float, str]]) -> list[tuple[str, float]]:
 def first_token_s(clone: Path, env: dict[str, str]) -> float:
     """Seconds from launching the README's client to the first character of its streamed answer."""
     started = time.monotonic()
-    process = subprocess.Popen([".venv/bin/python", "-m", "client", "Say OK."], cwd=clone, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert process.stdout is not None  # noqa: S101 - guaranteed by stdout=PIPE
+    process = subprocess.Popen(
+        [".venv/bin/python", "-m", "client", "Say OK."],
+        cwd=clone,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
     first = process.stdout.read(1)
     at = time.monotonic() - started
     _, stderr = process.communicate(timeout=CLIENT_TIMEOUT_S)
@@ -100,13 +119,23 @@ def first_token_s(clone: Path, env: dict[str, str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = KitArgumentParser(prog="python -m benchmarks.first_token", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stock-pip", action="store_true",
-                        help="switch this machine's pip configuration off; torch from a local stand-in index")
+    parser = KitArgumentParser(
+        prog="python -m benchmarks.first_token",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--stock-pip",
+        action="store_true",
+        help="switch this machine's pip configuration off; torch from a local stand-in index",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the clone and its caches (they are GBs)")
-    parser.add_argument("--source", type=Path, default=ROOT,
-                        help="the work tree to clone (e.g. a `git worktree` of an older commit, for a before/after)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=ROOT,
+        help="the work tree to clone (e.g. a `git worktree` of an older commit, for a before/after)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json")
     args = parser.parse_args(argv)
 
@@ -144,10 +173,20 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "meets" if total_s <= GOAL_S else "misses"
     console.print(f"{verdict} the goal of {GOAL_S:.0f} s ({total_s / GOAL_S:.2f}x of it)")
     command = command_line("python -m benchmarks.first_token", sys.argv[1:] if argv is None else argv)
-    write(args.out / "results.json", Envelope.now(command), {
-        "stock_pip": args.stock_pip, "clone": str(clone) if args.keep else None, "phases_s": dict(steps), "up_s": up_s,
-        "client_first_token_s": token_s, "total_s": total_s, "goal_s": GOAL_S,
-        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    write(
+        args.out / "results.json",
+        Envelope.now(command),
+        {
+            "stock_pip": args.stock_pip,
+            "clone": str(clone) if args.keep else None,
+            "phases_s": dict(steps),
+            "up_s": up_s,
+            "client_first_token_s": token_s,
+            "total_s": total_s,
+            "goal_s": GOAL_S,
+            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -60,24 +60,51 @@ WARMUP_TOKENS = "fixed:8"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = KitArgumentParser(prog="python -m benchmarks.kit_vs_defaults", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arms", default=DEFAULT_ARMS, help=f"built-in arms to run, in order "
-                        f"({', '.join(BUILTIN_ARMS)}); the first is the baseline of the ratios")
-    parser.add_argument("--arm", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
-                        help="one more vLLM arm: the kit's settings with these overrides (repeatable)")
-    parser.add_argument("--attach", action="append", default=[], metavar="ENGINE=URL",
-                        help="measure a running vllm, llamacpp or llamaserver server at this /v1 URL (replaces --arms)")
+    parser = KitArgumentParser(
+        prog="python -m benchmarks.kit_vs_defaults",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--arms",
+        default=DEFAULT_ARMS,
+        help=f"built-in arms to run, in order ({', '.join(BUILTIN_ARMS)}); the first is the baseline of the ratios",
+    )
+    parser.add_argument(
+        "--arm",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar=("NAME", "KEY=VALUE"),
+        help="one more vLLM arm: the kit's settings with these overrides (repeatable)",
+    )
+    parser.add_argument(
+        "--attach",
+        action="append",
+        default=[],
+        metavar="ENGINE=URL",
+        help="measure a running vllm, llamacpp or llamaserver server at this /v1 URL (replaces --arms)",
+    )
     parser.add_argument("--concurrency", type=positive_ints, default=positive_ints(DEFAULT_CONCURRENCY))
-    parser.add_argument("--lengths", default=DEFAULT_LENGTHS, help="output lengths: fixed:64, uniform:48-80, "
-                        "mix:24@0.8,150@0.2")
+    parser.add_argument(
+        "--lengths", default=DEFAULT_LENGTHS, help="output lengths: fixed:64, uniform:48-80, mix:24@0.8,150@0.2"
+    )
     parser.add_argument("--requests-per-user", type=positive_int, default=DEFAULT_REQUESTS_PER_USER)
-    parser.add_argument("--min-requests", type=positive_int, default=DEFAULT_MIN_REQUESTS,
-                        help="at least this many requests per point")
-    parser.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS,
-                        help="rounds per load point; the baseline and each arm alternate round by round")
-    parser.add_argument("--restarts", type=non_negative_int, default=DEFAULT_RESTARTS,
-                        help="warm restarts of each started vLLM arm before it is measured")
+    parser.add_argument(
+        "--min-requests", type=positive_int, default=DEFAULT_MIN_REQUESTS, help="at least this many requests per point"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=DEFAULT_ROUNDS,
+        help="rounds per load point; the baseline and each arm alternate round by round",
+    )
+    parser.add_argument(
+        "--restarts",
+        type=non_negative_int,
+        default=DEFAULT_RESTARTS,
+        help="warm restarts of each started vLLM arm before it is measured",
+    )
     parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and results.png")
     return parser
@@ -104,9 +131,15 @@ def chosen_arms(args: argparse.Namespace) -> list[Arm]:
 
 def workload(args: argparse.Namespace, concurrency: int) -> WorkloadSpec:
     requests = max(args.min_requests, args.requests_per_user * concurrency)
-    return WorkloadSpec(num_requests=requests, rate_rps=None, concurrency=concurrency,
-                        lengths=parse_lengths(args.lengths), prompts=DEFAULT_PROMPTS, seed=args.seed,
-                        ignore_eos=True)
+    return WorkloadSpec(
+        num_requests=requests,
+        rate_rps=None,
+        concurrency=concurrency,
+        lengths=parse_lengths(args.lengths),
+        prompts=DEFAULT_PROMPTS,
+        seed=args.seed,
+        ignore_eos=True,
+    )
 
 
 class ArmRun:
@@ -115,8 +148,9 @@ class ArmRun:
     def __init__(self, arm: Arm, served: Served) -> None:
         self.arm = arm
         self.served = served
-        self.target = Endpoint.at(arm.name, served.api_url, served.model, kind=arm.engine, url_source="--attach",
-                                  model_source="MODEL_NAME")
+        self.target = Endpoint.at(
+            arm.name, served.api_url, served.model, kind=arm.engine, url_source="--attach", model_source="MODEL_NAME"
+        )
         self.target.check()
         self.rounds: dict[int, list[list[RequestRecord]]] = {}
         for number, start in enumerate(served.starts):
@@ -124,8 +158,13 @@ class ArmRun:
             console.print(f"  {kind}: healthy after {start.seconds_to_healthy:.1f} s ({start.compile_cache})")
 
     def warm_up(self, seed: int) -> None:
-        spec = WorkloadSpec(num_requests=WARMUP_REQUESTS, rate_rps=None, concurrency=WARMUP_REQUESTS,
-                            lengths=parse_lengths(WARMUP_TOKENS), seed=seed)
+        spec = WorkloadSpec(
+            num_requests=WARMUP_REQUESTS,
+            rate_rps=None,
+            concurrency=WARMUP_REQUESTS,
+            lengths=parse_lengths(WARMUP_TOKENS),
+            seed=seed,
+        )
         asyncio.run(run_load(self.target, spec, scrape_interval_s=None))
 
     def measure(self, spec: WorkloadSpec) -> float:
@@ -134,8 +173,10 @@ class ArmRun:
         records = asyncio.run(run_load(self.target, spec, scrape_interval_s=None)).records
         self.rounds.setdefault(spec.concurrency or 0, []).append(records)
         summary = summarize(records)
-        console.print(f"  {self.arm.name:<18} {spec.concurrency:>3} users  {summary.num_ok}/{summary.num_requests} "
-                      f"ok  {summary.output_tokens_per_s:7.1f} output tok/s  TTFT p50 {summary.ttft_ms.median:6.0f} ms")
+        console.print(
+            f"  {self.arm.name:<18} {spec.concurrency:>3} users  {summary.num_ok}/{summary.num_requests} "
+            f"ok  {summary.output_tokens_per_s:7.1f} output tok/s  TTFT p50 {summary.ttft_ms.median:6.0f} ms"
+        )
         return summary.output_tokens_per_s
 
     def result(self, bandwidth: Bandwidth) -> dict[str, Any]:
@@ -147,18 +188,33 @@ class ArmRun:
                 summarize([record for records in rounds for record in records]),
                 output_tokens_per_s=median(round_.output_tokens_per_s for round_ in per_round),
                 request_throughput_per_s=median(round_.request_throughput_per_s for round_ in per_round),
-                duration_s=sum(round_.duration_s for round_ in per_round))
+                duration_s=sum(round_.duration_s for round_ in per_round),
+            )
             batch = min(concurrency, self.served.max_sequences_per_step)
             limit = ceiling(self.served.weight_bytes, batch, bandwidth, summary.output_tokens_per_s)
-            points.append({"concurrency": concurrency, "summary": summary.to_dict(), "ceiling": limit.to_dict(),
-                           "rounds_output_tokens_per_s": [round_.output_tokens_per_s for round_ in per_round]})
-        return {"name": self.arm.name, "engine": self.arm.engine, "why": self.arm.why,
-                "model": self.served.model, "api_url": self.served.api_url,
-                "overrides": dict(self.arm.overrides), "resolved": self.served.resolved,
-                "weight_bytes": self.served.weight_bytes,
-                "starts": [{"seconds_to_healthy": start.seconds_to_healthy, "compile_cache": start.compile_cache}
-                           for start in self.served.starts],
-                "points": points}
+            points.append(
+                {
+                    "concurrency": concurrency,
+                    "summary": summary.to_dict(),
+                    "ceiling": limit.to_dict(),
+                    "rounds_output_tokens_per_s": [round_.output_tokens_per_s for round_ in per_round],
+                }
+            )
+        return {
+            "name": self.arm.name,
+            "engine": self.arm.engine,
+            "why": self.arm.why,
+            "model": self.served.model,
+            "api_url": self.served.api_url,
+            "overrides": dict(self.arm.overrides),
+            "resolved": self.served.resolved,
+            "weight_bytes": self.served.weight_bytes,
+            "starts": [
+                {"seconds_to_healthy": start.seconds_to_healthy, "compile_cache": start.compile_cache}
+                for start in self.served.starts
+            ],
+            "points": points,
+        }
 
 
 def side_by_side(base: ArmRun, other: ArmRun | None, args: argparse.Namespace) -> dict[int, float | None]:
@@ -184,8 +240,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     threads = detect().usable_cores
     with console.status(f"Measuring memory bandwidth (numpy copy, {threads} threads)"):
         bandwidth = measure_bandwidth(threads)
-    console.print(f"Memory bandwidth: {bandwidth.copy_bytes_per_s / 1e9:.1f} GB/s "
-                  f"(numpy copy on {threads} threads, read+write)")
+    console.print(
+        f"Memory bandwidth: {bandwidth.copy_bytes_per_s / 1e9:.1f} GB/s (numpy copy on {threads} threads, read+write)"
+    )
     started = time.time()
     others: list[dict[str, Any]] = []
     ratios: dict[str, dict[int, float | None]] = {}
@@ -204,14 +261,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             others.append(other.result(bandwidth))
     results = [base.result(bandwidth), *others]
     machine = detect()
-    return {"started_unix_s": started, "duration_s": time.time() - started,
-            "machine": {"usable_cores": machine.usable_cores, "bf16_flag": machine.bf16_flag,
-                        "memory_available_bytes": machine.memory_available_bytes, "bandwidth": bandwidth.to_dict()},
-            "workload": {"closed_loop": True, "concurrency": args.concurrency, "lengths": args.lengths,
-                         "ignore_eos": True, "prompts": len(DEFAULT_PROMPTS), "seed": args.seed,
-                         "rounds": args.rounds,
-                         "requests_per_round": {c: workload(args, c).num_requests for c in args.concurrency}},
-            "arms": results, "comparisons": comparisons(arms[0].name, ratios)}
+    return {
+        "started_unix_s": started,
+        "duration_s": time.time() - started,
+        "machine": {
+            "usable_cores": machine.usable_cores,
+            "bf16_flag": machine.bf16_flag,
+            "memory_available_bytes": machine.memory_available_bytes,
+            "bandwidth": bandwidth.to_dict(),
+        },
+        "workload": {
+            "closed_loop": True,
+            "concurrency": args.concurrency,
+            "lengths": args.lengths,
+            "ignore_eos": True,
+            "prompts": len(DEFAULT_PROMPTS),
+            "seed": args.seed,
+            "rounds": args.rounds,
+            "requests_per_round": {c: workload(args, c).num_requests for c in args.concurrency},
+        },
+        "arms": results,
+        "comparisons": comparisons(arms[0].name, ratios),
+    }
 
 
 def interrupt(signum: int, frame: object) -> None:
@@ -231,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc), code=1)
     except KeyboardInterrupt:
         fail("interrupted; every engine this run started was stopped", code=130)
-    engines = [MeasuredEngine(arm["model"], arm["api_url"].removesuffix("/v1"), arm["engine"])
-               for arm in report["arms"]]
+    engines = [
+        MeasuredEngine(arm["model"], arm["api_url"].removesuffix("/v1"), arm["engine"]) for arm in report["arms"]
+    ]
     command = command_line("python -m benchmarks.kit_vs_defaults", sys.argv[1:] if argv is None else argv)
     write(args.out / "results.json", Envelope.now(command, engines), report)
     write_plot(report, args.out / "results.png")

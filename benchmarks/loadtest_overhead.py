@@ -39,8 +39,11 @@ MS_PER_S = 1000.0
 def start_server(port: int) -> subprocess.Popen[bytes]:
     cores = os.sched_getaffinity(0)
     pin = ["--cpu", str(SERVER_CORE)] if SERVER_CORE in cores and len(cores) > 1 else []
-    server = subprocess.Popen([sys.executable, "-m", "benchmarks.stream_server", "--port", str(port), *pin],
-                              stdout=subprocess.DEVNULL, cwd=ROOT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.stream_server", "--port", str(port), *pin],
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
@@ -61,8 +64,11 @@ def measure(target: Endpoint, spec: WorkloadSpec) -> tuple[float, Summary, float
 
 
 def main() -> int:
-    parser = KitArgumentParser(prog="python -m benchmarks.loadtest_overhead", description=__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(
+        prog="python -m benchmarks.loadtest_overhead",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--rates", default="250,500,1000", help="offered rates, req/s")
     parser.add_argument("--seconds", type=positive_float, default=4.0, help="length of each load point")
     parser.add_argument("--tokens", type=positive_int, default=8, help="chunks per answer")
@@ -77,28 +83,35 @@ def main() -> int:
     try:
         measure(target, WorkloadSpec(num_requests=50, rate_rps=None, concurrency=8, lengths=lengths))  # warm-up
         for rate in (float(part) for part in args.rates.split(",")):
-            spec = WorkloadSpec(num_requests=int(rate * args.seconds), rate_rps=rate, arrival="regular",
-                                lengths=lengths)
+            spec = WorkloadSpec(
+                num_requests=int(rate * args.seconds), rate_rps=rate, arrival="regular", lengths=lengths
+            )
             achieved, summary, cpu_ms = measure(target, spec)
             sustained = achieved >= SUSTAINED_FRACTION * rate and summary.num_failed == 0
             if sustained and summary.queue_ms.p99 <= TIMING_ERROR_BUDGET_MS and rate > best_sustained:
                 best_sustained, best_achieved, worst_error_ms = rate, achieved, summary.queue_ms.p99
-            print(f"offered {rate:7.0f} req/s  achieved {achieved:7.1f} req/s  ok {summary.num_ok:5d}/"
-                  f"{summary.num_requests}  timing error (sent - scheduled) p50 {summary.queue_ms.median:6.2f} ms "
-                  f"p99 {summary.queue_ms.p99:7.2f} ms  TTFT p50 {summary.ttft_ms.median:6.2f} ms  "
-                  f"CPU {cpu_ms:.2f} ms/request  {'sustained' if sustained else 'NOT sustained'}", flush=True)
-        closed = WorkloadSpec(num_requests=int(GOAL_REQUESTS_PER_S * args.seconds), rate_rps=None, concurrency=32,
-                              lengths=lengths)
+            print(
+                f"offered {rate:7.0f} req/s  achieved {achieved:7.1f} req/s  ok {summary.num_ok:5d}/"
+                f"{summary.num_requests}  timing error (sent - scheduled) p50 {summary.queue_ms.median:6.2f} ms "
+                f"p99 {summary.queue_ms.p99:7.2f} ms  TTFT p50 {summary.ttft_ms.median:6.2f} ms  "
+                f"CPU {cpu_ms:.2f} ms/request  {'sustained' if sustained else 'NOT sustained'}",
+                flush=True,
+            )
+        closed = WorkloadSpec(
+            num_requests=int(GOAL_REQUESTS_PER_S * args.seconds), rate_rps=None, concurrency=32, lengths=lengths
+        )
         achieved, summary, cpu_ms = measure(target, closed)
         print(f"closed loop, 32 users: {achieved:7.1f} req/s (the ceiling), CPU {cpu_ms:.2f} ms/request")
     finally:
         server.terminate()
         server.wait()
     verdict = best_sustained >= GOAL_REQUESTS_PER_S
-    print(f"sustained on one core: {best_sustained:.0f} req/s offered, {best_achieved:.1f} achieved, timing error "
-          f"p99 {worst_error_ms:.2f} ms "
-          f"(goal >= {GOAL_REQUESTS_PER_S:.0f} req/s, error p99 <= {TIMING_ERROR_BUDGET_MS:g} ms): "
-          f"{'met' if verdict else 'NOT met'}")
+    print(
+        f"sustained on one core: {best_sustained:.0f} req/s offered, {best_achieved:.1f} achieved, timing error "
+        f"p99 {worst_error_ms:.2f} ms "
+        f"(goal >= {GOAL_REQUESTS_PER_S:.0f} req/s, error p99 <= {TIMING_ERROR_BUDGET_MS:g} ms): "
+        f"{'met' if verdict else 'NOT met'}"
+    )
     return 0 if verdict else 1
 
 

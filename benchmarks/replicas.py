@@ -43,8 +43,16 @@ OVERHEAD_GOAL_TOK_S_LOSS = 0.05
 OVERHEAD_GOAL_TTFT_MS = 10.0
 USERS = (1, 8)
 PREFIX_GROUPS = 4  # distinct long system prompts, each shared by a group of users
-QUESTIONS = ("What is 2+2?", "Name a colour.", "Say hello.", "Name a fruit.", "Pick a number.", "Name a city.",
-             "Say yes or no.", "Name an animal.")
+QUESTIONS = (
+    "What is 2+2?",
+    "Name a colour.",
+    "Say hello.",
+    "Name a fruit.",
+    "Pick a number.",
+    "Name a city.",
+    "Say yes or no.",
+    "Name an animal.",
+)
 
 
 def system_prompt(group: int, salt: str) -> str:
@@ -67,8 +75,9 @@ def running(started: list[Runtime]) -> Iterator[list[Runtime]]:
             runtime.stop(quiet=True)
 
 
-async def closed_loop(api_url: str, model: str, api_key: str | None, users: int, messages: list[list[dict]],
-                      max_tokens: int) -> list[RequestRecord]:
+async def closed_loop(
+    api_url: str, model: str, api_key: str | None, users: int, messages: list[list[dict]], max_tokens: int
+) -> list[RequestRecord]:
     """`users` users each send their next request when the last one finished, until `messages` run out."""
     queue = list(enumerate(messages))
     records: list[RequestRecord] = []
@@ -78,8 +87,9 @@ async def closed_loop(api_url: str, model: str, api_key: str | None, users: int,
             while queue:
                 request_id, conversation = queue.pop(0)
                 record = RequestRecord(request_id, max_tokens, time.perf_counter())
-                await stream_chat(http, api_url, chat_payload(model, conversation, max_tokens, ignore_eos=True),
-                                  record, api_key)
+                await stream_chat(
+                    http, api_url, chat_payload(model, conversation, max_tokens, ignore_eos=True), record, api_key
+                )
                 records.append(record)
 
     await asyncio.gather(*(user() for _ in range(users)))
@@ -93,13 +103,19 @@ def plain_messages(count: int) -> list[list[dict]]:
 def prefix_messages(count: int, salt: str, seed: int = 0) -> list[list[dict]]:
     """Requests from PREFIX_GROUPS groups, interleaved at random: each repeats its group's system prompt."""
     rng = random.Random(seed)
-    return [[{"role": "system", "content": system_prompt(rng.randrange(PREFIX_GROUPS), salt)},
-             {"role": "user", "content": QUESTIONS[n % len(QUESTIONS)]}] for n in range(count)]
+    return [
+        [
+            {"role": "system", "content": system_prompt(rng.randrange(PREFIX_GROUPS), salt)},
+            {"role": "user", "content": QUESTIONS[n % len(QUESTIONS)]},
+        ]
+        for n in range(count)
+    ]
 
 
 def measure(settings: Settings, base_url: str, users: int, messages: list[list[dict]], max_tokens: int) -> Summary:
-    records = asyncio.run(closed_loop(f"{base_url}/v1", settings.model_name, settings.api_key or None, users,
-                                      messages, max_tokens))
+    records = asyncio.run(
+        closed_loop(f"{base_url}/v1", settings.model_name, settings.api_key or None, users, messages, max_tokens)
+    )
     error = first_error(records)
     if error is not None:
         print(f"(a request failed at {base_url}: {error})")
@@ -107,8 +123,10 @@ def measure(settings: Settings, base_url: str, users: int, messages: list[list[d
 
 
 def row(label: str, summary: Summary) -> str:
-    return (f"| {label} | {summary.num_ok}/{summary.num_requests} | {summary.output_tokens_per_s:.1f} | "
-            f"{summary.ttft_ms.median:.0f} |")
+    return (
+        f"| {label} | {summary.num_ok}/{summary.num_requests} | {summary.output_tokens_per_s:.1f} | "
+        f"{summary.ttft_ms.median:.0f} |"
+    )
 
 
 def first_error(records: list[RequestRecord]) -> str | None:
@@ -145,10 +163,14 @@ def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int,
     direct: dict[int, Summary] = {}
     with running([engine, router]):
         measure(one, engine.base_url, 1, plain_messages(2), 8)  # warm-up
-        print(f"\n## 1. Router overhead: one replica (every core), direct vs behind vllm-router, {rounds} rounds "
-              "each, alternating; the median round\n")
-        print("| users | path | ok | output tok/s | TTFT p50 ms | rounds' tok/s | router CPU |\n"
-              "|---|---|---|---|---|---|---|")
+        print(
+            f"\n## 1. Router overhead: one replica (every core), direct vs behind vllm-router, {rounds} rounds "
+            "each, alternating; the median round\n"
+        )
+        print(
+            "| users | path | ok | output tok/s | TTFT p50 ms | rounds' tok/s | router CPU |\n"
+            "|---|---|---|---|---|---|---|"
+        )
         router_pid = router.running_pid()
         assert router_pid is not None, "the router is not running"
         for users in USERS:
@@ -163,8 +185,10 @@ def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int,
             middle = {path: typical(found) for path, found in runs.items()}
             routed_s = sum(summary.duration_s for summary in runs["router"])
             routed = sum(summary.num_requests for summary in runs["router"])
-            cpu = {"direct": "", "router": f"{1000 * router_cpu_s / routed:.1f} ms a request, "
-                                            f"{router_cpu_s / routed_s:.1%} of a core"}
+            cpu = {
+                "direct": "",
+                "router": f"{1000 * router_cpu_s / routed:.1f} ms a request, {router_cpu_s / routed_s:.1%} of a core",
+            }
             for path in ("direct", "router"):
                 spread = ", ".join(f"{s.output_tokens_per_s:.1f}" for s in runs[path])
                 print(f"{row(f'{users} | {path}', middle[path])} {spread} | {cpu[path]} |")
@@ -172,9 +196,11 @@ def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int,
             added_ms = middle["router"].ttft_ms.median - middle["direct"].ttft_ms.median
             tok_s_verdict = "meets" if loss <= OVERHEAD_GOAL_TOK_S_LOSS else "misses"
             ttft_verdict = "meets" if added_ms <= OVERHEAD_GOAL_TTFT_MS else "misses"
-            print(f"| {users} | router/direct | | {1 - loss:.3f} ({loss:.1%} lost: {tok_s_verdict} the goal of "
-                  f"{OVERHEAD_GOAL_TOK_S_LOSS:.0%}) | {added_ms:+.0f} ms ({ttft_verdict} the goal of "
-                  f"{OVERHEAD_GOAL_TTFT_MS:g} ms) | | |")
+            print(
+                f"| {users} | router/direct | | {1 - loss:.3f} ({loss:.1%} lost: {tok_s_verdict} the goal of "
+                f"{OVERHEAD_GOAL_TOK_S_LOSS:.0%}) | {added_ms:+.0f} ms ({ttft_verdict} the goal of "
+                f"{OVERHEAD_GOAL_TTFT_MS:g} ms) | | |"
+            )
             direct[users] = middle["direct"]
     return direct
 
@@ -185,8 +211,7 @@ def prefix_rate(before: MetricsSnapshot, after: MetricsSnapshot) -> float:
     return ((after.prefix_hits_total or 0) - (before.prefix_hits_total or 0)) / queries if queries else 0.0
 
 
-def two_replicas(settings: Settings, requests: int, max_tokens: int, rounds: int,
-                 direct: dict[int, Summary]) -> None:
+def two_replicas(settings: Settings, requests: int, max_tokens: int, rounds: int, direct: dict[int, Summary]) -> None:
     """Measurements 2 and the second half of 3."""
     port = process.free_port_run("127.0.0.1", 3)
     two = dataclasses.replace(settings, port=port, replicas=2)
@@ -205,22 +230,29 @@ def two_replicas(settings: Settings, requests: int, max_tokens: int, rounds: int
             spread = measure(two, two.base_url, 8, plain_messages(requests), max_tokens)
             print(row("2 replicas, router", spread))
             print(f"| 2 / 1 | | {spread.output_tokens_per_s / direct[8].output_tokens_per_s:.2f}x | |")
-        print("\n## 2. Prefix-aware vs round-robin, 2 replicas, "
-              f"{PREFIX_GROUPS} groups sharing ~650-token system prompts, 8 users, {rounds} rounds each, "
-              "alternating, new prompts every round; the median round\n")
+        print(
+            "\n## 2. Prefix-aware vs round-robin, 2 replicas, "
+            f"{PREFIX_GROUPS} groups sharing ~650-token system prompts, 8 users, {rounds} rounds each, "
+            "alternating, new prompts every round; the median round\n"
+        )
         runs: dict[str, list[tuple[Summary, float, list[float]]]] = {"round_robin": [], "cache_aware": []}
         for number in range(rounds):
             for policy in runs:
                 with running([RouterRuntime(dataclasses.replace(two, router_policy=policy), urls, router_port + 1)]):
                     before = [scrape(url) for url in urls]
-                    summary = measure(two, two.base_url, 8, prefix_messages(requests, f"{policy}{number}", number),
-                                      max_tokens)
+                    summary = measure(
+                        two, two.base_url, 8, prefix_messages(requests, f"{policy}{number}", number), max_tokens
+                    )
                     after = [scrape(url) for url in urls]
-                    served = [new.requests_done_total - old.requests_done_total
-                              for new, old in zip(after, before, strict=True)]
+                    served = [
+                        new.requests_done_total - old.requests_done_total
+                        for new, old in zip(after, before, strict=True)
+                    ]
                     runs[policy].append((summary, prefix_rate(combine(before), combine(after)), served))
-        print("| policy | ok | output tok/s | TTFT p50 ms | prefix-cache hit rate | requests per replica | "
-              "rounds' TTFT p50 ms |\n|---|---|---|---|---|---|---|")
+        print(
+            "| policy | ok | output tok/s | TTFT p50 ms | prefix-cache hit rate | requests per replica | "
+            "rounds' TTFT p50 ms |\n|---|---|---|---|---|---|---|"
+        )
         for policy, found in runs.items():
             summary, rate, served = typical(found, key=lambda run: run[0].ttft_ms.median)
             ttfts = ", ".join(f"{run[0].ttft_ms.median:.0f}" for run in found)
@@ -231,12 +263,18 @@ def main() -> None:
     parser = KitArgumentParser(prog="python -m benchmarks.replicas", description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=positive_int, default=16, help="requests per measured run")
     parser.add_argument("--max-tokens", type=positive_int, default=32, help="output tokens per request")
-    parser.add_argument("--rounds", type=positive_int, default=3,
-                        help="rounds of each side of a comparison, alternating; the median round is reported")
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=3,
+        help="rounds of each side of a comparison, alternating; the median round is reported",
+    )
     args = parser.parse_args()
     settings = dataclasses.replace(Settings.load(), runtime="native")
-    print(f"benchmarks.replicas: {args.requests} requests per run, {args.max_tokens} output tokens each "
-          f"(ignore_eos), model {settings.model_name}")
+    print(
+        f"benchmarks.replicas: {args.requests} requests per run, {args.max_tokens} output tokens each "
+        f"(ignore_eos), model {settings.model_name}"
+    )
     direct = overhead_and_one_replica(settings, args.requests, args.max_tokens, args.rounds)
     two_replicas(settings, args.requests, args.max_tokens, args.rounds, direct)
 

@@ -36,8 +36,9 @@ class Bandwidth:
         return asdict(self)
 
 
-def measure_bandwidth(threads: int, buffer_bytes: int = BANDWIDTH_BUFFER_BYTES,
-                      repeats: int = BANDWIDTH_REPEATS) -> Bandwidth:
+def measure_bandwidth(
+    threads: int, buffer_bytes: int = BANDWIDTH_BUFFER_BYTES, repeats: int = BANDWIDTH_REPEATS
+) -> Bandwidth:
     """As many copying threads as the engines compute with: one core alone cannot saturate the memory bus."""
     source = np.ones(buffer_bytes // 8, dtype=np.float64)
     target = np.empty_like(source)
@@ -69,8 +70,9 @@ class Ceiling:
         return asdict(self)
 
 
-def ceiling(weight_bytes: int, sequences_per_step: int, bandwidth: Bandwidth,
-            measured_output_tokens_per_s: float) -> Ceiling:
+def ceiling(
+    weight_bytes: int, sequences_per_step: int, bandwidth: Bandwidth, measured_output_tokens_per_s: float
+) -> Ceiling:
     if weight_bytes <= 0 or sequences_per_step <= 0:
         raise ValueError(f"weight_bytes={weight_bytes}, sequences_per_step={sequences_per_step}: both must be > 0")
     limit = sequences_per_step * bandwidth.copy_bytes_per_s / weight_bytes

@@ -52,8 +52,7 @@ class Tally:
     in_flight_at_kill: list[float] = field(default_factory=list)  # the victim's running + waiting just before
 
 
-async def hang_up_after(http: httpx.AsyncClient, api_url: str, payload: dict, events: int,
-                        key: str | None) -> str:
+async def hang_up_after(http: httpx.AsyncClient, api_url: str, payload: dict, events: int, key: str | None) -> str:
     """Stream, then close the connection after `events` server-sent events (the server must abort the request).
 
     "hung up" when it did; "completed" when the answer ended first (a loaded server can send a whole short
@@ -82,8 +81,9 @@ async def user(number: int, settings: Settings, stop: asyncio.Event, tally: Tall
     api_url, key = f"{settings.base_url}/v1", settings.api_key or None
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as http:
         while not stop.is_set():
-            payload = chat_payload(settings.model_name, [{"role": "user", "content": f"Tell story {rng.random()}."}],
-                                   64, ignore_eos=True)
+            payload = chat_payload(
+                settings.model_name, [{"role": "user", "content": f"Tell story {rng.random()}."}], 64, ignore_eos=True
+            )
             if rng.random() < HANG_UP_SHARE:
                 sent_s = time.perf_counter()
                 outcome = await hang_up_after(http, api_url, payload, rng.randint(2, 8), key)
@@ -115,8 +115,9 @@ def groups_rss_mib(servers: Sequence[LocalRuntime]) -> dict[str, float]:
     for runtime in servers:
         pgid = runtime.running_pid()
         members = process.group_members(pgid) if pgid else []
-        result[runtime.label] = sum(psutil.Process(pid).memory_info().rss for pid in members
-                                    if psutil.pid_exists(pid)) / 2**20
+        result[runtime.label] = (
+            sum(psutil.Process(pid).memory_info().rss for pid in members if psutil.pid_exists(pid)) / 2**20
+        )
     return result
 
 
@@ -127,8 +128,12 @@ def strays(servers: Sequence[LocalRuntime]) -> list[str]:
     found = []
     for proc in psutil.process_iter(["pid", "cwd", "status", "name"]):
         try:
-            if (proc.info["cwd"] == str(ROOT) and proc.pid not in mine and proc.info["status"] != psutil.STATUS_ZOMBIE
-                    and os.getpgid(proc.pid) not in groups):
+            if (
+                proc.info["cwd"] == str(ROOT)
+                and proc.pid not in mine
+                and proc.info["status"] != psutil.STATUS_ZOMBIE
+                and os.getpgid(proc.pid) not in groups
+            ):
                 found.append(f"{proc.pid} {process.cmdline(proc.pid)[:80]}")
         except (psutil.Error, ProcessLookupError):
             continue
@@ -152,19 +157,26 @@ def kill(runtime: LocalRuntime, what: str, tally: Tally, kills: list[float]) -> 
     api_server = record.server_pid if record else None
     pgid = runtime.running_pid()
     assert api_server is not None and pgid is not None, f"{runtime.label} is not running"
-    victim = api_server if what == "api server" else next(
-        pid for pid in process.group_members(pgid) if "EngineCore" in process.cmdline(pid))
+    victim = (
+        api_server
+        if what == "api server"
+        else next(pid for pid in process.group_members(pgid) if "EngineCore" in process.cmdline(pid))
+    )
     running_now, waiting_now, _ = gauges(runtime.base_url)
     tally.in_flight_at_kill.append(running_now + waiting_now)
     kills.append(time.perf_counter())
     os.kill(victim, signal.SIGKILL)
-    print(f"{time.strftime('%H:%M:%S')} SIGKILL {runtime.label}'s {what} (pid {victim}): {running_now:g} running, "
-          f"{waiting_now:g} waiting there", flush=True)
+    print(
+        f"{time.strftime('%H:%M:%S')} SIGKILL {runtime.label}'s {what} (pid {victim}): {running_now:g} running, "
+        f"{waiting_now:g} waiting there",
+        flush=True,
+    )
     return api_server
 
 
-async def soak(settings: Settings, engines: Sequence[LocalRuntime], users: int, kill_after_s: float,
-               settle_s: float) -> tuple[Tally, float]:
+async def soak(
+    settings: Settings, engines: Sequence[LocalRuntime], users: int, kill_after_s: float, settle_s: float
+) -> tuple[Tally, float]:
     tally, stop = Tally(), asyncio.Event()
     kills: list[float] = []  # when each SIGKILL was sent (perf_counter)
     started = time.monotonic()
@@ -196,8 +208,11 @@ def main() -> None:
     servers = [runtime for runtime in started if isinstance(runtime, LocalRuntime)]
     with running(started):
         measure(settings, settings.base_url, 4, plain_messages(8), 32)  # warm-up: every replica has served
-        print(f"benchmarks.soak: {args.users} users on {settings.base_url} (2 replicas, max-num-seqs "
-              f"{engines[0].resolve().max_num_seqs} each), {HANG_UP_SHARE:.0%} hang up mid-stream", flush=True)
+        print(
+            f"benchmarks.soak: {args.users} users on {settings.base_url} (2 replicas, max-num-seqs "
+            f"{engines[0].resolve().max_num_seqs} each), {HANG_UP_SHARE:.0%} hang up mid-stream",
+            flush=True,
+        )
         warm = groups_rss_mib(servers)
         tally, load_s = asyncio.run(soak(settings, engines, args.users, args.kill_after_s, args.settle_s))
         time.sleep(5)  # aborts reach the engines' gauges
@@ -205,9 +220,11 @@ def main() -> None:
         end = groups_rss_mib(servers)
         stray = strays(servers)
     total = tally.completed + tally.hung_up + len(tally.cut) + len(tally.other)
-    print(f"\n{total} requests in {load_s:.0f} s of load: {tally.completed} completed, {tally.hung_up} aborted by "
-          f"their own client, {len(tally.cut)} in flight on a killed process (the victims held "
-          f"{' and '.join(f'{n:g}' for n in tally.in_flight_at_kill)} running + waiting), {len(tally.other)} other")
+    print(
+        f"\n{total} requests in {load_s:.0f} s of load: {tally.completed} completed, {tally.hung_up} aborted by "
+        f"their own client, {len(tally.cut)} in flight on a killed process (the victims held "
+        f"{' and '.join(f'{n:g}' for n in tally.in_flight_at_kill)} running + waiting), {len(tally.other)} other"
+    )
     for error in sorted(set(tally.cut))[:5]:
         print(f"  cut: {error}")
     for error in tally.other[:5]:
@@ -219,8 +236,8 @@ def main() -> None:
         print(f"| {label} | {warm[label]:.0f} | {end[label]:.0f} | {end[label] / max(warm[label], 1):.2f} |")
     verdicts = {
         "nothing but completed, hung up or cut by a kill": not tally.other,
-        "no more cut than the victims held (+2 each the router had just sent)":
-            len(tally.cut) <= sum(tally.in_flight_at_kill) + 2 * len(tally.in_flight_at_kill),
+        "no more cut than the victims held (+2 each the router had just sent)": len(tally.cut)
+        <= sum(tally.in_flight_at_kill) + 2 * len(tally.in_flight_at_kill),
         "KV usage back to 0, nothing running or waiting": all(g == (0, 0, 0) for g in after.values()),
         "no kit process outside the recorded groups": not stray,
         f"every group's RSS within {RSS_BOUND}x of after warm-up": all(end[k] <= RSS_BOUND * warm[k] for k in warm),

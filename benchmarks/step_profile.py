@@ -66,6 +66,7 @@ class Rule:
     def matches(self, functions: list[str]) -> bool:
         def found(markers: tuple[str, ...]) -> bool:
             return any(marker in function for function in functions for marker in markers)
+
         return found(self.any_of) and (not self.within or found(self.within))
 
 
@@ -82,8 +83,10 @@ CATEGORIES: dict[str, tuple[Rule, ...]] = {
         Rule("RMSNorm", ("RMSNorm", "rms_norm")),
         Rule("MLP: SiLU and multiply", ("SiluAndMul", "silu")),
         Rule("rotary embedding", ("RotaryEmbedding", "rotary")),
-        Rule("model forward, the rest (compiled graph, embedding, residuals)",
-             ("LlamaDecoderLayer.", "LlamaModel.", "LlamaForCausalLM.", "_model_forward", "Compiled", "compile")),
+        Rule(
+            "model forward, the rest (compiled graph, embedding, residuals)",
+            ("LlamaDecoderLayer.", "LlamaModel.", "LlamaForCausalLM.", "_model_forward", "Compiled", "compile"),
+        ),
         Rule("preparing inputs", ("_prepare_inputs", "_update_states", "_prepare", "InputBatch", "block_table")),
         Rule("waiting for the engine core (shm queue)", ("dequeue", "acquire_read", "SpinCondition")),
         Rule("returning outputs", ("enqueue", "acquire_write", "ModelRunnerOutput", "_bookkeeping")),
@@ -91,16 +94,22 @@ CATEGORIES: dict[str, tuple[Rule, ...]] = {
     "engine core": (
         Rule("scheduling", ("Scheduler.schedule",)),
         Rule("updating from the step's output", ("update_from_output",)),
-        Rule("waiting for the worker (its model step)", ("execute_model", "collective_rpc", "FutureWrapper",
-                                                         "get_response", "dequeue", "sample_tokens")),
+        Rule(
+            "waiting for the worker (its model step)",
+            ("execute_model", "collective_rpc", "FutureWrapper", "get_response", "dequeue", "sample_tokens"),
+        ),
         Rule("taking in requests", ("_handle_client_request", "add_request")),
         Rule("idle (waiting for requests)", ("_process_input_queue", "Queue.get")),
     ),
     "api server": (
-        Rule("detokenizing, output processing", ("OutputProcessor", "detokenize", "Detokenizer", "process_outputs",
-                                                 "output_handler")),
-        Rule("OpenAI streaming (serving_chat)", ("chat_completion_stream_generator", "serving_chat",
-                                                 "OpenAIServingChat", "create_chat_completion")),
+        Rule(
+            "detokenizing, output processing",
+            ("OutputProcessor", "detokenize", "Detokenizer", "process_outputs", "output_handler"),
+        ),
+        Rule(
+            "OpenAI streaming (serving_chat)",
+            ("chat_completion_stream_generator", "serving_chat", "OpenAIServingChat", "create_chat_completion"),
+        ),
         Rule("HTTP (uvicorn, starlette)", ("uvicorn", "starlette", "h11", "httptools", "fastapi")),
     ),
 }
@@ -155,8 +164,10 @@ def roles(api_pid: int) -> dict[str, int]:
             found["worker"] = child.pid
     missing = [role for role in ROLES if role not in found]
     if missing:
-        raise StepFailed(f"cannot find vLLM's {' and '.join(missing)} under pid {api_pid} (is "
-                         "VLLM_ENABLE_V1_MULTIPROCESSING=false? then the model runs inside the engine core)")
+        raise StepFailed(
+            f"cannot find vLLM's {' and '.join(missing)} under pid {api_pid} (is "
+            "VLLM_ENABLE_V1_MULTIPROCESSING=false? then the model runs inside the engine core)"
+        )
     return found
 
 
@@ -219,10 +230,15 @@ class Users:
         async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as http:
             while not self._stop.is_set():
                 record = RequestRecord(len(self.records), ANSWER_TOKENS, time.perf_counter())
-                payload = chat_payload(self.endpoint.model, [{"role": "user", "content": f"{PROMPT} ({number})"}],
-                                       ANSWER_TOKENS, ignore_eos=True)
-                self.records.append(await stream_chat(http, self.endpoint.base_url, payload, record,
-                                                      self.endpoint.api_key or None))
+                payload = chat_payload(
+                    self.endpoint.model,
+                    [{"role": "user", "content": f"{PROMPT} ({number})"}],
+                    ANSWER_TOKENS,
+                    ignore_eos=True,
+                )
+                self.records.append(
+                    await stream_chat(http, self.endpoint.base_url, payload, record, self.endpoint.api_key or None)
+                )
 
     async def _run(self) -> None:
         await asyncio.gather(*(self._user(number) for number in range(self.count)))
@@ -241,8 +257,11 @@ def counted(root_url: str, during: Callable[[], object]) -> Window:
     before, started = scrape(root_url), time.perf_counter()
     during()
     after = scrape(root_url)
-    return Window(time.perf_counter() - started, after.engine_steps_total - before.engine_steps_total,
-                  after.generation_tokens_total - before.generation_tokens_total)
+    return Window(
+        time.perf_counter() - started,
+        after.engine_steps_total - before.engine_steps_total,
+        after.generation_tokens_total - before.generation_tokens_total,
+    )
 
 
 def sample(pids: dict[str, int], seconds: float, rate_hz: int, out: Path, users: int) -> list[Profile]:
@@ -250,10 +269,26 @@ def sample(pids: dict[str, int], seconds: float, rate_hz: int, out: Path, users:
     procs = []
     for role, pid in pids.items():
         path = folded_path(out, users, role)
-        argv = [py_spy(), "record", "--format", "raw", "--idle", "--threads", "--nonblocking",
-                "--rate", str(rate_hz), "--duration", str(round(seconds)), "--pid", str(pid), "--output", str(path)]
-        procs.append((role, pid, path, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                                        text=True)))
+        argv = [
+            py_spy(),
+            "record",
+            "--format",
+            "raw",
+            "--idle",
+            "--threads",
+            "--nonblocking",
+            "--rate",
+            str(rate_hz),
+            "--duration",
+            str(round(seconds)),
+            "--pid",
+            str(pid),
+            "--output",
+            str(path),
+        ]
+        procs.append(
+            (role, pid, path, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        )
     profiles = []
     for role, pid, path, proc in procs:
         _, err = proc.communicate()
@@ -278,8 +313,9 @@ def profile_point(endpoint: Endpoint, pids: dict[str, int], users: int, args: ar
         time.sleep(SETTLE_S)
         plain = counted(endpoint.root_url, lambda: time.sleep(args.window))
         profiles: list[Profile] = []
-        profiled = counted(endpoint.root_url, lambda: profiles.extend(
-            sample(pids, args.window, args.rate, args.out, users)))
+        profiled = counted(
+            endpoint.root_url, lambda: profiles.extend(sample(pids, args.window, args.rate, args.out, users))
+        )
     failed = [record for record in load.records if record.status is not None and not record.ok]
     if failed:
         raise StepFailed(f"{len(failed)} of the profile's requests failed: {failed[0].error or failed[0].status}")
@@ -288,9 +324,11 @@ def profile_point(endpoint: Endpoint, pids: dict[str, int], users: int, args: ar
 
 def described(users: int, plain: Window, profiled: Window, profiles: list[Profile]) -> dict[str, Any]:
     """One load point as results.json keeps it, printed on the way."""
-    console.print(f"\n[bold]{users} user(s)[/bold]: a step every {plain.step_ms:.1f} ms, "
-                  f"{plain.tokens_per_s:.1f} output tok/s; while sampled {profiled.step_ms:.1f} ms, "
-                  f"{profiled.tokens_per_s:.1f} tok/s (py-spy's cost: {profiled.step_ms / plain.step_ms - 1:+.0%})")
+    console.print(
+        f"\n[bold]{users} user(s)[/bold]: a step every {plain.step_ms:.1f} ms, "
+        f"{plain.tokens_per_s:.1f} output tok/s; while sampled {profiled.step_ms:.1f} ms, "
+        f"{profiled.tokens_per_s:.1f} tok/s (py-spy's cost: {profiled.step_ms / plain.step_ms - 1:+.0%})"
+    )
     processes = {}
     for profile in profiles:
         rows = per_step(profile, plain)
@@ -305,17 +343,25 @@ def reread(folder: Path) -> tuple[Envelope, dict[str, Any]]:
     """A finished profile's stacks sorted again (after a change to CATEGORIES): nothing is run."""
     envelope, payload = load(folder / "results.json")
     for number, point in enumerate(payload["points"]):
-        plain, profiled = (Window(raw["seconds"], raw["steps"], raw["output_tokens"])
-                           for raw in (point["plain"], point["profiled"]))
-        profiles = [read_folded(folded_path(folder, point["users"], role), role, process["pid"])
-                    for role, process in point["processes"].items()]
+        plain, profiled = (
+            Window(raw["seconds"], raw["steps"], raw["output_tokens"]) for raw in (point["plain"], point["profiled"])
+        )
+        profiles = [
+            read_folded(folded_path(folder, point["users"], role), role, process["pid"])
+            for role, process in point["processes"].items()
+        ]
         payload["points"][number] = described(point["users"], plain, profiled, profiles)
     return envelope, payload
 
 
 def window_dict(window: Window) -> dict[str, float]:
-    return {"seconds": window.seconds, "steps": window.steps, "output_tokens": window.tokens,
-            "step_ms": window.step_ms, "output_tokens_per_s": window.tokens_per_s}
+    return {
+        "seconds": window.seconds,
+        "steps": window.steps,
+        "output_tokens": window.tokens,
+        "step_ms": window.step_ms,
+        "output_tokens_per_s": window.tokens_per_s,
+    }
 
 
 def listening_pid(api_url: str) -> int:
@@ -324,35 +370,55 @@ def listening_pid(api_url: str) -> int:
     for conn in psutil.net_connections(kind="tcp"):
         if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
             return conn.pid
-    raise StepFailed(f"no process of this machine listens on port {port} ({api_url}): py-spy samples local "
-                     "processes only; start the kit's server here (bash up.sh) or leave out --attach")
+    raise StepFailed(
+        f"no process of this machine listens on port {port} ({api_url}): py-spy samples local "
+        "processes only; start the kit's server here (bash up.sh) or leave out --attach"
+    )
 
 
 def build_parser() -> KitArgumentParser:
     parser = KitArgumentParser(prog="python -m benchmarks.step_profile", description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=positive_ints, default=DEFAULT_USERS, help="load points, users at once")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="settings on top of the kit's, e.g. ENFORCE_EAGER=true")
-    parser.add_argument("--attach", metavar="URL", help="profile the vLLM already running at this /v1 URL "
-                        "(this machine's) instead of starting one, e.g. http://127.0.0.1:8009/v1")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="settings on top of the kit's, e.g. ENFORCE_EAGER=true",
+    )
+    parser.add_argument(
+        "--attach",
+        metavar="URL",
+        help="profile the vLLM already running at this /v1 URL "
+        "(this machine's) instead of starting one, e.g. http://127.0.0.1:8009/v1",
+    )
     parser.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, help="seconds per window")
     parser.add_argument("--rate", type=positive_int, default=DEFAULT_RATE_HZ, help="py-spy samples a second")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and the stacks")
-    parser.add_argument("--reread", type=Path, metavar="FOLDER",
-                        help="sort the stacks of an earlier profile in FOLDER again, and rewrite its results.json")
+    parser.add_argument(
+        "--reread",
+        type=Path,
+        metavar="FOLDER",
+        help="sort the stacks of an earlier profile in FOLDER again, and rewrite its results.json",
+    )
     return parser
 
 
 def profile(args: argparse.Namespace, arm: Arm, served: Served) -> dict[str, Any]:
-    endpoint = Endpoint.at("kit", served.api_url, served.model, kind="vllm", url_source="--attach",
-                           model_source="MODEL_NAME")
+    endpoint = Endpoint.at(
+        "kit", served.api_url, served.model, kind="vllm", url_source="--attach", model_source="MODEL_NAME"
+    )
     endpoint.check()
     pids = roles(served.pid if served.pid is not None else listening_pid(served.api_url))
     points = [profile_point(endpoint, pids, count, args) for count in args.users]
-    envelope = Envelope.now(command_line("python -m benchmarks.step_profile", args.argv),
-                            [MeasuredEngine(served.model, endpoint.root_url, "vllm")])
-    return {"envelope": envelope, "payload": {"settings": dict(arm.overrides), "resolved": served.resolved,
-                                              "points": points}}
+    envelope = Envelope.now(
+        command_line("python -m benchmarks.step_profile", args.argv),
+        [MeasuredEngine(served.model, endpoint.root_url, "vllm")],
+    )
+    return {
+        "envelope": envelope,
+        "payload": {"settings": dict(arm.overrides), "resolved": served.resolved, "points": points},
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

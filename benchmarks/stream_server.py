@@ -15,15 +15,20 @@ import asyncio
 import contextlib
 import json
 import os
+
 from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, tcp_port
 
 CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}\n\n'
-HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-           b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+HEADERS = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"
+)
 MODEL = "fake-stream"
 MODELS = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
-MODELS_RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                   b"Connection: keep-alive\r\n\r\n%s" % (len(MODELS), MODELS))
+MODELS_RESPONSE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+    b"Connection: keep-alive\r\n\r\n%s" % (len(MODELS), MODELS)
+)
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: keep-alive\r\n\r\nnot found"
 
 
@@ -43,8 +48,9 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tok
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             request_line, *header_lines = head.decode("latin-1").split("\r\n")
-            length = next((int(line.split(":", 1)[1]) for line in header_lines
-                           if line.lower().startswith("content-length:")), 0)
+            length = next(
+                (int(line.split(":", 1)[1]) for line in header_lines if line.lower().startswith("content-length:")), 0
+            )
             body = await reader.readexactly(length) if length else b""
             if request_line.startswith("GET") and "/v1/models" in request_line:
                 writer.write(MODELS_RESPONSE)
@@ -77,8 +83,11 @@ async def serve(host: str, port: int, token_delay_s: float) -> None:
 
 
 def main() -> None:
-    parser = KitArgumentParser(prog="python -m benchmarks.stream_server", description=__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(
+        prog="python -m benchmarks.stream_server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=tcp_port, required=True)
     parser.add_argument("--cpu", type=non_negative_int, default=None, help="pin this server to one CPU core")

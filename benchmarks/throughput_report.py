@@ -15,12 +15,12 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a server
 
-import matplotlib.pyplot as plt  # noqa: E402
-from rich.table import Table  # noqa: E402
+import matplotlib.pyplot as plt
+from rich.table import Table
 
-from labs.results import ResultsError, load  # noqa: E402
-from serve.cli import KitArgumentParser  # noqa: E402
-from serve.progress import console, fail  # noqa: E402
+from labs.results import ResultsError, load
+from serve.cli import KitArgumentParser
+from serve.progress import console, fail
 
 GB = 1e9
 PLOT_SIZE_IN = (11.0, 4.2)
@@ -29,41 +29,58 @@ PLOT_DPI = 120
 
 def comparisons(baseline: str, ratios: dict[str, dict[int, float | None]]) -> dict[str, Any]:
     """From the baseline/other output tok/s ratios of each pairing: where the other arm still wins."""
-    other_wins = {other: [c for c, ratio in by_c.items() if ratio is not None and ratio < 1]
-                  for other, by_c in ratios.items()}
-    overtakes = {other: next((c for c, ratio in by_c.items() if ratio is not None and ratio > 1), None)
-                 for other, by_c in ratios.items()}
-    return {"baseline": baseline, "output_tokens_per_s_ratio": ratios,
-            "concurrency_where_other_wins": other_wins, "first_concurrency_baseline_wins": overtakes}
+    other_wins = {
+        other: [c for c, ratio in by_c.items() if ratio is not None and ratio < 1] for other, by_c in ratios.items()
+    }
+    overtakes = {
+        other: next((c for c, ratio in by_c.items() if ratio is not None and ratio > 1), None)
+        for other, by_c in ratios.items()
+    }
+    return {
+        "baseline": baseline,
+        "output_tokens_per_s_ratio": ratios,
+        "concurrency_where_other_wins": other_wins,
+        "first_concurrency_baseline_wins": overtakes,
+    }
 
 
 def print_report(report: dict[str, Any]) -> None:
     bandwidth = report["machine"]["bandwidth"]["copy_bytes_per_s"]
     table = Table(title=f"Output tok/s, TTFT and the decode ceiling (bandwidth {bandwidth / GB:.1f} GB/s)")
-    for column in ("arm", "users", "ok", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "ceiling tok/s",
-                   "of ceiling"):
+    for column in ("arm", "users", "ok", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "ceiling tok/s", "of ceiling"):
         table.add_column(column, justify="left" if column == "arm" else "right")
     for arm in report["arms"]:
         for point in arm["points"]:
             summary, limit = point["summary"], point["ceiling"]
-            table.add_row(arm["name"], str(point["concurrency"]), f"{summary['num_ok']}/{summary['num_requests']}",
-                          f"{summary['output_tokens_per_s']:.1f}", f"{summary['ttft_ms']['median']:.0f}",
-                          f"{summary['ttft_ms']['p99']:.0f}", f"{limit['ceiling_output_tokens_per_s']:.0f}",
-                          f"{limit['fraction_of_ceiling']:.0%}")
+            table.add_row(
+                arm["name"],
+                str(point["concurrency"]),
+                f"{summary['num_ok']}/{summary['num_requests']}",
+                f"{summary['output_tokens_per_s']:.1f}",
+                f"{summary['ttft_ms']['median']:.0f}",
+                f"{summary['ttft_ms']['p99']:.0f}",
+                f"{limit['ceiling_output_tokens_per_s']:.0f}",
+                f"{limit['fraction_of_ceiling']:.0%}",
+            )
     console.print(table)
     starts = Table(title="Start to healthy")
     for column in ("arm", "start", "seconds", "compile cache"):
         starts.add_column(column)
     for arm in report["arms"]:
         for number, start in enumerate(arm["starts"]):
-            starts.add_row(arm["name"], "first" if number == 0 else f"warm restart {number}",
-                           f"{start['seconds_to_healthy']:.1f}", start["compile_cache"])
+            starts.add_row(
+                arm["name"],
+                "first" if number == 0 else f"warm restart {number}",
+                f"{start['seconds_to_healthy']:.1f}",
+                start["compile_cache"],
+            )
     if starts.row_count:
         console.print(starts)
     compared = report["comparisons"]
     for other, ratios in compared.get("output_tokens_per_s_ratio", {}).items():
-        cells = ", ".join(f"{c} users {ratio:.2f}x" if ratio is not None else f"{c} users -"
-                          for c, ratio in ratios.items())
+        cells = ", ".join(
+            f"{c} users {ratio:.2f}x" if ratio is not None else f"{c} users -" for c, ratio in ratios.items()
+        )
         console.print(f"{compared['baseline']} / {other} output tok/s: {cells}")
         wins = compared["concurrency_where_other_wins"][other]
         if wins:
@@ -77,14 +94,29 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     figure, (throughput, ttft) = plt.subplots(1, 2, figsize=PLOT_SIZE_IN)
     for arm in report["arms"]:
         users = [point["concurrency"] for point in arm["points"]]
-        line, = throughput.plot(users, [point["summary"]["output_tokens_per_s"] for point in arm["points"]],
-                                marker="o", label=arm["name"])
-        throughput.plot(users, [point["ceiling"]["ceiling_output_tokens_per_s"] for point in arm["points"]],
-                        linestyle="--", color=line.get_color(), alpha=0.4)
-        ttft.plot(users, [point["summary"]["ttft_ms"]["median"] for point in arm["points"]], marker="o",
-                  color=line.get_color(), label=arm["name"])
-    throughput.set(xlabel="concurrent users", ylabel="output tok/s", yscale="log",
-                   title="Throughput (dashed: memory-bandwidth ceiling)")
+        (line,) = throughput.plot(
+            users, [point["summary"]["output_tokens_per_s"] for point in arm["points"]], marker="o", label=arm["name"]
+        )
+        throughput.plot(
+            users,
+            [point["ceiling"]["ceiling_output_tokens_per_s"] for point in arm["points"]],
+            linestyle="--",
+            color=line.get_color(),
+            alpha=0.4,
+        )
+        ttft.plot(
+            users,
+            [point["summary"]["ttft_ms"]["median"] for point in arm["points"]],
+            marker="o",
+            color=line.get_color(),
+            label=arm["name"],
+        )
+    throughput.set(
+        xlabel="concurrent users",
+        ylabel="output tok/s",
+        yscale="log",
+        title="Throughput (dashed: memory-bandwidth ceiling)",
+    )
     ttft.set(xlabel="concurrent users", ylabel="TTFT p50 (ms)", yscale="log", title="Time to first token")
     for axes in (throughput, ttft):
         axes.grid(True, alpha=0.3)
@@ -96,8 +128,10 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = KitArgumentParser(prog="python -m benchmarks.throughput_report",
-                               description="Print and plot a saved benchmarks.kit_vs_defaults results.json again.")
+    parser = KitArgumentParser(
+        prog="python -m benchmarks.throughput_report",
+        description="Print and plot a saved benchmarks.kit_vs_defaults results.json again.",
+    )
     parser.add_argument("results", type=Path, help="the results.json benchmarks.kit_vs_defaults wrote")
     args = parser.parse_args(argv)
     try:

@@ -22,15 +22,21 @@ TIMEOUT_S = 120.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = KitArgumentParser(prog="python -m client", description=__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(
+        prog="python -m client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("prompt", nargs="?", help="what to ask (default: standard input when piped, else a chat)")
     parser.add_argument("--no-stream", action="store_true", help="wait for the whole answer")
     parser.add_argument("--max-tokens", type=positive_int, default=256, help="longest answer in tokens (default 256)")
     parser.add_argument("--system", default=None, help="a system prompt")
-    parser.add_argument("--temperature", type=non_negative_float, default=0.7, help="sampling temperature (default 0.7)")
-    parser.add_argument("--usage", action="store_true",
-                        help="after each answer, the tokens the engine counted and tok/s (in a chat: /usage)")
+    parser.add_argument(
+        "--temperature", type=non_negative_float, default=0.7, help="sampling temperature (default 0.7)"
+    )
+    parser.add_argument(
+        "--usage",
+        action="store_true",
+        help="after each answer, the tokens the engine counted and tok/s (in a chat: /usage)",
+    )
     args = parser.parse_args(argv)
     if args.prompt is None and not sys.stdin.isatty():
         args.prompt = sys.stdin.read().strip()
@@ -76,10 +82,15 @@ def explain(endpoint: Endpoint, exc: openai.OpenAIError) -> EndpointError:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     endpoint = Endpoint.from_env()
-    client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or NO_KEY, timeout=TIMEOUT_S,
-                           max_retries=0)
-    request: dict[str, Any] = dict(model=endpoint.model, max_tokens=args.max_tokens, temperature=args.temperature,
-                                   messages=[{"role": "system", "content": args.system}] if args.system else [])
+    client = openai.OpenAI(
+        base_url=endpoint.base_url, api_key=endpoint.api_key or NO_KEY, timeout=TIMEOUT_S, max_retries=0
+    )
+    request: dict[str, Any] = dict(
+        model=endpoint.model,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        messages=[{"role": "system", "content": args.system}] if args.system else [],
+    )
     try:
         if args.prompt is not None:
             return ask(client, request, args)

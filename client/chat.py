@@ -40,8 +40,10 @@ class Reply:
         elapsed_s = self.done_s - self.sent_s
         first = f", first token after {self.first_token_s - self.sent_s:.2f} s" if self.first_token_s else ""
         rate = f" ({self.answer_tokens / elapsed_s:.1f} tok/s)" if elapsed_s > 0 else ""
-        return (f"usage: {self.prompt_tokens} prompt tokens, {self.answer_tokens} answer tokens in "
-                f"{elapsed_s:.2f} s{rate}{first}")
+        return (
+            f"usage: {self.prompt_tokens} prompt tokens, {self.answer_tokens} answer tokens in "
+            f"{elapsed_s:.2f} s{rate}{first}"
+        )
 
 
 def stream_reply(client: openai.OpenAI, request: dict[str, Any], usage: bool) -> Reply:
@@ -80,15 +82,19 @@ def read_line() -> str | None:
             return None
 
 
-def chat(client: openai.OpenAI, request: dict[str, Any], show_usage: bool,
-         explain: Callable[[openai.OpenAIError], object]) -> int:
+def chat(
+    client: openai.OpenAI, request: dict[str, Any], show_usage: bool, explain: Callable[[openai.OpenAIError], object]
+) -> int:
     """The conversation loop; `request` holds the model, sampling and the system prompt's messages.
     `explain` turns an SDK error into the line to print (client.__main__.explain); the session goes on."""
     import readline  # noqa: F401  (importing it gives input() line editing and history)
 
     messages: list[dict[str, str]] = list(request.pop("messages"))
-    print(f"Chatting with {request['model']}. Commands: "
-          + "; ".join(f"{name} {what}" for name, what in COMMANDS.items()) + "; Ctrl-C stops an answer.")
+    print(
+        f"Chatting with {request['model']}. Commands: "
+        + "; ".join(f"{name} {what}" for name, what in COMMANDS.items())
+        + "; Ctrl-C stops an answer."
+    )
     while (line := read_line()) is not None:
         text = line.strip()
         if text == "/bye":

@@ -54,17 +54,32 @@ class Endpoint:
     replica_urls: tuple[str, ...] = ()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, base_url: str | None = None, model: str | None = None,
-                 **sources: str) -> Endpoint:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, base_url: str | None = None, model: str | None = None, **sources: str
+    ) -> Endpoint:
         """The configured engine: OPENAI_BASE_URL and MODEL (else MODEL_NAME) from the environment or `.env`,
         unless a flag gave `base_url` or `model`."""
         env = load_env() if env is None else env
-        return cls.at("engine", base_url or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-                      model or env.get("MODEL") or env.get("MODEL_NAME", ""), env, **sources)
+        return cls.at(
+            "engine",
+            base_url or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+            model or env.get("MODEL") or env.get("MODEL_NAME", ""),
+            env,
+            **sources,
+        )
 
     @classmethod
-    def at(cls, name: str, base_url: str, model: str = "", env: Mapping[str, str] | None = None, *,
-           kind: str = "", url_source: str = "OPENAI_BASE_URL", model_source: str = "MODEL") -> Endpoint:
+    def at(
+        cls,
+        name: str,
+        base_url: str,
+        model: str = "",
+        env: Mapping[str, str] | None = None,
+        *,
+        kind: str = "",
+        url_source: str = "OPENAI_BASE_URL",
+        model_source: str = "MODEL",
+    ) -> Endpoint:
         """An engine at a given URL, with the key the kit sends there (serve.settings.api_key_for)."""
         env = load_env() if env is None else env
         base_url = base_url.rstrip("/")
@@ -89,13 +104,17 @@ class Endpoint:
             raise self.unreachable(exc) from None
         if response.status_code in KEY_REFUSED:
             raise self.refused()
-        not_a_list = EndpointError(f"{self._who} at {self.base_url}/models answered HTTP {response.status_code}; "
-                                   "is that an OpenAI-compatible engine?")
+        not_a_list = EndpointError(
+            f"{self._who} at {self.base_url}/models answered HTTP {response.status_code}; "
+            "is that an OpenAI-compatible engine?"
+        )
         if response.status_code != httpx.codes.OK:
             raise not_a_list
         try:
-            return [ServedModel(str(entry["id"]), _whole_number(entry.get("max_model_len")), str(entry.get("root") or ""))
-                    for entry in response.json().get("data", [])]
+            return [
+                ServedModel(str(entry["id"]), _whole_number(entry.get("max_model_len")), str(entry.get("root") or ""))
+                for entry in response.json().get("data", [])
+            ]
         except (ValueError, TypeError, KeyError, AttributeError):  # not JSON, or not a list of models
             raise not_a_list from None
 
@@ -112,8 +131,10 @@ class Endpoint:
 
     def unreachable(self, exc: Exception) -> EndpointError:
         start = f"it with `ENGINES={self.kind} bash up.sh`" if self.kind else "vLLM with `bash up.sh`"
-        return EndpointError(f"cannot reach {self._who} at {self.base_url} ({exc.__class__.__name__}). Is it up? "
-                             f"Start {start}, or point {self.url_source} at a running engine")
+        return EndpointError(
+            f"cannot reach {self._who} at {self.base_url} ({exc.__class__.__name__}). Is it up? "
+            f"Start {start}, or point {self.url_source} at a running engine"
+        )
 
     def refused(self) -> EndpointError:
         hint = refused_key_hint(self.base_url, self.key_source)
@@ -122,11 +143,15 @@ class Endpoint:
     def not_served(self, served: list[str]) -> EndpointError:
         listing = ", ".join(served) or "(none listed)"
         if self.kind:  # one of the kit's engines: something else may hold its port
-            return EndpointError(f"{self.kind} at {self.base_url} does not serve model {self.model!r}; it serves: "
-                                 f"{listing}. Set {self.model_source} to one of them or start the kit's engine on "
-                                 "that port")
-        return EndpointError(f"{self.model_source}={self.model!r} is not served by {self.base_url}; it serves: "
-                             f"{listing}. Set {self.model_source} to one of them")
+            return EndpointError(
+                f"{self.kind} at {self.base_url} does not serve model {self.model!r}; it serves: "
+                f"{listing}. Set {self.model_source} to one of them or start the kit's engine on "
+                "that port"
+            )
+        return EndpointError(
+            f"{self.model_source}={self.model!r} is not served by {self.base_url}; it serves: "
+            f"{listing}. Set {self.model_source} to one of them"
+        )
 
 
 def _whole_number(value: object) -> int | None:

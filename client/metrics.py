@@ -51,6 +51,7 @@ class MetricsSnapshot:
 def combine(snapshots: list[MetricsSnapshot]) -> MetricsSnapshot:
     """Several replicas as one engine: counts and totals add up; KV usage is the mean of the replicas' pools
     (equal pools: the share of all KV blocks in use); the cache config is the first replica's."""
+
     def total(values: list[float | None]) -> float | None:
         known = [value for value in values if value is not None]
         return sum(known) if known else None
@@ -89,8 +90,9 @@ def parse(text: str, taken_s: float | None = None) -> MetricsSnapshot:
                 reason = sample.labels["reason"]
                 by_reason[reason] = by_reason.get(reason, 0.0) + sample.value
             if sample.name == CACHE_CONFIG:
-                cache_config = {key: value for key, value in sample.labels.items()
-                                if key not in ("model_name", "engine")}
+                cache_config = {
+                    key: value for key, value in sample.labels.items() if key not in ("model_name", "engine")
+                }
     kv_name = KV_USAGE_V1 if KV_USAGE_V1 in totals else KV_USAGE_V0
     return MetricsSnapshot(
         taken_s=time.perf_counter() if taken_s is None else taken_s,

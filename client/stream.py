@@ -38,8 +38,13 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         """200, a non-empty answer, a finish reason that says the server meant to stop there, not truncated."""
-        return (self.status == 200 and self.error is None and bool(self.text.strip())
-                and self.finish_reason in COMPLETE_FINISH_REASONS and not self.truncated)
+        return (
+            self.status == 200
+            and self.error is None
+            and bool(self.text.strip())
+            and self.finish_reason in COMPLETE_FINISH_REASONS
+            and not self.truncated
+        )
 
     @property
     def truncated(self) -> bool:
@@ -48,8 +53,9 @@ class RequestRecord:
             return False
         if self.finish_reason not in COMPLETE_FINISH_REASONS:
             return True
-        return (self.finish_reason == "length" and self.output_tokens is not None
-                and self.output_tokens < self.max_tokens)
+        return (
+            self.finish_reason == "length" and self.output_tokens is not None and self.output_tokens < self.max_tokens
+        )
 
     @property
     def outcome(self) -> str:
@@ -65,18 +71,25 @@ class RequestRecord:
         return {name: getattr(self, name) for name in self.__slots__} | {"outcome": self.outcome}
 
 
-def chat_payload(model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float = 0.0,
-                 ignore_eos: bool = False) -> dict[str, Any]:
-    payload: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens,
-                               "temperature": temperature, "stream": True,
-                               "stream_options": {"include_usage": True}}
+def chat_payload(
+    model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float = 0.0, ignore_eos: bool = False
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if ignore_eos:
         payload["ignore_eos"] = True  # vLLM's extension; engines that do not know it ignore it
     return payload
 
 
-async def stream_chat(http: httpx.AsyncClient, api_url: str, payload: dict[str, Any], record: RequestRecord,
-                      api_key: str | None = None) -> RequestRecord:
+async def stream_chat(
+    http: httpx.AsyncClient, api_url: str, payload: dict[str, Any], record: RequestRecord, api_key: str | None = None
+) -> RequestRecord:
     """POST a streaming chat completion to `api_url` (…/v1) and fill `record`; never raises for HTTP trouble."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     record.sent_s = time.perf_counter()
@@ -106,7 +119,7 @@ def _consume(line: str, record: RequestRecord) -> bool:
     """Fold one SSE line into `record`; True at `data: [DONE]`, the end of the stream."""
     if not line.startswith("data:"):
         return False
-    data = line[len("data:"):].strip()
+    data = line[len("data:") :].strip()
     if data == "[DONE]":
         return True
     event = json.loads(data)

@@ -17,7 +17,7 @@ import platform
 import shlex
 import tomllib
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +78,15 @@ class MachineFacts:
     @classmethod
     def detect(cls) -> MachineFacts:
         machine = detect()
-        return cls(cpu_model=_cpu_model(), usable_cores=machine.usable_cores,
-                   physical_cores=machine.physical_cores, memory_available_bytes=machine.memory_available_bytes,
-                   isa_flags=tuple(flag for flag in ISA_FLAGS if flag in machine.cpu_flags),
-                   platform=platform.platform(), python=platform.python_version())
+        return cls(
+            cpu_model=_cpu_model(),
+            usable_cores=machine.usable_cores,
+            physical_cores=machine.physical_cores,
+            memory_available_bytes=machine.memory_available_bytes,
+            isa_flags=tuple(flag for flag in ISA_FLAGS if flag in machine.cpu_flags),
+            platform=platform.platform(),
+            python=platform.python_version(),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +106,7 @@ class Envelope:
     command: str
     machine: MachineFacts
     engines: tuple[MeasuredEngine, ...] = ()
-    created_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     @classmethod
     def now(cls, command: str, engines: tuple[MeasuredEngine, ...] | list[MeasuredEngine] = ()) -> Envelope:
@@ -114,9 +119,14 @@ class Envelope:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Envelope:
         machine = dict(raw["machine"], isa_flags=tuple(raw["machine"]["isa_flags"]))
-        return cls(schema_version=raw["schema_version"], kit_version=raw["kit_version"], command=raw["command"],
-                   machine=MachineFacts(**machine), engines=tuple(MeasuredEngine(**item) for item in raw["engines"]),
-                   created_utc=raw["created_utc"])
+        return cls(
+            schema_version=raw["schema_version"],
+            kit_version=raw["kit_version"],
+            command=raw["command"],
+            machine=MachineFacts(**machine),
+            engines=tuple(MeasuredEngine(**item) for item in raw["engines"]),
+            created_utc=raw["created_utc"],
+        )
 
 
 def finite(value: Any) -> Any:
@@ -150,14 +160,19 @@ def load(path: Path) -> tuple[Envelope, dict[str, Any]]:
         raise ResultsError(f"{path} is not JSON: give a results file a lab wrote") from None
     raw = document.get(ENVELOPE_KEY) if isinstance(document, dict) else None
     if not isinstance(raw, dict):
-        raise ResultsError(f"{path} has no results envelope (written by an older kit, or not a lab's results): "
-                           "run the lab again to write it")
+        raise ResultsError(
+            f"{path} has no results envelope (written by an older kit, or not a lab's results): "
+            "run the lab again to write it"
+        )
     if raw.get("schema_version") != SCHEMA_VERSION:
-        raise ResultsError(f"{path} has results schema version {raw.get('schema_version')!r} and this kit reads "
-                           f"version {SCHEMA_VERSION}: run the lab again, or read it with the kit that wrote it")
+        raise ResultsError(
+            f"{path} has results schema version {raw.get('schema_version')!r} and this kit reads "
+            f"version {SCHEMA_VERSION}: run the lab again, or read it with the kit that wrote it"
+        )
     try:
         envelope = Envelope.from_dict(raw)
     except (KeyError, TypeError) as exc:
-        raise ResultsError(f"{path} has a broken results envelope ({exc.__class__.__name__}: {exc}): "
-                           "run the lab again to write it") from None
+        raise ResultsError(
+            f"{path} has a broken results envelope ({exc.__class__.__name__}: {exc}): run the lab again to write it"
+        ) from None
     return envelope, {key: value for key, value in document.items() if key != ENVELOPE_KEY}

@@ -25,8 +25,10 @@ def recap(settings: Settings, runtime: Runtime, started: Started | None) -> None
     listening = f" (listening on {settings.host}, port {runtime.port})" if settings.exposed else ""
     table.add_row("API", f"{runtime.base_url}/v1{listening}")
     table.add_row("model", runtime.served_model)
-    table.add_row("runtime", f"{runtime.name} (RUNTIME=auto: {runtime.picked_because})" if runtime.picked_because
-                  else runtime.name)
+    table.add_row(
+        "runtime",
+        f"{runtime.name} (RUNTIME=auto: {runtime.picked_because})" if runtime.picked_because else runtime.name,
+    )
     table.add_row("settings", str(env_file()))
     if started is not None:
         table.add_row("pid", str(started.pid))
@@ -37,8 +39,10 @@ def recap(settings: Settings, runtime: Runtime, started: Started | None) -> None
     table.add_row("auth", "API key required (VLLM_API_KEY)" if settings.api_key else "no API key")
     console.print(table)
     if settings.exposed and not settings.api_key:
-        warn(f"{runtime.label} listens on {settings.host} (VLLM_HOST), beyond this machine, with no API key: anyone "
-             f"who reaches this machine on port {runtime.port} can use it. Set VLLM_API_KEY, or VLLM_HOST=127.0.0.1")
+        warn(
+            f"{runtime.label} listens on {settings.host} (VLLM_HOST), beyond this machine, with no API key: anyone "
+            f"who reaches this machine on port {runtime.port} can use it. Set VLLM_API_KEY, or VLLM_HOST=127.0.0.1"
+        )
 
 
 def check_system(engines: list[Runtime]) -> None:
@@ -53,8 +57,10 @@ def warn_if_key_file_readable(path: Path) -> None:
     """A key in a settings file every local user can read is a key every local user has."""
     try:
         readable_by_all = path.stat().st_mode & stat.S_IROTH
-        holds_key = readable_by_all and any(line.strip().startswith("VLLM_API_KEY=") and line.split("=", 1)[1].strip()
-                                            for line in path.read_text().splitlines())
+        holds_key = readable_by_all and any(
+            line.strip().startswith("VLLM_API_KEY=") and line.split("=", 1)[1].strip()
+            for line in path.read_text().splitlines()
+        )
     except OSError:
         return
     if holds_key:
@@ -89,8 +95,10 @@ def try_it(settings: Settings, runtime: Runtime) -> str:
 
 
 def up_one(settings: Settings, runtime: Runtime, plan: Resolved | None) -> None:
-    console.print(f"Bringing up [bold]{runtime.served_model}[/bold] ({runtime.label}) on {runtime.base_url}/v1 "
-                  f"(runtime {runtime.name})")
+    console.print(
+        f"Bringing up [bold]{runtime.served_model}[/bold] ({runtime.label}) on {runtime.base_url}/v1 "
+        f"(runtime {runtime.name})"
+    )
     if runtime.picked_because:
         console.print(f"RUNTIME=auto picked {runtime.name}: {runtime.picked_because}")
     pid = runtime.running_pid()
@@ -100,13 +108,17 @@ def up_one(settings: Settings, runtime: Runtime, plan: Resolved | None) -> None:
         recap(settings, runtime, None)
         return
     if pid is not None:  # ours but not answering: a half-started server, or what a dead one left; start afresh
-        console.print(f"{runtime.label} on port {runtime.port} is not answering but its process group {pid} "
-                      "still runs (a half-started server, or what a crashed one left behind): stopping it first")
+        console.print(
+            f"{runtime.label} on port {runtime.port} is not answering but its process group {pid} "
+            "still runs (a half-started server, or what a crashed one left behind): stopping it first"
+        )
         runtime.stop(quiet=True)
     started = runtime.start(plan)
     runtimes.record(settings, runtime)  # down.sh with RUNTIME=auto stops this runtime, whatever answers then
-    console.print(f"[green]✓[/green] {runtime.label} is up in {started.seconds_to_healthy:.0f} s. Try: "
-                  f"[bold]{try_it(settings, runtime)}")
+    console.print(
+        f"[green]✓[/green] {runtime.label} is up in {started.seconds_to_healthy:.0f} s. Try: "
+        f"[bold]{try_it(settings, runtime)}"
+    )
     recap(settings, runtime, started)
 
 
@@ -119,8 +131,10 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
         if engine not in settings.engines:
             for runtime in started:
                 if runtime.running_pid() is not None:
-                    console.print(f"{runtime.label} still runs on port {runtime.port} (not in ENGINES="
-                                  f"{','.join(settings.engines)}); stop it with ENGINES={engine} bash down.sh")
+                    console.print(
+                        f"{runtime.label} still runs on port {runtime.port} (not in ENGINES="
+                        f"{','.join(settings.engines)}); stop it with ENGINES={engine} bash down.sh"
+                    )
             continue
         stopped = runtimes.stop_each(started, remove_volumes)
         for runtime in started:
@@ -137,11 +151,15 @@ def report_stopped(started: list[Runtime], stopped: list[Runtime]) -> None:
     for port in dict.fromkeys(runtime.port for runtime in reversed(started)):
         looked = [runtime for runtime in reversed(started) if runtime.port == port]
         found = " and ".join(runtime.name for runtime in stopped if runtime.port == port)
-        where = (f"RUNTIME=auto with no record of what up started on port {port}: looked at "
-                 f"{' and '.join(runtime.name for runtime in looked)}")
+        where = (
+            f"RUNTIME=auto with no record of what up started on port {port}: looked at "
+            f"{' and '.join(runtime.name for runtime in looked)}"
+        )
         if not found:
-            console.print(f"Nothing to stop: no {looked[0].label} started by this kit on port {port}"
-                          + (f" ({where})" if len(looked) > 1 else ""))
+            console.print(
+                f"Nothing to stop: no {looked[0].label} started by this kit on port {port}"
+                + (f" ({where})" if len(looked) > 1 else "")
+            )
         elif len(looked) > 1:
             console.print(f"{where}; stopped {found}")
 
@@ -162,8 +180,10 @@ def status(settings: Settings) -> int:
             codes.append(3)
             continue
         healthy = runtime.healthy()
-        console.print(f"{runtime.label} up: pid {pid}, {'healthy' if healthy else 'starting or unhealthy'}, "
-                      f"{runtime.base_url}/v1 (runtime {runtime.name})")
+        console.print(
+            f"{runtime.label} up: pid {pid}, {'healthy' if healthy else 'starting or unhealthy'}, "
+            f"{runtime.base_url}/v1 (runtime {runtime.name})"
+        )
         codes.append(0 if healthy else 1)
     return max(codes)
 

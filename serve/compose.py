@@ -39,15 +39,15 @@ class Compose:
 def _probe(argv: list[str]) -> tuple[str, tuple[int, int]]:
     """`argv version` -> ('2.29.7', (2, 29)); ComposeUnavailable saying why when it does not answer."""
     try:
-        result = subprocess.run([*argv, "version"], capture_output=True, text=True,
-                                timeout=PROBE_TIMEOUT_S)
+        result = subprocess.run([*argv, "version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise ComposeUnavailable(f"`{' '.join(argv)} version` did not answer in {PROBE_TIMEOUT_S} s") from None
     match = VERSION.search(result.stdout)
     if result.returncode != 0 or match is None:
         first = (result.stderr or result.stdout).strip().splitlines()[:1]
-        raise ComposeUnavailable(f"`{' '.join(argv)} version` failed "
-                                 f"({first[0] if first else f'exit {result.returncode}'})")
+        raise ComposeUnavailable(
+            f"`{' '.join(argv)} version` failed ({first[0] if first else f'exit {result.returncode}'})"
+        )
     return match.group(0).removeprefix("v"), (int(match.group(1)), int(match.group(2)))
 
 
@@ -65,8 +65,10 @@ def find(docker: str) -> Compose:
     except ComposeUnavailable as exc:
         raise ComposeUnavailable(f"{plugin_failure}, and {exc}") from None
     if major_minor < V1_MIN_VERSION:
-        raise ComposeUnavailable(f"{plugin_failure}, and docker-compose is {version}: the kit needs 1.28 or newer "
-                                 "(profiles); install the compose plugin or a newer docker-compose")
+        raise ComposeUnavailable(
+            f"{plugin_failure}, and docker-compose is {version}: the kit needs 1.28 or newer "
+            "(profiles); install the compose plugin or a newer docker-compose"
+        )
     return Compose((standalone,), version)
 
 

@@ -22,21 +22,55 @@ from serve.machine import detect
 from serve.progress import StepFailed, console, run_logged
 from serve.runtime import Started, VllmRuntime
 from serve.settings import ROOT, Settings, SettingsError, env_file
-from serve.tracks import (CONTAINER_HOST, CONTAINER_PORT, CPU, GPU, TRACKS, Track, compose_env, container_command,
-                          container_threads_bind, image_vllm_version, resolve_for_container)
+from serve.tracks import (
+    CONTAINER_HOST,
+    CONTAINER_PORT,
+    CPU,
+    GPU,
+    TRACKS,
+    Track,
+    compose_env,
+    container_command,
+    container_threads_bind,
+    image_vllm_version,
+    resolve_for_container,
+)
 from serve.vllm_command import Resolved
 
-__all__ = ["COMPOSE_FILE", "CONTAINER_HOST", "CONTAINER_PORT", "CPU", "GPU", "TRACKS", "DockerRuntime", "Track",
-           "compose_env", "container_command", "container_threads_bind", "image_vllm_version",
-           "resolve_for_container"]  # the tracks' names stay importable from here
+__all__ = [
+    "COMPOSE_FILE",
+    "CONTAINER_HOST",
+    "CONTAINER_PORT",
+    "CPU",
+    "GPU",
+    "TRACKS",
+    "DockerRuntime",
+    "Track",
+    "compose_env",
+    "container_command",
+    "container_threads_bind",
+    "image_vllm_version",
+    "resolve_for_container",
+]  # the tracks' names stay importable from here
 
 COMPOSE_FILE = ROOT / "compose.yaml"
 QUERY_TIMEOUT_S = 60
 # What Docker and Compose say when an image cannot be fetched (unknown to the registry, none reachable); read
 # only once the engine is known not to hold the image, so a later failing build step is never taken for one.
-PULL_FAILURES = ("pull access denied", "repository does not exist", "manifest unknown", "manifest for",
-                 "not found", "no such host", "failed to resolve", "error pulling image", "i/o timeout",
-                 "connection refused", "tls handshake timeout", "network is unreachable")
+PULL_FAILURES = (
+    "pull access denied",
+    "repository does not exist",
+    "manifest unknown",
+    "manifest for",
+    "not found",
+    "no such host",
+    "failed to resolve",
+    "error pulling image",
+    "i/o timeout",
+    "connection refused",
+    "tls handshake timeout",
+    "network is unreachable",
+)
 LOG_CATCH_UP_S = 5.0  # how long the recap waits for `compose logs` to deliver the KV-cache line
 
 
@@ -74,8 +108,11 @@ class DockerRuntime(VllmRuntime):
         return dataclasses.replace(self.requested, cpu_limit=float(self.engine_cpus))
 
     def image(self) -> str:
-        return (f"{self.requested.cpu_base_image}:{self.requested.cpu_image_tag}" if self.track is CPU
-                else self.requested.gpu_image)
+        return (
+            f"{self.requested.cpu_base_image}:{self.requested.cpu_image_tag}"
+            if self.track is CPU
+            else self.requested.gpu_image
+        )
 
     def system_needs(self) -> list[system.Tool]:
         return []  # the image brings everything; find_docker already checked the engine and Compose
@@ -88,25 +125,45 @@ class DockerRuntime(VllmRuntime):
         if self.track is CPU:
             cpus = f"{self.settings.cpu_limit:g} CPUs"
             if self.settings.cpu_limit < self.requested.cpu_limit:
-                cpus += (f" (CPU_LIMIT={self.requested.cpu_limit:g} capped at the Docker engine's "
-                         f"{self.engine_cpus} CPUs)")
+                cpus += (
+                    f" (CPU_LIMIT={self.requested.cpu_limit:g} capped at the Docker engine's {self.engine_cpus} CPUs)"
+                )
             limits = f"{cpus}, memory {self.requested.memory_limit} (MEMORY_LIMIT), built on {self.image()}"
         else:
             limits = f"every GPU, image {self.image()}"
-        return [("container", limits),
-                ("compose", f"{self.compose_cli.label}, project {self.project} (bash down.sh stops it)")]
+        return [
+            ("container", limits),
+            ("compose", f"{self.compose_cli.label}, project {self.project} (bash down.sh stops it)"),
+        ]
 
     def compose(self, *args: str) -> list[str]:
         profiles = [flag for profile in self.track.profiles for flag in ("--profile", profile)]
-        return [*self.compose_cli.argv, "-p", self.project, "--env-file", str(env_file()), "-f", str(COMPOSE_FILE),
-                *profiles, *args]
+        return [
+            *self.compose_cli.argv,
+            "-p",
+            self.project,
+            "--env-file",
+            str(env_file()),
+            "-f",
+            str(COMPOSE_FILE),
+            *profiles,
+            *args,
+        ]
 
     def _query(self, argv: list[str], with_env: bool = True) -> str:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, cwd=ROOT,
-                                env=self._env(None) if with_env else None)
+        result = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=QUERY_TIMEOUT_S,
+            cwd=ROOT,
+            env=self._env(None) if with_env else None,
+        )
         if result.returncode != 0:
-            raise StepFailed(f"`{shlex.join(argv[1:])}` failed (exit {result.returncode}): "
-                             f"{(result.stderr or result.stdout).strip()}")
+            raise StepFailed(
+                f"`{shlex.join(argv[1:])}` failed (exit {result.returncode}): "
+                f"{(result.stderr or result.stdout).strip()}"
+            )
         return result.stdout.strip()
 
     def _env(self, resolved: Resolved | None) -> dict[str, str]:
@@ -119,8 +176,18 @@ class DockerRuntime(VllmRuntime):
 
     def project_services(self) -> set[str]:
         """The services of this clone's project that have a container (running or not), any profile."""
-        names = self._query([self.docker, "ps", "-a", "--filter", f"label=com.docker.compose.project={self.project}",
-                             "--format", '{{.Label "com.docker.compose.service"}}'], with_env=False)
+        names = self._query(
+            [
+                self.docker,
+                "ps",
+                "-a",
+                "--filter",
+                f"label=com.docker.compose.project={self.project}",
+                "--format",
+                '{{.Label "com.docker.compose.service"}}',
+            ],
+            with_env=False,
+        )
         return set(names.split())
 
     def _running(self) -> tuple[int, int] | None:
@@ -128,8 +195,9 @@ class DockerRuntime(VllmRuntime):
         container = self.container_id()
         if container is None:
             return None
-        status, pid, restarts = self._query([self.docker, "inspect", "--format",
-                                             "{{.State.Status}} {{.State.Pid}} {{.RestartCount}}", container]).split()
+        status, pid, restarts = self._query(
+            [self.docker, "inspect", "--format", "{{.State.Status}} {{.State.Pid}} {{.RestartCount}}", container]
+        ).split()
         return (int(pid), int(restarts)) if status == "running" and int(pid) > 0 else None
 
     def running_pid(self) -> int | None:
@@ -162,25 +230,42 @@ class DockerRuntime(VllmRuntime):
         logged_before = self.compose_log.stat().st_size if self.compose_log.exists() else 0
         try:
             if self.track.builds_image:
-                run_logged(f"Building the patched CPU image (Dockerfile.cpu on {self.image()}; the first build "
-                           "downloads several GB: slow, not hung)", self.compose("build", service), self.compose_log,
-                           env=env)
+                run_logged(
+                    f"Building the patched CPU image (Dockerfile.cpu on {self.image()}; the first build "
+                    "downloads several GB: slow, not hung)",
+                    self.compose("build", service),
+                    self.compose_log,
+                    env=env,
+                )
             else:
-                run_logged(f"Pulling {self.image()} (the first pull downloads several GB: slow, not hung)",
-                           self.compose("pull", service), self.compose_log, env=env)
+                run_logged(
+                    f"Pulling {self.image()} (the first pull downloads several GB: slow, not hung)",
+                    self.compose("pull", service),
+                    self.compose_log,
+                    env=env,
+                )
         except StepFailed as exc:
             way_out = self.unreachable_image_way_out(logged_before)
             raise StepFailed(f"{exc}\n{way_out}" if way_out else str(exc)) from None
-        run_logged(f"Starting the {service} container", self.compose("up", "-d", "--no-build", service),
-                   self.compose_log, env=env)
+        run_logged(
+            f"Starting the {service} container",
+            self.compose("up", "-d", "--no-build", service),
+            self.compose_log,
+            env=env,
+        )
         self.log_path.unlink(missing_ok=True)
-        follower = process.spawn(self.compose("logs", "--follow", "--no-color", "--no-log-prefix", service),
-                                 self.log_path, env, cwd=ROOT)
+        follower = process.spawn(
+            self.compose("logs", "--follow", "--no-color", "--no-log-prefix", service), self.log_path, env, cwd=ROOT
+        )
         try:
-            waited = wait_healthy(self.base_url, self.alive_since_start, self.log_path,
-                                  self.settings.start_timeout_s,
-                                  f"Starting vLLM in {service} (log {self.log_path.relative_to(ROOT)}; "
-                                  "the first start also downloads the model)")
+            waited = wait_healthy(
+                self.base_url,
+                self.alive_since_start,
+                self.log_path,
+                self.settings.start_timeout_s,
+                f"Starting vLLM in {service} (log {self.log_path.relative_to(ROOT)}; "
+                "the first start also downloads the model)",
+            )
             wait_for_kv_line(self.log_path, LOG_CATCH_UP_S)  # vLLM logged it before /health; `logs` may lag
         except (StepFailed, KeyboardInterrupt):
             time.sleep(1)  # let `compose logs` flush the container's last words into the log
@@ -193,8 +278,12 @@ class DockerRuntime(VllmRuntime):
     def unreachable_image_way_out(self, log_offset: int) -> str | None:
         """After a failed build or pull: when the engine does not hold the image and compose's output since
         `log_offset` says it could not be fetched, the one line naming both ways out; else None (another failure)."""
-        if subprocess.run([self.docker, "image", "inspect", self.image()], capture_output=True,
-                          timeout=QUERY_TIMEOUT_S).returncode == 0:
+        if (
+            subprocess.run(
+                [self.docker, "image", "inspect", self.image()], capture_output=True, timeout=QUERY_TIMEOUT_S
+            ).returncode
+            == 0
+        ):
             return None
         with self.compose_log.open("rb") as log:
             log.seek(log_offset)
@@ -202,9 +291,11 @@ class DockerRuntime(VllmRuntime):
         if not any(words in output for words in PULL_FAILURES):
             return None
         setting = "CPU_BASE_IMAGE" if self.track is CPU else "GPU_IMAGE"
-        return (f"{self.image()} could not be fetched (no registry this Docker engine reaches has it, nor the engine "
-                f"itself): `RUNTIME=native bash up.sh` serves without Docker, or set {setting} to an image a "
-                "reachable registry or this Docker engine has")
+        return (
+            f"{self.image()} could not be fetched (no registry this Docker engine reaches has it, nor the engine "
+            f"itself): `RUNTIME=native bash up.sh` serves without Docker, or set {setting} to an image a "
+            "reachable registry or this Docker engine has"
+        )
 
     def stop(self, quiet: bool = False, remove_volumes: bool = False) -> bool:
         """Remove this track's container; False if it had none (and no volume was asked to go).
@@ -216,21 +307,29 @@ class DockerRuntime(VllmRuntime):
         if self.track.service not in services and not remove_volumes:
             return False
         if others and remove_volumes:
-            raise SettingsError(f"--volumes would remove the model cache that {', '.join(others)} (project "
-                                f"{self.project}) still uses; stop it first, then run bash down.sh --volumes again")
+            raise SettingsError(
+                f"--volumes would remove the model cache that {', '.join(others)} (project "
+                f"{self.project}) still uses; stop it first, then run bash down.sh --volumes again"
+            )
         started = time.monotonic()
         if others:
             remove, what = self.compose("rm", "--stop", "--force", self.track.service), "compose rm --stop"
         else:
             remove = self.compose("down", "--volumes") if remove_volumes else self.compose("down")
             what = "compose down" + (" --volumes" if remove_volumes else "")
-        run_logged(f"Removing the {self.track.service} container ({what})", remove, self.compose_log,
-                   env=self._env(None))
+        run_logged(
+            f"Removing the {self.track.service} container ({what})", remove, self.compose_log, env=self._env(None)
+        )
         if not process.wait_port_free(self.settings.host, self.port):
             raise StepFailed(f"{what} finished, but port {self.port} is still in use by another process")
         if not quiet:
-            kept = ("the model cache volume is removed" if remove_volumes
-                    else "the model cache volume is kept (bash down.sh --volumes removes it)")
-            console.print(f"[green]✓[/green] {self.track.service} stopped in {time.monotonic() - started:.1f} s; "
-                          f"port {self.port} is free; {kept}")
+            kept = (
+                "the model cache volume is removed"
+                if remove_volumes
+                else "the model cache volume is kept (bash down.sh --volumes removes it)"
+            )
+            console.print(
+                f"[green]✓[/green] {self.track.service} stopped in {time.monotonic() - started:.1f} s; "
+                f"port {self.port} is free; {kept}"
+            )
         return True

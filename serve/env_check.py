@@ -72,15 +72,20 @@ def problem(name: str, where: str) -> str:
     if suggestion is not None:
         return f"{name} ({where}) is not a setting of the kit, which ignores it; did you mean {suggestion}?"
     listed = " and vLLM's own variables in serve/vllm_env_names.txt" if name.startswith(VLLM_PREFIX) else ""
-    return (f"{name} ({where}) is not a setting of the kit, which ignores it; the settings are the keys of "
-            f".env.example{listed}")
+    return (
+        f"{name} ({where}) is not a setting of the kit, which ignores it; the settings are the keys of "
+        f".env.example{listed}"
+    )
 
 
 def unknown_names(file_keys: Iterable[str], shell: Mapping[str, str], file_label: str) -> list[str]:
     """One warning line per unknown key of the settings file and per unknown kit-like shell variable."""
     lines = [problem(key, f"in {file_label}") for key in file_keys if not known(key)]
-    lines += [problem(name, "exported in the shell") for name in sorted(shell)
-              if looks_like_the_kits(name) and not known(name)]
+    lines += [
+        problem(name, "exported in the shell")
+        for name in sorted(shell)
+        if looks_like_the_kits(name) and not known(name)
+    ]
     return lines
 
 

@@ -35,22 +35,31 @@ def last_log_line(log_path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def wait_healthy(base_url: str, alive: Callable[[], bool], log_path: Path, timeout_s: float,
-                 title: str, path: str = "/health", patience: str = SLOW_NOT_HUNG) -> float:
+def wait_healthy(
+    base_url: str,
+    alive: Callable[[], bool],
+    log_path: Path,
+    timeout_s: float,
+    title: str,
+    path: str = "/health",
+    patience: str = SLOW_NOT_HUNG,
+) -> float:
     """Poll `path` (/health) until 200; seconds waited. Raise StepFailed if the server dies or time runs out."""
     started = time.monotonic()
     with step(f"{title} ({patience})") as update:
         while not is_healthy(base_url, path=path):
             if not alive():
-                raise StepFailed(f"the server exited during start. Last lines of {log_path}:\n"
-                                 f"{tail(log_path, 40)}")
+                raise StepFailed(f"the server exited during start. Last lines of {log_path}:\n{tail(log_path, 40)}")
             failure = engine_failure(tail(log_path, FAILURE_SCAN_LINES))
             if failure is not None:
-                raise StepFailed(f"the engine failed to start (its API server would wait forever). {failure}\n"
-                                 f"Full log: {log_path}")
+                raise StepFailed(
+                    f"the engine failed to start (its API server would wait forever). {failure}\nFull log: {log_path}"
+                )
             if time.monotonic() - started > timeout_s:
-                raise StepFailed(f"no healthy answer from {base_url}{path} after {timeout_s:.0f} s "
-                                 f"(START_TIMEOUT). Last lines of {log_path}:\n{tail(log_path, 40)}")
+                raise StepFailed(
+                    f"no healthy answer from {base_url}{path} after {timeout_s:.0f} s "
+                    f"(START_TIMEOUT). Last lines of {log_path}:\n{tail(log_path, 40)}"
+                )
             update(_strip_log_prefix(last_log_line(log_path)))
             time.sleep(POLL_S)
     return time.monotonic() - started

@@ -30,15 +30,18 @@ DEFAULT_OUT = Path("k8s")
 
 def parse_namespace(text: str) -> str:
     if not DNS_LABEL.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a namespace: lower-case letters, digits and '-', "
-                                         "at most 63, starting and ending with a letter or digit")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace: lower-case letters, digits and '-', "
+            "at most 63, starting and ending with a letter or digit"
+        )
     return text
 
 
 def parse_url(text: str) -> str:
     if not HTTP_URL.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a URL KEDA can ask: use http://host[:port], such as "
-                                         f"{DEFAULT_PROMETHEUS_URL}")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a URL KEDA can ask: use http://host[:port], such as {DEFAULT_PROMETHEUS_URL}"
+        )
     return text.rstrip("/")
 
 
@@ -49,14 +52,17 @@ def parse_image(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--image=")) from None
 
 
-def render(settings: Settings, out: Path, track: Track, image: str | None, namespace: str,
-           prometheus_url: str) -> list[Path]:
+def render(
+    settings: Settings, out: Path, track: Track, image: str | None, namespace: str, prometheus_url: str
+) -> list[Path]:
     """Write OUT/values.yaml (the vllm-stack chart) and OUT/manifests/ (kubectl apply -k); return the paths."""
     spec = engine_spec(settings, track, image)
     if not settings.keda_min_replicas <= settings.replicas <= settings.keda_max_replicas:
         bound = min(max(settings.replicas, settings.keda_min_replicas), settings.keda_max_replicas)
-        warn(f"REPLICAS={settings.replicas} is outside KEDA_MIN_REPLICAS..KEDA_MAX_REPLICAS "
-             f"({settings.keda_min_replicas}..{settings.keda_max_replicas}): once KEDA runs, the engine has {bound}")
+        warn(
+            f"REPLICAS={settings.replicas} is outside KEDA_MIN_REPLICAS..KEDA_MAX_REPLICAS "
+            f"({settings.keda_min_replicas}..{settings.keda_max_replicas}): once KEDA runs, the engine has {bound}"
+        )
     written = [kube_values.write(settings, spec, out / "values.yaml", prometheus_url)]
     written += kube_manifests.write(settings, spec, out / "manifests", namespace, prometheus_url)
     return written
@@ -65,14 +71,28 @@ def render(settings: Settings, out: Path, track: Track, image: str | None, names
 def main(argv: list[str] | None = None) -> int:
     parser = KitArgumentParser(prog="python -m serve.kube", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder to write (default: k8s)")
-    parser.add_argument("--track", choices=("cpu", "gpu"), help="engine image and resources; default: gpu when "
-                        "RUNTIME=docker-gpu, else cpu")
-    parser.add_argument("--image", type=parse_image, help="engine image, pinned (default: the kit's CPU image, "
-                        "vllm-lab-kit/vllm-cpu:CPU_IMAGE_TAG, or GPU_IMAGE)")
-    parser.add_argument("--namespace", type=parse_namespace, default=DEFAULT_NAMESPACE,
-                        help=f"namespace of the plain manifests (default: {DEFAULT_NAMESPACE})")
-    parser.add_argument("--prometheus-url", type=parse_url, default=DEFAULT_PROMETHEUS_URL,
-                        help=f"the Prometheus KEDA asks (default: {DEFAULT_PROMETHEUS_URL})")
+    parser.add_argument(
+        "--track",
+        choices=("cpu", "gpu"),
+        help="engine image and resources; default: gpu when RUNTIME=docker-gpu, else cpu",
+    )
+    parser.add_argument(
+        "--image",
+        type=parse_image,
+        help="engine image, pinned (default: the kit's CPU image, vllm-lab-kit/vllm-cpu:CPU_IMAGE_TAG, or GPU_IMAGE)",
+    )
+    parser.add_argument(
+        "--namespace",
+        type=parse_namespace,
+        default=DEFAULT_NAMESPACE,
+        help=f"namespace of the plain manifests (default: {DEFAULT_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--prometheus-url",
+        type=parse_url,
+        default=DEFAULT_PROMETHEUS_URL,
+        help=f"the Prometheus KEDA asks (default: {DEFAULT_PROMETHEUS_URL})",
+    )
     args = parser.parse_args(argv)
     try:
         settings = Settings.load()
@@ -82,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc), code=2)
     for path in written:
         console.print(f"wrote {path}")
-    console.print(f"[green]✓[/green] {settings.model_name}: {track.service} image, {settings.replicas} "
-                  f"replica(s), KEDA {settings.keda_min_replicas}-{settings.keda_max_replicas} at "
-                  f"{settings.keda_queue_threshold:g} waiting per replica, router policy {settings.router_policy}. "
-                  "Next: labs/scale.md")
+    console.print(
+        f"[green]✓[/green] {settings.model_name}: {track.service} image, {settings.replicas} "
+        f"replica(s), KEDA {settings.keda_min_replicas}-{settings.keda_max_replicas} at "
+        f"{settings.keda_queue_threshold:g} waiting per replica, router policy {settings.router_policy}. "
+        "Next: labs/scale.md"
+    )
     return 0
 
 

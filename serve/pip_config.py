@@ -20,9 +20,26 @@ UV_VERSION = "0.13.9"  # pip installs it into the venv, then it installs the res
 
 SECTION_ORDER = ("global", "install", ":env:")  # later wins, as in pip's own option parser
 # Keys that do not change what is installed from where (uv has its own cache, progress and logging).
-IGNORED_KEYS = frozenset({"disable-pip-version-check", "retries", "progress-bar", "no-cache-dir", "cache-dir",
-                          "quiet", "verbose", "no-color", "root-user-action", "no-input", "require-virtualenv",
-                          "log", "no-python-version-warning", "use-feature", "break-system-packages", "config-file"})
+IGNORED_KEYS = frozenset(
+    {
+        "disable-pip-version-check",
+        "retries",
+        "progress-bar",
+        "no-cache-dir",
+        "cache-dir",
+        "quiet",
+        "verbose",
+        "no-color",
+        "root-user-action",
+        "no-input",
+        "require-virtualenv",
+        "log",
+        "no-python-version-warning",
+        "use-feature",
+        "break-system-packages",
+        "config-file",
+    }
+)
 LIST_KEYS = frozenset({"extra-index-url", "find-links", "trusted-host", "constraint"})
 MAPPED_KEYS = LIST_KEYS | {"index-url", "cert", "client-cert", "proxy", "timeout", "default-timeout", "no-index"}
 
@@ -63,8 +80,12 @@ class PipConfig:
         args = ["--index-strategy", "unsafe-best-match"]
         if self.values.get("index-url"):
             args += ["--index-url", self.values["index-url"]]
-        for flag, key in (("--extra-index-url", "extra-index-url"), ("--find-links", "find-links"),
-                          ("--allow-insecure-host", "trusted-host"), ("--constraint", "constraint")):
+        for flag, key in (
+            ("--extra-index-url", "extra-index-url"),
+            ("--find-links", "find-links"),
+            ("--allow-insecure-host", "trusted-host"),
+            ("--constraint", "constraint"),
+        ):
             for value in self._list(key):
                 args += [flag, value]
         if self.values.get("no-index", "").lower() in ("1", "true", "yes", "on"):
@@ -88,8 +109,9 @@ class PipConfig:
 
 def read(python: str) -> PipConfig:
     """The configuration the pip of `python`'s environment would use now."""
-    listing = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             check=False).stdout
+    listing = subprocess.run(
+        [python, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    ).stdout
     return PipConfig.parse(listing)
 
 
@@ -109,12 +131,19 @@ def installer(python: str, quiet: bool = False) -> Installer:
     pip = [python, "-m", "pip", "--disable-pip-version-check"]
     config = read(python)
     if config.uv_unsupported:
-        return Installer([*pip, "install", *(["-q"] if quiet else [])], dict(os.environ), "pip",
-                         f"your pip configuration sets {', '.join(config.uv_unsupported)}, which uv cannot be told")
+        return Installer(
+            [*pip, "install", *(["-q"] if quiet else [])],
+            dict(os.environ),
+            "pip",
+            f"your pip configuration sets {', '.join(config.uv_unsupported)}, which uv cannot be told",
+        )
     subprocess.run([*pip, "install", "-q", f"uv=={UV_VERSION}"], check=True)
     uv = str(Path(python).parent / "uv")
-    return Installer([uv, "pip", "install", "--python", python, *(["-q"] if quiet else []), *config.uv_args()],
-                     {**os.environ, **config.uv_env()}, "uv")
+    return Installer(
+        [uv, "pip", "install", "--python", python, *(["-q"] if quiet else []), *config.uv_args()],
+        {**os.environ, **config.uv_env()},
+        "uv",
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -65,6 +65,7 @@ def publish(out_dir: Path, write: Callable[[Path], None]) -> bool:
         return False
     return True
 
+
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         raise SystemExit("usage: prepare_model.py GGUF OUT_DIR")

@@ -30,6 +30,7 @@ def step(title: str) -> Iterator[Callable[[str], None]]:
 
     if console.is_terminal:
         with console.status(title) as status:
+
             def update(text: str) -> None:
                 nonlocal detail
                 detail = text or detail
@@ -59,16 +60,28 @@ def tail(path: Path, lines: int = 30) -> str:
         return ""
 
 
-def run_logged(title: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
-               detail: Callable[[str], bool] = lambda line: True) -> None:
+def run_logged(
+    title: str,
+    argv: Sequence[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    detail: Callable[[str], bool] = lambda line: True,
+) -> None:
     """Run a command, append its output to `log_path`, show progress; raise StepFailed on non-zero exit."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with step(title) as update, log_path.open("a") as log:
         log.write(f"$ {' '.join(argv)}\n")
         log.flush()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=env, stdin=subprocess.DEVNULL, bufsize=1)
-        assert proc.stdout is not None  # noqa: S101 - guaranteed by stdout=PIPE
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            bufsize=1,
+        )
+        assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
             if detail(line):

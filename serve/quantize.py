@@ -56,8 +56,13 @@ QUANTIZATION_CONFIG = {
         "group_0": {
             "targets": ["Linear"],
             "weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel", "dynamic": False},
-            "input_activations": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token",
-                                  "dynamic": True},
+            "input_activations": {
+                "num_bits": 8,
+                "type": "int",
+                "symmetric": True,
+                "strategy": "token",
+                "dynamic": True,
+            },
         }
     },
 }
@@ -71,13 +76,15 @@ def input_abs_max(model, token_ids: list[int]) -> dict[str, torch.Tensor]:
     hooks = []
     for name, module in model.named_modules():
         if name.rsplit(".", 1)[-1] in PROJECTIONS:
+
             def record(module, inputs, output, name=name):
                 batch = inputs[0].detach().abs().reshape(-1, inputs[0].shape[-1]).amax(0)
                 seen[name] = torch.maximum(seen[name], batch) if name in seen else batch
+
             hooks.append(module.register_forward_hook(record))
     with torch.inference_mode():
         for start in range(0, len(token_ids), CALIBRATION_CHUNK_TOKENS):
-            model(torch.tensor([token_ids[start:start + CALIBRATION_CHUNK_TOKENS]]))
+            model(torch.tensor([token_ids[start : start + CALIBRATION_CHUNK_TOKENS]]))
     for hook in hooks:
         hook.remove()
     return seen
@@ -128,10 +135,9 @@ def quantized_state(model) -> dict:
 def quantize(source: Path, out_dir: Path, calibration: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
+    from prepare_model import publish  # this script's folder is on sys.path
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from prepare_model import publish  # this script's folder is on sys.path
 
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(source)
@@ -142,8 +148,10 @@ def quantize(source: Path, out_dir: Path, calibration: Path) -> None:
     smooth(model, input_abs_max(model, token_ids), SMOOTHQUANT_ALPHA)
     state = quantized_state(model)
     num_int8 = sum(tensor.numel() for tensor in state.values() if tensor.dtype == torch.int8)
-    print(f"{num_int8 / 1e6:.0f}M parameters in int8, {sum(t.numel() for t in state.values()) / 1e6:.0f}M in all",
-          flush=True)
+    print(
+        f"{num_int8 / 1e6:.0f}M parameters in int8, {sum(t.numel() for t in state.values()) / 1e6:.0f}M in all",
+        flush=True,
+    )
 
     def write(folder: Path) -> None:
         save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -165,7 +173,9 @@ def recipe_record(source: Path) -> dict:
 
 
 def source_fingerprint(source: Path) -> list[list]:
-    return [[path.name, path.stat().st_size, int(path.stat().st_mtime)] for path in sorted(source.glob("*.safetensors"))]
+    return [
+        [path.name, path.stat().st_size, int(path.stat().st_mtime)] for path in sorted(source.glob("*.safetensors"))
+    ]
 
 
 if __name__ == "__main__":

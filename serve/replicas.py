@@ -63,8 +63,12 @@ class Share:
 
     def machine(self, whole: Machine) -> Machine:
         """The machine as this replica sees it: its cores, its part of the memory available."""
-        return dataclasses.replace(whole, usable_cores=len(self.cpus), physical_cores=len(self.cpus),
-                                   memory_available_bytes=whole.memory_available_bytes // self.count)
+        return dataclasses.replace(
+            whole,
+            usable_cores=len(self.cpus),
+            physical_cores=len(self.cpus),
+            memory_available_bytes=whole.memory_available_bytes // self.count,
+        )
 
     def memory_cap_bytes(self, whole: Machine) -> int:
         return int(whole.memory_available_bytes * AUTO_KV_MEMORY_SHARE) // self.count
@@ -74,9 +78,12 @@ class Share:
         if settings.omp_threads_bind != "auto":
             return resolved
         return dataclasses.replace(
-            resolved, omp_threads_bind=self.bind, omp_threads=len(self.cpus),
+            resolved,
+            omp_threads_bind=self.bind,
+            omp_threads=len(self.cpus),
             omp_threads_bind_reason=f"replica {self.index} of {self.count}: its own CPUs",
-            omp_threads_reason=f"replica {self.index} of {self.count}: one per CPU it binds")
+            omp_threads_reason=f"replica {self.index} of {self.count}: one per CPU it binds",
+        )
 
 
 def shares(settings: Settings, cpus: list[int] | None = None) -> list[Share]:
@@ -84,8 +91,10 @@ def shares(settings: Settings, cpus: list[int] | None = None) -> list[Share]:
     cpus = sorted(cpus if cpus is not None else usable_cpus())
     count = settings.replicas
     if count > len(cpus):
-        raise SettingsError(f"REPLICAS={count} is too many for this machine: it has {len(cpus)} usable CPUs and "
-                            f"each replica needs at least one of its own; set REPLICAS={len(cpus)} or less")
+        raise SettingsError(
+            f"REPLICAS={count} is too many for this machine: it has {len(cpus)} usable CPUs and "
+            f"each replica needs at least one of its own; set REPLICAS={len(cpus)} or less"
+        )
     size, extra = divmod(len(cpus), count)
     result, start = [], 0
     for index in range(count):
@@ -106,7 +115,8 @@ def check_memory(settings: Settings, needed_bytes_each: int, whole: Machine | No
         f"REPLICAS={settings.replicas} is too many for this machine's memory: each replica needs "
         f"{needed_bytes_each / GiB:.2f} GiB (weights + KV budget + runtime ~{VLLM_CPU_OVERHEAD_BYTES / GiB:.1f} "
         f"GiB), {total / GiB:.2f} GiB in all, and {whole.memory_available_bytes / GiB:.2f} GiB is available; "
-        f"set REPLICAS={fits} or a smaller VLLM_CPU_KVCACHE_SPACE")
+        f"set REPLICAS={fits} or a smaller VLLM_CPU_KVCACHE_SPACE"
+    )
 
 
 def record_path(settings: Settings) -> Path:

@@ -45,8 +45,11 @@ HEALTH_CHECK_TIMEOUT_S = 2
 
 def install() -> bool:
     """Create the router's venv and install the pinned vllm-router unless the stamp says it is done."""
-    return VENV.install(lambda: run_logged(f"Installing {REQUIREMENT} (a Rust router, one wheel)",
-                                           [*VENV.pip, "install", REQUIREMENT], INSTALL_LOG))
+    return VENV.install(
+        lambda: run_logged(
+            f"Installing {REQUIREMENT} (a Rust router, one wheel)", [*VENV.pip, "install", REQUIREMENT], INSTALL_LOG
+        )
+    )
 
 
 class RouterRuntime(LocalRuntime):
@@ -61,8 +64,17 @@ class RouterRuntime(LocalRuntime):
         self.port = settings.port
         self.replica_urls = replica_urls
         self.metrics_port = metrics_port
-        self.server = LocalServer("vllm-router", "router", MARKER, settings.host, settings.port, "VLLM_PORT",
-                                  settings.base_url, restart=settings.restart, restart_attempts=settings.restart_attempts)
+        self.server = LocalServer(
+            "vllm-router",
+            "router",
+            MARKER,
+            settings.host,
+            settings.port,
+            "VLLM_PORT",
+            settings.base_url,
+            restart=settings.restart,
+            restart_attempts=settings.restart_attempts,
+        )
 
     @property
     def served_model(self) -> str:
@@ -81,21 +93,44 @@ class RouterRuntime(LocalRuntime):
     def preflight(self) -> None:
         """The replicas' preflight judged the engines; the router needs its two ports free."""
         self.server.ensure_port_free()
-        LocalServer("router metrics", "router-metrics", MARKER, self.settings.host, self.metrics_port,
-                    f"VLLM_PORT (+{self.metrics_port - self.port}, the router's metrics)",
-                    self.metrics_url).ensure_port_free()
+        LocalServer(
+            "router metrics",
+            "router-metrics",
+            MARKER,
+            self.settings.host,
+            self.metrics_port,
+            f"VLLM_PORT (+{self.metrics_port - self.port}, the router's metrics)",
+            self.metrics_url,
+        ).ensure_port_free()
 
     def command(self) -> tuple[list[str], dict[str, str]]:
-        argv = [str(VENV.python), "-m", LAUNCHER_MODULE,
-                "--host", self.settings.host, "--port", str(self.port),
-                "--worker-urls", *self.replica_urls,
-                "--policy", self.settings.router_policy,
-                "--prometheus-host", self.settings.host, "--prometheus-port", str(self.metrics_port),
-                "--health-check-interval-secs", str(HEALTH_CHECK_INTERVAL_S),
-                "--health-failure-threshold", str(HEALTH_FAILURE_THRESHOLD),
-                "--health-success-threshold", str(HEALTH_SUCCESS_THRESHOLD),
-                "--health-check-timeout-secs", str(HEALTH_CHECK_TIMEOUT_S),
-                "--worker-startup-check-interval", "1"]
+        argv = [
+            str(VENV.python),
+            "-m",
+            LAUNCHER_MODULE,
+            "--host",
+            self.settings.host,
+            "--port",
+            str(self.port),
+            "--worker-urls",
+            *self.replica_urls,
+            "--policy",
+            self.settings.router_policy,
+            "--prometheus-host",
+            self.settings.host,
+            "--prometheus-port",
+            str(self.metrics_port),
+            "--health-check-interval-secs",
+            str(HEALTH_CHECK_INTERVAL_S),
+            "--health-failure-threshold",
+            str(HEALTH_FAILURE_THRESHOLD),
+            "--health-success-threshold",
+            str(HEALTH_SUCCESS_THRESHOLD),
+            "--health-check-timeout-secs",
+            str(HEALTH_CHECK_TIMEOUT_S),
+            "--worker-startup-check-interval",
+            "1",
+        ]
         return argv, {**os.environ}
 
     def start(self, resolved: Resolved | None = None) -> Started:  # no `auto` plan of its own
@@ -106,6 +141,8 @@ class RouterRuntime(LocalRuntime):
         return Started(pid, waited, None)
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
-        return [("policy", f"{self.settings.router_policy} (ROUTER_POLICY)"),
-                ("replicas", ", ".join(self.replica_urls)),
-                ("router metrics", f"{self.metrics_url}/metrics")]
+        return [
+            ("policy", f"{self.settings.router_policy} (ROUTER_POLICY)"),
+            ("replicas", ", ".join(self.replica_urls)),
+            ("router metrics", f"{self.metrics_url}/metrics"),
+        ]

@@ -87,6 +87,7 @@ class VllmRuntime:
     log_path: Path
 
     if TYPE_CHECKING:  # read-only here: the native runtime is given its settings, Docker's caps CPU_LIMIT in them
+
         @property
         def settings(self) -> Settings: ...
 
@@ -114,12 +115,18 @@ class VllmRuntime:
             rows += resolved_rows(resolved)
             facts = served_model_facts(self.settings, self.name)
             if facts is not None and resolved.dtype != "auto":  # the GPU track's auto: the checkpoint's own
-                rows.append(("weights", weights_row(facts, resolved.dtype,
-                                                    quantization_for(self.settings, self.name)[1])))
+                rows.append(
+                    ("weights", weights_row(facts, resolved.dtype, quantization_for(self.settings, self.name)[1]))
+                )
         report = kv_cache_report(self.log_path.read_text(errors="replace")) if self.log_path.exists() else None
         if report is not None:
-            rows.append(("KV cache", f"{report.tokens:,} tokens; max concurrency {report.max_concurrency:g}x "
-                                     f"at {report.max_model_len:,} tokens per request"))
+            rows.append(
+                (
+                    "KV cache",
+                    f"{report.tokens:,} tokens; max concurrency {report.max_concurrency:g}x "
+                    f"at {report.max_model_len:,} tokens per request",
+                )
+            )
         return rows
 
 
@@ -128,8 +135,10 @@ def weights_row(facts: ModelFacts, dtype: str, why: str) -> str:
     size = f"{facts.weight_bytes(dtype) / 1e6:,.0f} MB read per decode step"
     if facts.num_int8_params:
         float_params = facts.num_params - facts.num_int8_params
-        return (f"int8 W8A8: {facts.num_int8_params / 1e6:.0f}M int8 + {float_params / 1e6:.0f}M {dtype} "
-                f"parameters, {size} ({why})")
+        return (
+            f"int8 W8A8: {facts.num_int8_params / 1e6:.0f}M int8 + {float_params / 1e6:.0f}M {dtype} "
+            f"parameters, {size} ({why})"
+        )
     return f"{dtype}: {facts.num_params / 1e6:.0f}M parameters, {size} ({why})"
 
 

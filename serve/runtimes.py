@@ -96,13 +96,17 @@ def select(settings: Settings) -> Runtime:
             runtime.picked_because = f"no Docker to use: {exc}"
             return runtime
         how = "started it" if settings.runtime == "auto" else "is asked for"
-        raise SettingsError(f"RUNTIME={choice} is invalid here: it {how}, and it needs a Docker engine with "
-                            f"Compose (the docker compose plugin, or docker-compose 1.28+), but {exc}. "
-                            "Start Docker, or set RUNTIME=native") from None
+        raise SettingsError(
+            f"RUNTIME={choice} is invalid here: it {how}, and it needs a Docker engine with "
+            f"Compose (the docker compose plugin, or docker-compose 1.28+), but {exc}. "
+            "Start Docker, or set RUNTIME=native"
+        ) from None
     runtime = DockerRuntime(settings, TRACKS[CPU.runtime if choice == "auto" else choice], found)
     if settings.runtime == "auto":
-        runtime.picked_because = why or (f"a Docker engine answers `docker info` and {found.label} is installed; "
-                                         "RUNTIME=native bash up.sh serves without Docker")
+        runtime.picked_because = why or (
+            f"a Docker engine answers `docker info` and {found.label} is installed; "
+            "RUNTIME=native bash up.sh serves without Docker"
+        )
     return runtime
 
 
@@ -111,14 +115,19 @@ def vllm_runtimes(settings: Settings) -> list[Runtime]:
     if settings.replicas == 1:
         return [select(settings)]
     if settings.runtime not in ("native", "auto"):
-        raise SettingsError(f"REPLICAS={settings.replicas} is invalid with RUNTIME={settings.runtime}: the kit runs "
-                            "replicas natively only (for Kubernetes: python -m serve.kube); set RUNTIME=native "
-                            "or REPLICAS=1")
+        raise SettingsError(
+            f"REPLICAS={settings.replicas} is invalid with RUNTIME={settings.runtime}: the kit runs "
+            "replicas natively only (for Kubernetes: python -m serve.kube); set RUNTIME=native "
+            "or REPLICAS=1"
+        )
     ports = replicas.replica_ports(settings)
-    engines: list[Runtime] = [NativeRuntime(settings, share, port)
-                              for share, port in zip(replicas.shares(settings), ports, strict=True)]
-    return [*engines, RouterRuntime(settings, [settings.url_for(port) for port in ports],
-                                    replicas.metrics_port(settings))]
+    engines: list[Runtime] = [
+        NativeRuntime(settings, share, port) for share, port in zip(replicas.shares(settings), ports, strict=True)
+    ]
+    return [
+        *engines,
+        RouterRuntime(settings, [settings.url_for(port) for port in ports], replicas.metrics_port(settings)),
+    ]
 
 
 def vllm_installs(settings: Settings) -> list[Runtime]:
@@ -146,19 +155,23 @@ def vllm_to_stop(settings: Settings) -> list[Runtime]:
 
 # Every engine ENGINES may name, in the order `up` starts them: its runtimes for these settings.
 ENGINES: dict[str, Callable[[Settings], list[Runtime]]] = {
-    "vllm": vllm_runtimes, "llamacpp": lambda settings: [LlamaCppRuntime(settings)],
-    "llamaserver": lambda settings: [LlamaServerRuntime(settings)]}
+    "vllm": vllm_runtimes,
+    "llamacpp": lambda settings: [LlamaCppRuntime(settings)],
+    "llamaserver": lambda settings: [LlamaServerRuntime(settings)],
+}
 # What `python -m serve install` readies.
 INSTALLS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_installs}
 # What `python -m serve down` stops.
 STOPS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_to_stop}
 
 
-def for_engines(settings: Settings,
-                factories: dict[str, Callable[[Settings], list[Runtime]]] = ENGINES) -> list[Runtime]:
+def for_engines(
+    settings: Settings, factories: dict[str, Callable[[Settings], list[Runtime]]] = ENGINES
+) -> list[Runtime]:
     """The runtimes of the engines in ENGINES, in start order."""
-    return [runtime for engine, factory in factories.items() if engine in settings.engines
-            for runtime in factory(settings)]
+    return [
+        runtime for engine, factory in factories.items() if engine in settings.engines for runtime in factory(settings)
+    ]
 
 
 def stop_each(started: list[Runtime], remove_volumes: bool = False) -> list[Runtime]:
@@ -179,6 +192,8 @@ def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:
     if not remove_volumes:
         return runtime.stop()
     if not isinstance(runtime, DockerRuntime):
-        raise SettingsError(f"RUNTIME={runtime.name} has no Docker volumes to remove (--volumes is for "
-                            f"RUNTIME=docker|docker-gpu; the native model lives in {MODEL_DIR})")
+        raise SettingsError(
+            f"RUNTIME={runtime.name} has no Docker volumes to remove (--volumes is for "
+            f"RUNTIME=docker|docker-gpu; the native model lives in {MODEL_DIR})"
+        )
     return runtime.stop(remove_volumes=True)

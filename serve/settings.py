@@ -45,7 +45,9 @@ ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robi
 IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
 INDEX_URL = re.compile(r"^(https?|file)://\S+$")
-HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 # api_server flags the kit passes from its settings: set in VLLM_EXTRA_ARGS they would override them unseen.
 KIT_OWNED_FLAGS = {
     "--host": ("VLLM_HOST", "the kit binds and reaches the server there"),
@@ -116,8 +118,12 @@ def auto_or_whole_gib(name: str, raw: str) -> int | None:
         raise _bad(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2") from None
     if not value.is_integer():
         whole = sorted({max(1, math.floor(value)), math.ceil(value)})
-        raise _bad(name, raw, "vLLM reads it as whole GiB (int()) and would die at start; use auto or "
-                              f"{' or '.join(str(gib) for gib in whole)}")
+        raise _bad(
+            name,
+            raw,
+            "vLLM reads it as whole GiB (int()) and would die at start; use auto or "
+            f"{' or '.join(str(gib) for gib in whole)}",
+        )
     return int(value)
 
 
@@ -165,8 +171,12 @@ def boolean(name: str, raw: str) -> bool:
 def index_url(name: str, raw: str) -> str:
     """A pip index URL (PEP 503 "simple" layout), or empty for none."""
     if raw and not INDEX_URL.match(raw):
-        raise _bad(name, raw, "use an index URL such as https://download.pytorch.org/whl/cpu (http, https or "
-                              "file), or leave it empty to use only your pip configuration")
+        raise _bad(
+            name,
+            raw,
+            "use an index URL such as https://download.pytorch.org/whl/cpu (http, https or "
+            "file), or leave it empty to use only your pip configuration",
+        )
     return raw.rstrip("/")
 
 
@@ -176,8 +186,12 @@ def model_folder(name: str, raw: str) -> Path | None:
         return None
     folder = Path(raw).expanduser()
     if not (folder / "config.json").is_file():
-        raise _bad(name, raw, "no config.json there: point it at a Hugging Face model folder (config.json, "
-                              "*.safetensors, tokenizer files), or leave it empty for the bundled SmolLM2")
+        raise _bad(
+            name,
+            raw,
+            "no config.json there: point it at a Hugging Face model folder (config.json, "
+            "*.safetensors, tokenizer files), or leave it empty for the bundled SmolLM2",
+        )
     return folder.resolve()
 
 
@@ -198,8 +212,12 @@ def bind_host(name: str, raw: str) -> str:
         pass
     address, colon, port_text = raw.rpartition(":")
     if colon:
-        raise _bad(name, raw, f"it is an address to bind, without a port: set {name}={address or '127.0.0.1'} "
-                              f"and VLLM_PORT={port_text or 8009}")
+        raise _bad(
+            name,
+            raw,
+            f"it is an address to bind, without a port: set {name}={address or '127.0.0.1'} "
+            f"and VLLM_PORT={port_text or 8009}",
+        )
     if not HOST_NAME.match(raw):
         raise _bad(name, raw, "use an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name such as localhost")
     return raw
@@ -212,8 +230,12 @@ def server_slots(name: str, raw: str) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= MAX_SERVER_SLOTS:
-        raise _bad(name, raw, f"use a whole number of parallel slots from 1 to {MAX_SERVER_SLOTS}, e.g. 4 "
-                              "(1 queues requests as Ollama does by default)")
+        raise _bad(
+            name,
+            raw,
+            f"use a whole number of parallel slots from 1 to {MAX_SERVER_SLOTS}, e.g. 4 "
+            "(1 queues requests as Ollama does by default)",
+        )
     return value
 
 
@@ -221,8 +243,12 @@ def engine_list(name: str, raw: str) -> tuple[str, ...]:
     engines = tuple(part.strip() for part in raw.split(",") if part.strip())
     unknown = [engine for engine in engines if engine not in ENGINES]
     if not engines or unknown or len(set(engines)) != len(engines):
-        raise _bad(name, raw, f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
-                              "e.g. vllm or vllm,llamacpp or vllm,llamacpp,llamaserver")
+        raise _bad(
+            name,
+            raw,
+            f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
+            "e.g. vllm or vllm,llamacpp or vllm,llamacpp,llamaserver",
+        )
     return engines
 
 
@@ -237,8 +263,12 @@ def base_image(name: str, raw: str) -> str:
     """An image repository, optionally with a tag that starts with its vLLM version (repo:0.32.0-standin)."""
     repository, _, tag = raw.rpartition(":") if ":" in raw.rsplit("/", 1)[-1] else (raw, "", "")
     if not repository.strip() or any(ch.isspace() for ch in raw) or (tag and not IMAGE_VERSION_TAG.match(tag)):
-        raise _bad(name, raw, "use an image repository such as openeuler/vllm-cpu (its tag is CPU_IMAGE_TAG), or "
-                              "repository:tag with a tag that starts with its vLLM version")
+        raise _bad(
+            name,
+            raw,
+            "use an image repository such as openeuler/vllm-cpu (its tag is CPU_IMAGE_TAG), or "
+            "repository:tag with a tag that starts with its vLLM version",
+        )
     return raw
 
 
@@ -262,8 +292,12 @@ def fraction(name: str, raw: str) -> float:
 def quantization_method(name: str, raw: str) -> str:
     """One of QUANTIZATIONS; empty is `none` (the float weights)."""
     if (raw or "none") not in QUANTIZATIONS:
-        raise _bad(name, raw, "use auto, none (the float weights), int8 (the CPU track's int8 checkpoint), or awq, "
-                              "gptq, fp8 (the GPU track's)")
+        raise _bad(
+            name,
+            raw,
+            "use auto, none (the float weights), int8 (the CPU track's int8 checkpoint), or awq, "
+            "gptq, fp8 (the GPU track's)",
+        )
     return raw or "none"
 
 
@@ -310,152 +344,223 @@ class Settings:
     KNOBS lists them in this order, which is also .env.example's and the README's."""
 
     runtime: str = setting(
-        "RUNTIME", "auto", choice(*RUNTIMES),
-        "auto = Docker when an engine with compose is usable, else the native venv")
+        "RUNTIME",
+        "auto",
+        choice(*RUNTIMES),
+        "auto = Docker when an engine with compose is usable, else the native venv",
+    )
     model_name: str = setting(
-        "MODEL_NAME", BUNDLED_MODEL_NAME, text,
-        "the name clients ask for (--served-model-name); Docker tracks load it from the hub")
+        "MODEL_NAME",
+        BUNDLED_MODEL_NAME,
+        text,
+        "the name clients ask for (--served-model-name); Docker tracks load it from the hub",
+    )
     model_path: Path | None = setting(  # None: the bundled model
-        "MODEL_PATH", "", model_folder,
-        "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)")
+        "MODEL_PATH",
+        "",
+        model_folder,
+        "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)",
+    )
     host: str = setting(
-        "VLLM_HOST", "127.0.0.1", bind_host,
-        "bind address; 127.0.0.1 keeps the engine private to this machine")
-    port: int = setting(
-        "VLLM_PORT", "8009", tcp_port,
-        "the port of the OpenAI-compatible /v1 API")
+        "VLLM_HOST", "127.0.0.1", bind_host, "bind address; 127.0.0.1 keeps the engine private to this machine"
+    )
+    port: int = setting("VLLM_PORT", "8009", tcp_port, "the port of the OpenAI-compatible /v1 API")
     dtype: str = setting(
-        "DTYPE", "auto", choice(*DTYPES),
-        "auto = bfloat16 where the CPU has BF16 instructions, else float32")
+        "DTYPE", "auto", choice(*DTYPES), "auto = bfloat16 where the CPU has BF16 instructions, else float32"
+    )
     max_model_len: int = setting(
-        "MAX_MODEL_LEN", "1024", positive_int,
-        "longest prompt+answer in tokens; every sequence may grow to it")
+        "MAX_MODEL_LEN", "1024", positive_int, "longest prompt+answer in tokens; every sequence may grow to it"
+    )
     max_num_seqs: int | None = setting(  # None: auto
-        "MAX_NUM_SEQS", "auto", auto_or_positive_int,
-        "most sequences decoded together in one batch; auto = 16 per core, cut to what the KV pool holds")
+        "MAX_NUM_SEQS",
+        "auto",
+        auto_or_positive_int,
+        "most sequences decoded together in one batch; auto = 16 per core, cut to what the KV pool holds",
+    )
     block_size: int | None = setting(  # None: auto
-        "BLOCK_SIZE", "auto", auto_or_positive_int,
+        "BLOCK_SIZE",
+        "auto",
+        auto_or_positive_int,
         "tokens per KV-cache block (--block-size); auto = 32 on vLLM V1's CPU backend (its own default is 128), "
-        "else vLLM's default")
+        "else vLLM's default",
+    )
     swap_space_gib: int = setting(
-        "SWAP_SPACE", "4", non_negative_int,
-        "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)")
+        "SWAP_SPACE",
+        "4",
+        non_negative_int,
+        "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)",
+    )
     kv_cache_space_gib: int | None = setting(  # None: auto
-        "VLLM_CPU_KVCACHE_SPACE", "auto", auto_or_whole_gib,
+        "VLLM_CPU_KVCACHE_SPACE",
+        "auto",
+        auto_or_whole_gib,
         "GiB of RAM for the KV cache, whole; auto = room for MAX_NUM_SEQS full-length sequences, "
-        "within the memory free")
+        "within the memory free",
+    )
     omp_threads: int | None = setting(  # None: auto
-        "OMP_THREADS", "auto", auto_or_positive_int,
-        "OpenMP threads where vLLM does not bind them (nobind, llama.cpp); auto = the cores this process may use")
+        "OMP_THREADS",
+        "auto",
+        auto_or_positive_int,
+        "OpenMP threads where vLLM does not bind them (nobind, llama.cpp); auto = the cores this process may use",
+    )
     omp_threads_bind: str = setting(
-        "VLLM_CPU_OMP_THREADS_BIND", "auto", thread_binding,
+        "VLLM_CPU_OMP_THREADS_BIND",
+        "auto",
+        thread_binding,
         "auto = vLLM's: one thread per core, one core left to the frontend (nobind on 1 core or in Docker); "
-        "nobind lets all OMP_THREADS compute")
+        "nobind lets all OMP_THREADS compute",
+    )
     openblas_threads: int = setting(
-        "OPENBLAS_NUM_THREADS", "1", positive_int,
-        "keeps BLAS from spawning threads that fight the OpenMP ones")
-    mkl_threads: int = setting(
-        "MKL_NUM_THREADS", "1", positive_int,
-        "same as OPENBLAS_NUM_THREADS, for MKL")
+        "OPENBLAS_NUM_THREADS", "1", positive_int, "keeps BLAS from spawning threads that fight the OpenMP ones"
+    )
+    mkl_threads: int = setting("MKL_NUM_THREADS", "1", positive_int, "same as OPENBLAS_NUM_THREADS, for MKL")
     api_key: str = setting(
-        "VLLM_API_KEY", "", bearer_key,
-        "when set, /v1 requires 'Authorization: Bearer <key>' (empty = no key)")
+        "VLLM_API_KEY", "", bearer_key, "when set, /v1 requires 'Authorization: Bearer <key>' (empty = no key)"
+    )
     enforce_eager: bool = setting(
-        "ENFORCE_EAGER", "false", boolean,
-        "true skips torch.compile: starts faster, decodes slower")
+        "ENFORCE_EAGER", "false", boolean, "true skips torch.compile: starts faster, decodes slower"
+    )
     v1_multiprocessing: bool = setting(
-        "VLLM_ENABLE_V1_MULTIPROCESSING", "true", boolean,
-        "false runs the model in the engine-core process: one Python start fewer, slower batches")
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "true",
+        boolean,
+        "false runs the model in the engine-core process: one Python start fewer, slower batches",
+    )
     torch_index_url: str = setting(
-        "TORCH_INDEX_URL", DEFAULT_TORCH_INDEX_URL, index_url,
-        "native: where torch's CPU build comes from (PyPI has none); empty = your pip configuration only")
+        "TORCH_INDEX_URL",
+        DEFAULT_TORCH_INDEX_URL,
+        index_url,
+        "native: where torch's CPU build comes from (PyPI has none); empty = your pip configuration only",
+    )
     extra_args: tuple[str, ...] = setting(
-        "VLLM_EXTRA_ARGS", "", api_server_flags,
-        "more api_server flags, appended as they are")
+        "VLLM_EXTRA_ARGS", "", api_server_flags, "more api_server flags, appended as they are"
+    )
     start_timeout_s: int = setting(
-        "START_TIMEOUT", "900", positive_int,
-        "seconds to wait for /health; the first start compiles for minutes")
+        "START_TIMEOUT", "900", positive_int, "seconds to wait for /health; the first start compiles for minutes"
+    )
     restart: str = setting(
-        "RESTART", "on-failure", choice(*RESTART_POLICIES),
+        "RESTART",
+        "on-failure",
+        choice(*RESTART_POLICIES),
         "native: restart a server or replica that dies after it was up, with back-off (as Compose's restart: does); "
-        "no = leave it down")
+        "no = leave it down",
+    )
     restart_attempts: int = setting(
-        "RESTART_ATTEMPTS", "3", non_negative_int,
-        "native: restarts in a row that never reach /health before the kit gives up (a crash loop)")
-    cpu_limit: float = setting(
-        "CPU_LIMIT", "4", positive_number,
-        "CPUs the Docker CPU container may use")
+        "RESTART_ATTEMPTS",
+        "3",
+        non_negative_int,
+        "native: restarts in a row that never reach /health before the kit gives up (a crash loop)",
+    )
+    cpu_limit: float = setting("CPU_LIMIT", "4", positive_number, "CPUs the Docker CPU container may use")
     memory_limit: str = setting(
-        "MEMORY_LIMIT", "5g", text,
-        "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)")
+        "MEMORY_LIMIT", "5g", text, "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)"
+    )
     cpu_image_tag: str = setting(
-        "CPU_IMAGE_TAG", "0.9.1-oe2403lts", image_version_tag,
-        "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM)")
+        "CPU_IMAGE_TAG",
+        "0.9.1-oe2403lts",
+        image_version_tag,
+        "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM)",
+    )
     cpu_base_image: str = setting(  # the repository only: a tag given with it moved to cpu_image_tag
-        "CPU_BASE_IMAGE", "openeuler/vllm-cpu", base_image,
-        "the image Dockerfile.cpu builds on (with CPU_IMAGE_TAG); a tag given here wins (the tests' stand-in)")
+        "CPU_BASE_IMAGE",
+        "openeuler/vllm-cpu",
+        base_image,
+        "the image Dockerfile.cpu builds on (with CPU_IMAGE_TAG); a tag given here wins (the tests' stand-in)",
+    )
     gpu_image: str = setting(
-        "GPU_IMAGE", "vllm/vllm-openai:v0.11.0", pinned_image,
-        "the GPU track's image, pinned so a rebuild serves the same vLLM")
-    gpu_port: int = setting(
-        "GPU_PORT", "8000", tcp_port,
-        "port of the GPU track's /v1 API")
+        "GPU_IMAGE",
+        "vllm/vllm-openai:v0.11.0",
+        pinned_image,
+        "the GPU track's image, pinned so a rebuild serves the same vLLM",
+    )
+    gpu_port: int = setting("GPU_PORT", "8000", tcp_port, "port of the GPU track's /v1 API")
     gpu_memory_utilization: float = setting(
-        "GPU_MEMORY_UTILIZATION", "0.90", fraction,
-        "share of GPU memory vLLM takes for weights + KV cache (the rest stays free)")
+        "GPU_MEMORY_UTILIZATION",
+        "0.90",
+        fraction,
+        "share of GPU memory vLLM takes for weights + KV cache (the rest stays free)",
+    )
     quantization: str = setting(
-        "QUANTIZATION", "auto", quantization_method,
+        "QUANTIZATION",
+        "auto",
+        quantization_method,
         "auto = int8 W8A8 natively on a CPU with AVX-512, else none (the float weights); int8 on the CPU track; "
-        "GPU track: awq/gptq (4-bit) or fp8 (Hopper/Ada)")
+        "GPU track: awq/gptq (4-bit) or fp8 (Hopper/Ada)",
+    )
     ollama_image: str = setting(
-        "OLLAMA_IMAGE", "ollama/ollama:0.12.3", pinned_image,
-        "the ollama compose profile's image, pinned")
+        "OLLAMA_IMAGE", "ollama/ollama:0.12.3", pinned_image, "the ollama compose profile's image, pinned"
+    )
     engines: tuple[str, ...] = setting(
-        "ENGINES", "vllm", engine_list,
-        "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both")
+        "ENGINES",
+        "vllm",
+        engine_list,
+        "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both",
+    )
     llamacpp_port: int = setting(
-        "LLAMACPP_PORT", "11434", tcp_port,
+        "LLAMACPP_PORT",
+        "11434",
+        tcp_port,
         "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no change; "
-        "Ollama's own /api routes are not served)")
+        "Ollama's own /api routes are not served)",
+    )
     llamacpp_interrupt_requests: bool = setting(
-        "LLAMACPP_INTERRUPT_REQUESTS", "false", boolean,
+        "LLAMACPP_INTERRUPT_REQUESTS",
+        "false",
+        boolean,
         "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
-        "llama-cpp-python's own default: a new request cuts the running stream short")
+        "llama-cpp-python's own default: a new request cuts the running stream short",
+    )
     llama_server_port: int = setting(
-        "LLAMA_SERVER_PORT", "8089", tcp_port,
-        "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)")
+        "LLAMA_SERVER_PORT", "8089", tcp_port, "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)"
+    )
     llama_server_slots: int = setting(
-        "LLAMA_SERVER_SLOTS", "4", server_slots,
+        "LLAMA_SERVER_SLOTS",
+        "4",
+        server_slots,
         "requests llama-server decodes together, batched continuously (-np, like OLLAMA_NUM_PARALLEL; 4 was "
-        "Ollama's own before v0.10); each slot gets MAX_MODEL_LEN tokens of context")
+        "Ollama's own before v0.10); each slot gets MAX_MODEL_LEN tokens of context",
+    )
     replicas: int = setting(
-        "REPLICAS", "1", positive_int,
-        "vLLM engines serving the model; above 1 vllm-router spreads requests over them (ROUTER_POLICY)")
+        "REPLICAS",
+        "1",
+        positive_int,
+        "vLLM engines serving the model; above 1 vllm-router spreads requests over them (ROUTER_POLICY)",
+    )
     router_policy: str = setting(
-        "ROUTER_POLICY", "cache_aware", choice(*ROUTER_POLICIES),
+        "ROUTER_POLICY",
+        "cache_aware",
+        choice(*ROUTER_POLICIES),
         "how vllm-router picks a replica; cache_aware (its default) sends a prompt where its longest prefix went, "
-        "so a chat's turns and a shared system prompt reuse one replica's prefix cache")
+        "so a chat's turns and a shared system prompt reuse one replica's prefix cache",
+    )
     keda_min_replicas: int = setting(
-        "KEDA_MIN_REPLICAS", "1", positive_int,
-        "Kubernetes: fewest engine replicas KEDA keeps (not 0: with no engine, no vllm:num_requests_waiting wakes one)")
+        "KEDA_MIN_REPLICAS",
+        "1",
+        positive_int,
+        "Kubernetes: fewest engine replicas KEDA keeps (not 0: with no engine, no vllm:num_requests_waiting wakes one)",
+    )
     keda_max_replicas: int = setting(
-        "KEDA_MAX_REPLICAS", "3", positive_int,
-        "Kubernetes: most engine replicas KEDA scales to (the course's 1 -> 3)")
+        "KEDA_MAX_REPLICAS", "3", positive_int, "Kubernetes: most engine replicas KEDA scales to (the course's 1 -> 3)"
+    )
     keda_queue_threshold: float = setting(
-        "KEDA_QUEUE_THRESHOLD", "5", positive_number,
-        "Kubernetes: requests waiting per replica (vllm:num_requests_waiting) above which KEDA adds one")
+        "KEDA_QUEUE_THRESHOLD",
+        "5",
+        positive_number,
+        "Kubernetes: requests waiting per replica (vllm:num_requests_waiting) above which KEDA adds one",
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Parse every knob; the first bad value raises SettingsError naming it."""
-        values = {knob.field: knob.parse(knob.env, env.get(knob.env, knob.default).strip())
-                  for knob in KNOBS}
+        values = {knob.field: knob.parse(knob.env, env.get(knob.env, knob.default).strip()) for knob in KNOBS}
         if ":" in values["cpu_base_image"].rsplit("/", 1)[-1]:  # repository:tag pins the tag too
             values["cpu_base_image"], values["cpu_image_tag"] = values["cpu_base_image"].rsplit(":", 1)
         if values["keda_max_replicas"] < values["keda_min_replicas"]:
-            raise _bad("KEDA_MAX_REPLICAS", str(values["keda_max_replicas"]),
-                       f"it is below KEDA_MIN_REPLICAS={values['keda_min_replicas']}; raise it or lower "
-                       "KEDA_MIN_REPLICAS")
+            raise _bad(
+                "KEDA_MAX_REPLICAS",
+                str(values["keda_max_replicas"]),
+                f"it is below KEDA_MIN_REPLICAS={values['keda_min_replicas']}; raise it or lower KEDA_MIN_REPLICAS",
+            )
         return cls(**values)
 
     @classmethod
@@ -487,8 +592,9 @@ class Settings:
             return True
 
 
-KNOBS: tuple[Knob, ...] = tuple(Knob(field=item.name, **item.metadata) for item in fields(Settings)
-                                if "env" in item.metadata)
+KNOBS: tuple[Knob, ...] = tuple(
+    Knob(field=item.name, **item.metadata) for item in fields(Settings) if "env" in item.metadata
+)
 
 
 def env_file() -> Path:
@@ -508,8 +614,11 @@ def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
     kit_key, openai_key = env.get("VLLM_API_KEY") or None, env.get("OPENAI_API_KEY") or None
     parts = urlsplit(url)
     kit_hosts = {"127.0.0.1", "localhost", "::1", env.get("VLLM_HOST", "127.0.0.1")}
-    kit_ports = {env.get(knob.env, knob.default) for knob in KNOBS
-                 if knob.env in ("VLLM_PORT", "LLAMACPP_PORT", "LLAMA_SERVER_PORT")}
+    kit_ports = {
+        env.get(knob.env, knob.default)
+        for knob in KNOBS
+        if knob.env in ("VLLM_PORT", "LLAMACPP_PORT", "LLAMA_SERVER_PORT")
+    }
     try:
         port = str(parts.port or "")
     except ValueError:
@@ -524,8 +633,10 @@ def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
 def refused_key_hint(url: str, source: str) -> str:
     """One line for a 401: which variable's key was sent, and which variable each kind of engine reads."""
     sent = f"the key from {source}" if source else "no key"
-    return (f"{url} refused the request ({sent} was sent): the kit's engines take VLLM_API_KEY (the key up.sh "
-            "started them with), other engines OPENAI_API_KEY")
+    return (
+        f"{url} refused the request ({sent} was sent): the kit's engines take VLLM_API_KEY (the key up.sh "
+        "started them with), other engines OPENAI_API_KEY"
+    )
 
 
 def load_env(path: Path | None = None) -> dict[str, str]:

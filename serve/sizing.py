@@ -41,14 +41,34 @@ VLLM_GPU_OVERHEAD_BYTES = 2 * GiB
 KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
 # Weights per parameter for a dtype or quantization. 4-bit: AWQ/GPTQ group scales add a few percent more.
 WEIGHT_BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-WEIGHT_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "4bit": "int4", "awq": "int4",
-                  "gptq": "int4", "w8a8": "int8"}
-KV_DTYPE_FOR_WEIGHTS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16",
-                        "int8": "bfloat16", "int4": "bfloat16"}  # quantized weights keep a 16-bit KV cache
+WEIGHT_ALIASES = {
+    "float32": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "4bit": "int4",
+    "awq": "int4",
+    "gptq": "int4",
+    "w8a8": "int8",
+}
+KV_DTYPE_FOR_WEIGHTS = {
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp8": "bfloat16",
+    "int8": "bfloat16",
+    "int4": "bfloat16",
+}  # quantized weights keep a 16-bit KV cache
 INT8_BYTES = 1
 # The decoder's projections: what an int8 W8A8 checkpoint stores as int8 (the embedding / tied head stays 16-bit).
-PROJECTION_SUFFIXES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
-                       "up_proj.weight", "down_proj.weight")
+PROJECTION_SUFFIXES = (
+    "q_proj.weight",
+    "k_proj.weight",
+    "v_proj.weight",
+    "o_proj.weight",
+    "gate_proj.weight",
+    "up_proj.weight",
+    "down_proj.weight",
+)
 SAFETENSORS_DTYPE_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 MEMORY_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgtp]?)i?b?$", re.I)  # docker's units: binary, b k m g t p
 MEMORY_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
@@ -169,11 +189,22 @@ def model_facts(config: dict[str, Any], name: str = "model", weights_dir: Path |
         try:
             counts = ParamCounts(params_from_config(config), projection_params_from_config(config), 0)
         except KeyError as exc:
-            raise SizingError(f"{name} lacks {exc.args[0]!r}, needed to count parameters; "
-                              "give a directory that holds the .safetensors files") from None
+            raise SizingError(
+                f"{name} lacks {exc.args[0]!r}, needed to count parameters; "
+                "give a directory that holds the .safetensors files"
+            ) from None
         source = "config arithmetic"
-    return ModelFacts(name, layers, kv_heads, head_dim, config.get("max_position_embeddings"), counts.total, source,
-                      counts.projections, counts.int8)
+    return ModelFacts(
+        name,
+        layers,
+        kv_heads,
+        head_dim,
+        config.get("max_position_embeddings"),
+        counts.total,
+        source,
+        counts.projections,
+        counts.int8,
+    )
 
 
 def load_model_facts(path: Path | str) -> ModelFacts:
@@ -231,8 +262,9 @@ def kv_pool(facts: ModelFacts, kv_dtype: str, budget_bytes: int, block_size: int
     return KvPool(facts.kv_bytes_per_token(kv_dtype), block_size, budget_bytes)
 
 
-def kv_space_gib_for_tokens(facts: ModelFacts, kv_dtype: str, num_tokens: int,
-                            block_size: int = V1_CPU_BLOCK_SIZE) -> int:
+def kv_space_gib_for_tokens(
+    facts: ModelFacts, kv_dtype: str, num_tokens: int, block_size: int = V1_CPU_BLOCK_SIZE
+) -> int:
     """The smallest whole VLLM_CPU_KVCACHE_SPACE (GiB) whose pool holds num_tokens."""
     blocks = math.ceil(num_tokens / block_size)
     return max(1, math.ceil(blocks * facts.kv_bytes_per_token(kv_dtype) * block_size / GiB))
@@ -253,9 +285,15 @@ class MemoryFit:
         return self.pool.num_blocks > 0
 
 
-def fit_memory_cap(facts: ModelFacts, weights: str, cap_bytes: int, overhead_bytes: int,
-                   block_size: int = V1_CPU_BLOCK_SIZE, kv_dtype: str | None = None,
-                   whole_gib: bool = True) -> MemoryFit:
+def fit_memory_cap(
+    facts: ModelFacts,
+    weights: str,
+    cap_bytes: int,
+    overhead_bytes: int,
+    block_size: int = V1_CPU_BLOCK_SIZE,
+    kv_dtype: str | None = None,
+    whole_gib: bool = True,
+) -> MemoryFit:
     """KV budget = cap - weights - runtime overhead (rounded down to whole GiB when whole_gib)."""
     key = weight_format(weights)
     weight_bytes = facts.weight_bytes(key)
@@ -292,9 +330,16 @@ class BatchPlan:
     kv_space_reason: str
 
 
-def plan_batch(facts: ModelFacts, kv_dtype: str, max_model_len: int, cores: int, room_bytes: int,
-               max_num_seqs: int | None = None, kv_space_gib: int | None = None,
-               block_size: int = V1_CPU_BLOCK_SIZE) -> BatchPlan:
+def plan_batch(
+    facts: ModelFacts,
+    kv_dtype: str,
+    max_model_len: int,
+    cores: int,
+    room_bytes: int,
+    max_num_seqs: int | None = None,
+    kv_space_gib: int | None = None,
+    block_size: int = V1_CPU_BLOCK_SIZE,
+) -> BatchPlan:
     """Resolve the `auto`s (None) of the batch size and the KV budget against the cores and memory.
 
     auto MAX_NUM_SEQS = SEQS_PER_CORE x cores. auto KV = the whole GiB that hold that many
@@ -313,12 +358,16 @@ def plan_batch(facts: ModelFacts, kv_dtype: str, max_model_len: int, cores: int,
         exact = tokens * facts.kv_bytes_per_token(kv_dtype) / GiB
         if needed <= room_gib:
             kv_gib = needed
-            kv_reason = (f"auto: {target} sequences x {max_model_len:,} tokens need {exact:.2f} GiB of "
-                         f"{kv_dtype} KV, rounded up to whole GiB")
+            kv_reason = (
+                f"auto: {target} sequences x {max_model_len:,} tokens need {exact:.2f} GiB of "
+                f"{kv_dtype} KV, rounded up to whole GiB"
+            )
         else:
             kv_gib = max(1, room_gib)
-            kv_reason = (f"auto: {target} x {max_model_len:,} tokens would need {needed} GiB; the memory "
-                         f"left for KV is {room_bytes / GiB:.1f} GiB")
+            kv_reason = (
+                f"auto: {target} x {max_model_len:,} tokens would need {needed} GiB; the memory "
+                f"left for KV is {room_bytes / GiB:.1f} GiB"
+            )
     if max_num_seqs is not None:
         return BatchPlan(max_num_seqs, "set in MAX_NUM_SEQS", kv_gib, kv_reason)
     fit = kv_pool(facts, kv_dtype, kv_gib * GiB, block_size).max_num_seqs(max_model_len)

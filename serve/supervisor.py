@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from serve.process import group_members
-
 from serve.settings import RESTART_POLICIES
+
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 60.0
 HEALTH_POLL_S = 1.0
@@ -47,7 +47,9 @@ KEPT_EVENTS = 40
 ROOT_CAUSE_LINES = 4
 # '(EngineCore pid=1) ERROR 12-02 00:41:09 [core.py:133] ' before what vLLM says
 VLLM_LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:.]+ \[[^]]*\] ")
-ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception)\b(: |$)|\b(Killed|Segmentation fault|core dumped|died unexpectedly)\b")
+ERROR_LINE = re.compile(
+    r"^[\w.]*(Error|Exception)\b(: |$)|\b(Killed|Segmentation fault|core dumped|died unexpectedly)\b"
+)
 
 
 @dataclass(slots=True)
@@ -79,8 +81,13 @@ class Record:
     def load(cls, path: Path) -> Record | None:
         try:
             raw = json.loads(path.read_text())
-            return cls(raw["label"], raw["policy"], raw["attempts"], raw["supervisor_pid"],
-                       [Event(**event) for event in raw["events"]])
+            return cls(
+                raw["label"],
+                raw["policy"],
+                raw["attempts"],
+                raw["supervisor_pid"],
+                [Event(**event) for event in raw["events"]],
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -118,8 +125,10 @@ def next_step(policy: str, attempts: int, was_up: bool, failures: int) -> str | 
     if policy == "no":
         return "not restarted (RESTART=no)"
     if failures > attempts:
-        return (f"gave up: {attempts} restart(s) in a row never reached /health (RESTART_ATTEMPTS={attempts}); "
-                "fix the cause in the log, then run up.sh")
+        return (
+            f"gave up: {attempts} restart(s) in a row never reached /health (RESTART_ATTEMPTS={attempts}); "
+            "fix the cause in the log, then run up.sh"
+        )
     return None
 
 
@@ -183,7 +192,7 @@ class Supervisor:
     def clear_leftovers(self) -> None:
         """Wait for the rest of the group (the dead server's engine) to exit; SIGKILL what outlives the grace."""
         deadline = time.monotonic() + LEFTOVER_GRACE_S
-        while (left := [pid for pid in group_members(os.getpgrp()) if pid != os.getpid()]):
+        while left := [pid for pid in group_members(os.getpgrp()) if pid != os.getpid()]:
             if time.monotonic() > deadline:
                 for pid in left:
                     with contextlib.suppress(ProcessLookupError):
@@ -219,8 +228,9 @@ class Supervisor:
             self.record.add(self.record_path, Event(time.time(), "restarting", note=event.note))
             self.say(f"{event.how}; {event.note}")
             if self.stopping.wait(delay):
-                self.record.add(self.record_path, Event(time.time(), "stopped", note="stopped by down.sh while "
-                                                        "waiting to restart"))
+                self.record.add(
+                    self.record_path, Event(time.time(), "stopped", note="stopped by down.sh while waiting to restart")
+                )
                 return 0
 
 

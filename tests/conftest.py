@@ -19,8 +19,9 @@ MODEL = BUNDLED_MODEL_NAME
 # The teaching engine's tests need torch, which only the vLLM venv has: this venv does not collect them, tests/run.sh
 # runs them there first, and a run here whose paths hold them says so at its start and its end (not silently).
 TORCH_TESTS = ROOT / "tests" / "labs" / "engine" / "needs_torch"
-TORCH_TESTS_COMMAND = (".kit/vllm/bin/python -m pytest tests/labs/engine/needs_torch "
-                       "--confcutdir=tests/labs/engine/needs_torch -q")
+TORCH_TESTS_COMMAND = (
+    ".kit/vllm/bin/python -m pytest tests/labs/engine/needs_torch --confcutdir=tests/labs/engine/needs_torch -q"
+)
 collect_ignore = [str(TORCH_TESTS.relative_to(ROOT / "tests"))]
 
 
@@ -30,8 +31,10 @@ def torch_tests_left_out(config: pytest.Config) -> str | None:
     paths = [(start / arg.split("::")[0]).resolve() for arg in config.args]
     if not any(TORCH_TESTS.is_relative_to(path) for path in paths):
         return None
-    return (f"not collected: {TORCH_TESTS.relative_to(ROOT)} (the teaching engine's tests need torch, which only "
-            f"the vLLM venv has; tests/run.sh runs them first; from the repository root: {TORCH_TESTS_COMMAND})")
+    return (
+        f"not collected: {TORCH_TESTS.relative_to(ROOT)} (the teaching engine's tests need torch, which only "
+        f"the vLLM venv has; tests/run.sh runs them first; from the repository root: {TORCH_TESTS_COMMAND})"
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -54,8 +57,11 @@ def kit_env(**overrides: str) -> dict[str, str]:
     `overrides` name one: .env.example's auto would pick Docker wherever an engine happens to answer, so a
     test of auto (or of a Docker track) says so.
     """
-    env = {key: value for key, value in os.environ.items()
-           if key not in {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY"}}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY"}
+    }
     env["KIT_ENV_FILE"] = str(ROOT / ".env.example")
     env["RUNTIME"] = "native"
     env.update(overrides)
@@ -65,21 +71,27 @@ def kit_env(**overrides: str) -> dict[str, str]:
 def busiest_processes(lines: int = 24) -> str:
     """top's second frame: CPU use over the last second (steal time included) and the busiest processes."""
     try:
-        frames = subprocess.run(["top", "-b", "-n", "2", "-d", "1", "-o", "%CPU", "-c", "-w", "160"],
-                                capture_output=True, text=True, timeout=30).stdout
+        frames = subprocess.run(
+            ["top", "-b", "-n", "2", "-d", "1", "-o", "%CPU", "-c", "-w", "160"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:  # the timeout's own report matters more than this view
         return f"(no view of the machine: {exc})"
     return "\n".join(("top -" + frames.split("\ntop -")[-1]).splitlines()[:lines])
 
 
-def run_bounded(argv: Sequence[str], env: dict[str, str] | None, timeout_s: float,
-                cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def run_bounded(
+    argv: Sequence[str], env: dict[str, str] | None, timeout_s: float, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
     """subprocess.run for a command that starts children of its own (a shell's background clients, a benchmark's
     engines). It runs in its own process group; past `timeout_s` the whole group is stopped (SIGTERM, then
     SIGKILL) and the test fails with the output so far. subprocess.run would kill only the shell, and what the
     shell started would go on loading the machine for the tests after it."""
-    process = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -89,9 +101,11 @@ def run_bounded(argv: Sequence[str], env: dict[str, str] | None, timeout_s: floa
             stdout, stderr = process.communicate(timeout=10)
         except subprocess.TimeoutExpired:  # a child that left the group holds the pipes: give up on its output
             stdout, stderr = "", "(output lost: a process outside the group kept the pipes open)"
-        pytest.fail(f"still running after {timeout_s:g} s, so its process group ({process.pid}) was stopped: "
-                    f"{shlex.join(argv)}\n--- stdout so far ---\n{stdout}\n--- stderr so far ---\n{stderr}\n"
-                    f"--- the machine at the timeout ---\n{machine}")
+        pytest.fail(
+            f"still running after {timeout_s:g} s, so its process group ({process.pid}) was stopped: "
+            f"{shlex.join(argv)}\n--- stdout so far ---\n{stdout}\n--- stderr so far ---\n{stderr}\n"
+            f"--- the machine at the timeout ---\n{machine}"
+        )
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 

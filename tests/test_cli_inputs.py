@@ -11,43 +11,93 @@ from tests.support.cli_inputs import VALUES, Case, check, outcome
 
 CASES = [
     Case("client.__main__", ["Say OK."], {"--max-tokens": "positive_int", "--temperature": "non_negative_float"}),
-    Case("labs.doctor.__main__", [], {"--interval-s": "positive_float", "--samples": "positive_int",
-                                      "--duration-s": "positive_float"}),
-    Case("labs.sizing.__main__", ["kv"], {"--kv-gib": "positive_float", "--max-model-len": "positive_int",
-                                          "--block-size": "positive_int"}),
-    Case("labs.sizing.__main__", ["fit"], {"--gpu-gib": "positive_float", "--utilization": "fraction",
-                                           "--overhead-gib": "non_negative_float", "--block-size": "positive_int"}),
+    Case(
+        "labs.doctor.__main__",
+        [],
+        {"--interval-s": "positive_float", "--samples": "positive_int", "--duration-s": "positive_float"},
+    ),
+    Case(
+        "labs.sizing.__main__",
+        ["kv"],
+        {"--kv-gib": "positive_float", "--max-model-len": "positive_int", "--block-size": "positive_int"},
+    ),
+    Case(
+        "labs.sizing.__main__",
+        ["fit"],
+        {
+            "--gpu-gib": "positive_float",
+            "--utilization": "fraction",
+            "--overhead-gib": "non_negative_float",
+            "--block-size": "positive_int",
+        },
+    ),
     Case("labs.sizing.__main__", ["verify"], {"--kv-gib": "positive_float"}),
-    Case("labs.loadtest.__main__", [], {"--requests": "positive_int", "--rate": "positive_float",
-                                        "--burstiness": "positive_float", "--concurrency": "positive_int",
-                                        "--seed": "non_negative_int", "--temperature": "non_negative_float",
-                                        "--warmup": "non_negative_int", "--scrape-interval-s": "non_negative_float"}),
+    Case(
+        "labs.loadtest.__main__",
+        [],
+        {
+            "--requests": "positive_int",
+            "--rate": "positive_float",
+            "--burstiness": "positive_float",
+            "--concurrency": "positive_int",
+            "--seed": "non_negative_int",
+            "--temperature": "non_negative_float",
+            "--warmup": "non_negative_int",
+            "--scrape-interval-s": "non_negative_float",
+        },
+    ),
     Case("labs.compare.__main__", [], {"--n": "positive_int", "--max-tokens": "positive_int"}),
-    Case("benchmarks.kit_vs_defaults", [], {"--requests-per-user": "positive_int", "--min-requests": "positive_int",
-                                            "--rounds": "positive_int", "--restarts": "non_negative_int",
-                                            "--seed": "non_negative_int"}),
-    Case("benchmarks.stream_server", ["--port", "18123"], {"--port": "tcp_port", "--cpu": "non_negative_int",
-                                                           "--token-delay-ms": "non_negative_float"}),
-    Case("benchmarks.loadtest_agreement", [], {"--requests": "positive_int", "--rate": "positive_float",
-                                               "--output-len": "positive_int", "--rounds": "positive_int",
-                                               "--seed": "non_negative_int"}),
+    Case(
+        "benchmarks.kit_vs_defaults",
+        [],
+        {
+            "--requests-per-user": "positive_int",
+            "--min-requests": "positive_int",
+            "--rounds": "positive_int",
+            "--restarts": "non_negative_int",
+            "--seed": "non_negative_int",
+        },
+    ),
+    Case(
+        "benchmarks.stream_server",
+        ["--port", "18123"],
+        {"--port": "tcp_port", "--cpu": "non_negative_int", "--token-delay-ms": "non_negative_float"},
+    ),
+    Case(
+        "benchmarks.loadtest_agreement",
+        [],
+        {
+            "--requests": "positive_int",
+            "--rate": "positive_float",
+            "--output-len": "positive_int",
+            "--rounds": "positive_int",
+            "--seed": "non_negative_int",
+        },
+    ),
     Case("benchmarks.loadtest_overhead", [], {"--seconds": "positive_float", "--tokens": "positive_int"}),
 ]
 FLAGS = [(case, flag) for case in CASES for flag in case.flags]
 
 
-@pytest.mark.parametrize(("case", "flag"), FLAGS, ids=[f"{case.module}:{' '.join(case.base)}{flag}"
-                                                        for case, flag in FLAGS])
+@pytest.mark.parametrize(
+    ("case", "flag"), FLAGS, ids=[f"{case.module}:{' '.join(case.base)}{flag}" for case, flag in FLAGS]
+)
 @settings(max_examples=60, deadline=None)
 @given(value=VALUES)
 def test_any_value_is_a_result_or_one_line_and_exit_2(case: Case, flag: str, value: str) -> None:
     check(case, flag, value)
 
 
-@pytest.mark.parametrize(("module", "base", "flag", "value"), [
-    ("labs.loadtest.__main__", [], "--rate", "inf"), ("labs.loadtest.__main__", [], "--rate", "nan"),
-    ("labs.doctor.__main__", [], "--interval-s", "nan"), ("labs.sizing.__main__", ["kv"], "--max-model-len", "0"),
-    ("client.__main__", ["hi"], "--temperature", "nan")])
+@pytest.mark.parametrize(
+    ("module", "base", "flag", "value"),
+    [
+        ("labs.loadtest.__main__", [], "--rate", "inf"),
+        ("labs.loadtest.__main__", [], "--rate", "nan"),
+        ("labs.doctor.__main__", [], "--interval-s", "nan"),
+        ("labs.sizing.__main__", ["kv"], "--max-model-len", "0"),
+        ("client.__main__", ["hi"], "--temperature", "nan"),
+    ],
+)
 def test_the_values_that_used_to_get_through_are_refused(module: str, base: list[str], flag: str, value: str) -> None:
     kind, status, stderr = outcome(Case(module, base, {flag: "positive_float"}), flag, value)
-    assert (kind, status) == ("exit", 2) and stderr.startswith(f"error: python -m "), stderr
+    assert (kind, status) == ("exit", 2) and stderr.startswith("error: python -m "), stderr

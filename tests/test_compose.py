@@ -15,8 +15,17 @@ import jsonschema
 import pytest
 import yaml
 
-from serve.docker import (CONTAINER_HOST, CONTAINER_PORT, CPU, GPU, compose_env, container_command,
-                          container_threads_bind, image_vllm_version, resolve_for_container)
+from serve.docker import (
+    CONTAINER_HOST,
+    CONTAINER_PORT,
+    CPU,
+    GPU,
+    compose_env,
+    container_command,
+    container_threads_bind,
+    image_vllm_version,
+    resolve_for_container,
+)
 from serve.machine import detect
 from serve.settings import KNOBS, Settings, load_env
 from serve.vllm_command import vllm_args, vllm_env
@@ -27,11 +36,23 @@ COMPOSE = ROOT / "compose.yaml"
 REFERENCE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 PROFILES = {"default": (), "gpu": ("gpu",), "ollama": ("ollama",)}
 CUSTOM_ENV = {  # a .env far from the defaults: every value compose passes on changes
-    "MODEL_NAME": "Qwen/Qwen2.5-0.5B-Instruct", "DTYPE": "float32", "MAX_MODEL_LEN": "2048",
-    "MAX_NUM_SEQS": "4", "SWAP_SPACE": "2", "VLLM_CPU_KVCACHE_SPACE": "3", "OMP_THREADS": "3",
-    "VLLM_CPU_OMP_THREADS_BIND": "0-1", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2",
-    "VLLM_API_KEY": "sk-lab", "ENFORCE_EAGER": "true", "VLLM_EXTRA_ARGS": "--seed 7 --max-log-len '100'",
-    "GPU_MEMORY_UTILIZATION": "0.5", "QUANTIZATION": "awq", "VLLM_PORT": "8123", "GPU_PORT": "8124",
+    "MODEL_NAME": "Qwen/Qwen2.5-0.5B-Instruct",
+    "DTYPE": "float32",
+    "MAX_MODEL_LEN": "2048",
+    "MAX_NUM_SEQS": "4",
+    "SWAP_SPACE": "2",
+    "VLLM_CPU_KVCACHE_SPACE": "3",
+    "OMP_THREADS": "3",
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+    "OPENBLAS_NUM_THREADS": "2",
+    "MKL_NUM_THREADS": "2",
+    "VLLM_API_KEY": "sk-lab",
+    "ENFORCE_EAGER": "true",
+    "VLLM_EXTRA_ARGS": "--seed 7 --max-log-len '100'",
+    "GPU_MEMORY_UTILIZATION": "0.5",
+    "QUANTIZATION": "awq",
+    "VLLM_PORT": "8123",
+    "GPU_PORT": "8124",
 }
 
 
@@ -48,8 +69,11 @@ def interpolate(node: object, env: dict[str, str]) -> object:
 
 
 def active(document: dict, profiles: tuple[str, ...]) -> dict:
-    services = {name: service for name, service in document["services"].items()
-                if not service.get("profiles") or set(service["profiles"]) & set(profiles)}
+    services = {
+        name: service
+        for name, service in document["services"].items()
+        if not service.get("profiles") or set(service["profiles"]) & set(profiles)
+    }
     return {**document, "services": services}
 
 
@@ -77,9 +101,14 @@ def docker_compose_config(env_file: Path, env: dict[str, str], *profiles: str) -
     if shutil.which("docker-compose") is None:
         pytest.skip("Debian's docker-compose is not installed (tests/system-packages.sh installs it)")
     flags = [flag for profile in profiles for flag in ("--profile", profile)]
-    result = subprocess.run(["docker-compose", "--env-file", str(env_file), "-f", str(COMPOSE), *flags, "config"],
-                            capture_output=True, text=True, timeout=60, cwd=ROOT,
-                            env={"PATH": os.environ["PATH"], **env})
+    result = subprocess.run(
+        ["docker-compose", "--env-file", str(env_file), "-f", str(COMPOSE), *flags, "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], **env},
+    )
     assert result.returncode == 0, result.stderr
     return yaml.safe_load(result.stdout)
 
@@ -94,10 +123,14 @@ def test_docker_compose_config_accepts_the_file(profile: str, tmp_path: Path) ->
 
 def settings_for(tmp_path: Path, overrides: dict[str, str]) -> tuple[Path, Settings]:
     env_file = tmp_path / ".env"
-    env_file.write_text((ROOT / ".env.example").read_text()
-                        + "".join(f'{key}="{value}"\n' for key, value in overrides.items()))
-    clean = {key: value for key, value in load_env(env_file).items()
-             if key in {knob.env for knob in KNOBS} and key not in os.environ}
+    env_file.write_text(
+        (ROOT / ".env.example").read_text() + "".join(f'{key}="{value}"\n' for key, value in overrides.items())
+    )
+    clean = {
+        key: value
+        for key, value in load_env(env_file).items()
+        if key in {knob.env for knob in KNOBS} and key not in os.environ
+    }
     settings = Settings.from_env(clean)
     assert shlex.join(settings.extra_args) == shlex.join(shlex.split(overrides.get("VLLM_EXTRA_ARGS", "")))
     return env_file, settings
@@ -115,18 +148,21 @@ def test_cpu_service_renders_to_the_native_vllm_argv_and_env(overrides: dict[str
     native = vllm_args(settings, resolved, settings.model_name, version, port=CONTAINER_PORT, host=CONTAINER_HOST)
     assert shlex.split(service["command"]) == native
     assert "--swap-space" in native  # vLLM 0.9.1 still has it
-    expected_env = {**vllm_env(settings, resolved),
-                    # named differences: 0.9.1 spells nobind "all"; compose always sets the key (empty = none)
-                    "VLLM_CPU_OMP_THREADS_BIND": container_threads_bind(resolved.omp_threads_bind, version),
-                    "VLLM_API_KEY": settings.api_key}
+    expected_env = {
+        **vllm_env(settings, resolved),
+        # named differences: 0.9.1 spells nobind "all"; compose always sets the key (empty = none)
+        "VLLM_CPU_OMP_THREADS_BIND": container_threads_bind(resolved.omp_threads_bind, version),
+        "VLLM_API_KEY": settings.api_key,
+    }
     assert {key: str(value) for key, value in service["environment"].items()} == expected_env
     assert service["ports"][0].startswith(f"127.0.0.1:{settings.port}:{CONTAINER_PORT}")
     assert service["build"]["args"]["VLLM_CPU_TAG"] == settings.cpu_image_tag
 
 
 @pytest.mark.parametrize("overrides", [{}, CUSTOM_ENV], ids=["defaults", "custom"])
-def test_gpu_service_renders_to_its_command_and_never_gets_swap_space(overrides: dict[str, str],
-                                                                     tmp_path: Path) -> None:
+def test_gpu_service_renders_to_its_command_and_never_gets_swap_space(
+    overrides: dict[str, str], tmp_path: Path
+) -> None:
     env_file, settings = settings_for(tmp_path, overrides)
     resolved = resolve_for_container(settings, detect(), GPU)
     config = docker_compose_config(env_file, compose_env(settings, resolved, GPU), "gpu")
@@ -159,7 +195,8 @@ def test_gpu_and_ollama_profiles() -> None:
     assert gpu["profiles"] == ["gpu"] and gpu["ipc"] == "host"
     assert gpu["image"].startswith("vllm/vllm-openai:v")
     assert gpu["deploy"]["resources"]["reservations"]["devices"] == [
-        {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+        {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}
+    ]
     assert gpu["ports"] == ["127.0.0.1:8000:8000"]
     assert "/health" in " ".join(gpu["healthcheck"]["test"])
     assert ollama["profiles"] == ["ollama"] and ollama["image"].startswith("ollama/ollama:")
@@ -181,8 +218,9 @@ def test_every_compose_variable_is_a_knob_with_its_default_or_a_resolved_value()
 
 
 def test_every_shell_script_passes_shellcheck() -> None:
-    scripts = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.sh"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.split()
+    scripts = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "*.sh"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert "patches/apply.sh" in scripts and "up.sh" in scripts
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (tests/system-packages.sh installs it)")
@@ -192,8 +230,8 @@ def test_every_shell_script_passes_shellcheck() -> None:
 
 def flags_table() -> list[list[str]]:
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Flags\n"):]
-    section = section[:section.index("\n#")]
+    section = readme[readme.index("### Flags\n") :]
+    section = section[: section.index("\n#")]
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     assert rows[0] == "| flag | env var | default | why |"
     return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows[1:]]
@@ -206,8 +244,13 @@ def unquote(cell: str) -> str:
 def test_readme_flags_table_matches_the_knobs_env_example_and_compose() -> None:
     knobs = {knob.env: knob for knob in KNOBS}
     env_example = (ROOT / ".env.example").read_text().splitlines()
-    every_flag = Settings.from_env({"ENFORCE_EAGER": "true", "QUANTIZATION": "awq",  # optional flags too
-                                    "BLOCK_SIZE": "16"})
+    every_flag = Settings.from_env(
+        {
+            "ENFORCE_EAGER": "true",
+            "QUANTIZATION": "awq",  # optional flags too
+            "BLOCK_SIZE": "16",
+        }
+    )
     exported = compose_env(every_flag, resolve_for_container(every_flag, detect(), GPU), GPU)
     rendered = interpolate(yaml.safe_load(COMPOSE.read_text()), exported)["services"]
     commands = {name: service.get("command", "") for name, service in rendered.items()}

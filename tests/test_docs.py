@@ -20,8 +20,10 @@ README = doc_commands("README.md")
 CLIENT = ".venv/bin/python -m client"
 DEFAULT_MAX_TOKENS = 256  # the client's --max-tokens default
 # what `--usage` prints after a streamed answer (client/chat.py, Reply.usage_line)
-USAGE_LINE = re.compile(r"usage: (\d+) prompt tokens, (\d+) answer tokens in [\d.]+ s \([\d.]+ tok/s\), "
-                        r"first token after [\d.]+ s")
+USAGE_LINE = re.compile(
+    r"usage: (\d+) prompt tokens, (\d+) answer tokens in [\d.]+ s \([\d.]+ tok/s\), "
+    r"first token after [\d.]+ s"
+)
 
 
 def answer_only(stdout: str) -> str:
@@ -46,8 +48,11 @@ def test_readme_talk_commands(vllm_server: Server) -> None:
     """Each prints what the README says it does: curl the engine's JSON answer within its max_tokens; the client an
     answer and nothing else; `--usage` the answer, then the engine's token counts (the prompt counted as curl's
     same question was); `--no-stream --temperature 0` the very answer the engine gives that request."""
-    talk = [command for command in README[2:] if "VLLM_PORT=8010" not in command and ":11434" not in command
-            and not is_docker_command(command)]
+    talk = [
+        command
+        for command in README[2:]
+        if "VLLM_PORT=8010" not in command and ":11434" not in command and not is_docker_command(command)
+    ]
     curls = [command for command in talk if command.startswith("curl")]
     usages = [command for command in talk if command.endswith(f"| {CLIENT} --usage")]
     whole = [command for command in talk if command.startswith(f"{CLIENT} --no-stream")]
@@ -83,9 +88,16 @@ def test_readme_talk_commands(vllm_server: Server) -> None:
     args = parse_args(shlex.split(no_stream)[3:])  # the client's own reading of the README's flags
     assert args.temperature == 0 and not args.usage, no_stream
     messages = [{"role": "system", "content": args.system}] if args.system else []
-    reference = httpx.post(f"{vllm_server.api_url}/chat/completions", timeout=120, json={
-        "model": MODEL, "max_tokens": args.max_tokens, "temperature": args.temperature,
-        "messages": [*messages, {"role": "user", "content": args.prompt}]}).json()
+    reference = httpx.post(
+        f"{vllm_server.api_url}/chat/completions",
+        timeout=120,
+        json={
+            "model": MODEL,
+            "max_tokens": args.max_tokens,
+            "temperature": args.temperature,
+            "messages": [*messages, {"role": "user", "content": args.prompt}],
+        },
+    ).json()
     assert reference["usage"]["completion_tokens"] <= args.max_tokens, reference
     # temperature 0 gives the same answer twice (labs/contract's temperature_zero, passed by this vLLM)
     assert answer_only(outputs[no_stream]) == reference["choices"][0]["message"]["content"], reference
@@ -97,8 +109,7 @@ def test_readme_client_switch_to_the_ollama_class_engine(llamacpp_server: Server
     switch = [command for command in README if ":11434" in command]
     assert switch == [f'OPENAI_BASE_URL=http://127.0.0.1:11434/v1 MODEL=smollm2:135m {CLIENT} "Say OK."'], switch
     for command in switch:
-        result = run_doc(retarget(command, {11434: llamacpp_server.port}), llamacpp_server.env,
-                         timeout_s=120)
+        result = run_doc(retarget(command, {11434: llamacpp_server.port}), llamacpp_server.env, timeout_s=120)
         assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
         answer_only(result.stdout)
 

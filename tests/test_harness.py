@@ -49,9 +49,15 @@ def test_a_run_over_the_teaching_engines_tests_says_it_leaves_them_out_and_how_t
     """They need torch (the vLLM venv's), so this venv does not collect them; a plain `pytest` (or one over any
     folder holding them) names the folder and the command tests/run.sh runs them with, instead of dropping them
     without a word."""
+
     def collect(path: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", path],
-                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", path],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     over = collect("tests/labs/engine")
     assert over.returncode == 0, over.stdout + over.stderr

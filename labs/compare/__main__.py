@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
@@ -30,49 +30,66 @@ from serve.settings import ROOT, Settings, SettingsError, engine_list
 RESULTS_DIR = ROOT / "results"
 
 
-def positive(name: str):  # noqa: ANN201 - an argparse type
+def positive(name: str):
     def parse(raw: str) -> int:
         try:
             value = int(raw)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a whole number greater than 0, got {raw!r}") from None
         if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number greater than 0, got {value}; "
-                                             "try 3, 8 or 16")
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a whole number greater than 0, got {value}; try 3, 8 or 16"
+            )
         return value
+
     return parse
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = KitArgumentParser(prog="python -m labs.compare", description=__doc__)
-    parser.add_argument("-n", "--n", type=positive("N"), default=DEFAULT_N,
-                        help=f"requests in the matched sequential and concurrent runs (default {DEFAULT_N}; try 8, 16)")
-    parser.add_argument("--max-tokens", type=positive("--max-tokens"), default=MAX_TOKENS,
-                        help=f"longest answer per request (default {MAX_TOKENS})")
-    parser.add_argument("--engines", default=None,
-                        help="engines to compare, e.g. vllm,llamacpp or vllm,llamacpp,llamaserver (default: the "
-                             "ENGINES setting)")
-    parser.add_argument("--results", type=Path, default=None,
-                        help="folder for the results (default results/compare-<UTC time>)")
+    parser.add_argument(
+        "-n",
+        "--n",
+        type=positive("N"),
+        default=DEFAULT_N,
+        help=f"requests in the matched sequential and concurrent runs (default {DEFAULT_N}; try 8, 16)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=positive("--max-tokens"),
+        default=MAX_TOKENS,
+        help=f"longest answer per request (default {MAX_TOKENS})",
+    )
+    parser.add_argument(
+        "--engines",
+        default=None,
+        help="engines to compare, e.g. vllm,llamacpp or vllm,llamacpp,llamaserver (default: the ENGINES setting)",
+    )
+    parser.add_argument(
+        "--results", type=Path, default=None, help="folder for the results (default results/compare-<UTC time>)"
+    )
     return parser.parse_args(argv)
 
 
 def engine_settings(settings: Settings) -> dict[str, str]:
     """What the kit starts each engine with (as configured here; a server started otherwise may differ)."""
-    return {"vllm": f"(as configured: DTYPE={settings.dtype}, MAX_NUM_SEQS={settings.max_num_seqs or 'auto'}, "
-                    f"VLLM_CPU_OMP_THREADS_BIND={settings.omp_threads_bind})",
-            "llamacpp": f"(as configured: llama-cpp-python {LLAMACPP_VERSION}, Q4_1 GGUF, "
-                        f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()})",
-            "llamaserver": f"(as configured: llama.cpp's llama-server from llama-cpp-python {LLAMACPP_VERSION}'s "
-                           f"source, Q4_1 GGUF, LLAMA_SERVER_SLOTS={settings.llama_server_slots})"}
+    return {
+        "vllm": f"(as configured: DTYPE={settings.dtype}, MAX_NUM_SEQS={settings.max_num_seqs or 'auto'}, "
+        f"VLLM_CPU_OMP_THREADS_BIND={settings.omp_threads_bind})",
+        "llamacpp": f"(as configured: llama-cpp-python {LLAMACPP_VERSION}, Q4_1 GGUF, "
+        f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()})",
+        "llamaserver": f"(as configured: llama.cpp's llama-server from llama-cpp-python {LLAMACPP_VERSION}'s "
+        f"source, Q4_1 GGUF, LLAMA_SERVER_SLOTS={settings.llama_server_slots})",
+    }
 
 
 def print_request(engine: str, mode: str, record: RequestRecord) -> None:
     console.print(request_line(engine, mode, record), markup=False)
 
 
-async def compare(chosen: tuple[Endpoint, ...], plan: tuple[Phase, ...], max_tokens: int,
-                  writer: ResultsWriter) -> bool:
+async def compare(
+    chosen: tuple[Endpoint, ...], plan: tuple[Phase, ...], max_tokens: int, writer: ResultsWriter
+) -> bool:
     """Run every phase on every engine; False if an engine stopped answering (its later runs skipped)."""
     all_answered = True
     async with http_client() as http:
@@ -85,15 +102,18 @@ async def compare(chosen: tuple[Endpoint, ...], plan: tuple[Phase, ...], max_tok
             for index, phase in enumerate(plan):
                 how = "all at once" if phase.concurrent else "one after another"
                 with console.status(f"{target.name}: {phase.mode}, {len(phase.prompts)} requests {how} ..."):
-                    run = await run_phase(http, target, phase, max_tokens,
-                                          partial(print_request, target.name, phase.mode))
+                    run = await run_phase(
+                        http, target, phase, max_tokens, partial(print_request, target.name, phase.mode)
+                    )
                 if engine_died(run):
                     run.note = "engine stopped answering"
                     writer.add(run)
-                    skipped = ", ".join(later.mode for later in plan[index + 1:]) or "nothing"
+                    skipped = ", ".join(later.mode for later in plan[index + 1 :]) or "nothing"
                     writer.notes.append(f"{target.name} stopped answering during {phase.mode}; skipped: {skipped}")
-                    console.print(f"[bold red]{target.name} stopped answering[/bold red]; results so far kept, "
-                                  f"skipping its remaining runs ({skipped})")
+                    console.print(
+                        f"[bold red]{target.name} stopped answering[/bold red]; results so far kept, "
+                        f"skipping its remaining runs ({skipped})"
+                    )
                     all_answered = False
                     break
                 writer.add(run)
@@ -108,15 +128,23 @@ def main(argv: list[str] | None = None) -> int:
         chosen = targets(settings, engine_list("--engines", args.engines) if args.engines else None)
     except SettingsError as exc:
         fail(str(exc), code=2)
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     folder = args.results or RESULTS_DIR / f"compare-{started:%Y%m%d-%H%M%S}"
-    config = {"started_at": started.isoformat(timespec="seconds"), "n": args.n, "max_tokens": args.max_tokens,
-              "temperature": TEMPERATURE, "warmup_requests_per_engine": 1, "argv": sys.argv,
-              "engine_settings": {target.name: engine_settings(settings)[target.name] for target in chosen}}
+    config = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "n": args.n,
+        "max_tokens": args.max_tokens,
+        "temperature": TEMPERATURE,
+        "warmup_requests_per_engine": 1,
+        "argv": sys.argv,
+        "engine_settings": {target.name: engine_settings(settings)[target.name] for target in chosen},
+    }
     plan = phases(args.n)
-    console.print(f"Comparing {', '.join(target.name for target in chosen)}: {len(plan[0].prompts)} seed prompts "
-                  f"sequentially, then {args.n} matched requests sequentially and concurrently, "
-                  f"max_tokens {args.max_tokens}. Results: {folder}")
+    console.print(
+        f"Comparing {', '.join(target.name for target in chosen)}: {len(plan[0].prompts)} seed prompts "
+        f"sequentially, then {args.n} matched requests sequentially and concurrently, "
+        f"max_tokens {args.max_tokens}. Results: {folder}"
+    )
     command = command_line("python -m labs.compare", sys.argv[1:] if argv is None else argv)
     writer = ResultsWriter(folder, config, command)
     code = 0
@@ -134,8 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         code = 130
     summaries = writer.summaries
     for engine in dict.fromkeys(summary.engine for summary in summaries if "chunks" in summary.tokens_source):
-        writer.notes.append(f"{engine} sent no usage in its streams: its output tokens are the streamed content "
-                            "chunks (one token each on llama.cpp's server)")
+        writer.notes.append(
+            f"{engine} sent no usage in its streams: its output tokens are the streamed content "
+            "chunks (one token each on llama.cpp's server)"
+        )
     if summaries:
         wide = Console(width=max(console.width, TABLE_WIDTH), highlight=False, force_terminal=console.is_terminal)
         wide.print(table(summaries))  # rich assumes 80 columns off a terminal; the table needs more
@@ -145,13 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     for engine, factor in scaling(summaries).items():
         caveat = ""
         if concurrent[engine].num_bad:
-            caveat = (f" (not a speed-up: {concurrent[engine].num_bad} of {concurrent[engine].num_requests} "
-                      "concurrent answers were cut short or failed)")
+            caveat = (
+                f" (not a speed-up: {concurrent[engine].num_bad} of {concurrent[engine].num_requests} "
+                "concurrent answers were cut short or failed)"
+            )
         console.print(f"{engine}: matched sequential / concurrent = {factor:.2f}x{caveat}")
     bad = sum(summary.num_bad for summary in summaries)
     if bad:
-        console.print(f"[bold red]{bad} request(s) truncated, empty or failed[/bold red] (see the table; "
-                      "llama.cpp's default server cuts a running stream short when another request arrives)")
+        console.print(
+            f"[bold red]{bad} request(s) truncated, empty or failed[/bold red] (see the table; "
+            "llama.cpp's default server cuts a running stream short when another request arrives)"
+        )
     console.print(f"Wrote {text}, {folder / JSON_FILE}" + (f", {plot}" if plot else ""))
     return code
 

@@ -61,11 +61,16 @@ def summarize(run: PhaseRun) -> PhaseSummary:
     latencies = [record.done_s - record.sent_s for record in run.records if record.ok and record.done_s]
     wall_s = run.wall_s
     return PhaseSummary(
-        engine=run.engine, mode=run.mode, num_requests=len(run.records), wall_s=wall_s,
+        engine=run.engine,
+        mode=run.mode,
+        num_requests=len(run.records),
+        wall_s=wall_s,
         output_tokens=ok_tokens,
         output_tokens_per_s=ok_tokens / wall_s if wall_s > 0 else 0.0,
-        num_ok=outcomes.count("ok"), num_truncated=outcomes.count("truncated"),
-        num_empty=outcomes.count("empty"), num_failed=outcomes.count("failed"),
+        num_ok=outcomes.count("ok"),
+        num_truncated=outcomes.count("truncated"),
+        num_empty=outcomes.count("empty"),
+        num_failed=outcomes.count("failed"),
         mean_e2e_latency_s=sum(latencies) / len(latencies) if latencies else None,
         tokens_source=tokens_source(run.records),
         note=run.note,

@@ -71,8 +71,14 @@ def _payload(target: Endpoint, prompt: str, max_tokens: int) -> dict[str, Any]:
     return chat_payload(target.model, [{"role": "user", "content": prompt}], max_tokens, TEMPERATURE)
 
 
-async def _send(http: httpx.AsyncClient, target: Endpoint, request_id: int, prompt: str, max_tokens: int,
-                on_done: Callable[[RequestRecord], None]) -> RequestRecord:
+async def _send(
+    http: httpx.AsyncClient,
+    target: Endpoint,
+    request_id: int,
+    prompt: str,
+    max_tokens: int,
+    on_done: Callable[[RequestRecord], None],
+) -> RequestRecord:
     record = RequestRecord(request_id, max_tokens, scheduled_s=time.perf_counter())
     await stream_chat(http, target.base_url, _payload(target, prompt, max_tokens), record, target.api_key)
     on_done(record)
@@ -82,21 +88,30 @@ async def _send(http: httpx.AsyncClient, target: Endpoint, request_id: int, prom
 async def warm_up(http: httpx.AsyncClient, target: Endpoint) -> RequestRecord:
     """One short request before timing, so no engine pays a first-request cost inside a phase."""
     record = RequestRecord(0, WARMUP_MAX_TOKENS, scheduled_s=time.perf_counter())
-    return await stream_chat(http, target.base_url, _payload(target, WARMUP_PROMPT, WARMUP_MAX_TOKENS), record,
-                             target.api_key)
+    return await stream_chat(
+        http, target.base_url, _payload(target, WARMUP_PROMPT, WARMUP_MAX_TOKENS), record, target.api_key
+    )
 
 
-async def run_phase(http: httpx.AsyncClient, target: Endpoint, phase: Phase, max_tokens: int,
-                    on_done: Callable[[RequestRecord], None]) -> PhaseRun:
+async def run_phase(
+    http: httpx.AsyncClient, target: Endpoint, phase: Phase, max_tokens: int, on_done: Callable[[RequestRecord], None]
+) -> PhaseRun:
     """Send the phase's prompts one after another, or all at once; `on_done` sees each finished record."""
     started = time.perf_counter()
     if phase.concurrent:
-        records = list(await asyncio.gather(*(
-            _send(http, target, number, prompt, max_tokens, on_done)
-            for number, prompt in enumerate(phase.prompts, start=1))))
+        records = list(
+            await asyncio.gather(
+                *(
+                    _send(http, target, number, prompt, max_tokens, on_done)
+                    for number, prompt in enumerate(phase.prompts, start=1)
+                )
+            )
+        )
     else:
-        records = [await _send(http, target, number, prompt, max_tokens, on_done)
-                   for number, prompt in enumerate(phase.prompts, start=1)]
+        records = [
+            await _send(http, target, number, prompt, max_tokens, on_done)
+            for number, prompt in enumerate(phase.prompts, start=1)
+        ]
     return PhaseRun(target.name, phase.mode, phase.concurrent, records, started, time.perf_counter())
 
 

@@ -51,20 +51,27 @@ def matched_prompts(n: int) -> tuple[str, ...]:
 
 def phases(n: int) -> tuple[Phase, ...]:
     matched = matched_prompts(n)
-    return (Phase("seed sequential", SEED_PROMPTS, concurrent=False),
-            Phase("matched sequential", matched, concurrent=False),
-            Phase("matched concurrent", matched, concurrent=True))
+    return (
+        Phase("seed sequential", SEED_PROMPTS, concurrent=False),
+        Phase("matched sequential", matched, concurrent=False),
+        Phase("matched concurrent", matched, concurrent=True),
+    )
 
 
 def targets(settings: Settings, engines: tuple[str, ...] | None = None) -> tuple[Endpoint, ...]:
     """The configured engines (ENGINES), each at its configured port, with the key the kit sends there."""
-    where = {"vllm": (settings.base_url, settings.model_name, "VLLM_PORT"),
-             "llamacpp": (settings.url_for(settings.llamacpp_port), MODEL_ALIAS, "LLAMACPP_PORT"),
-             "llamaserver": (settings.url_for(settings.llama_server_port), MODEL_ALIAS, "LLAMA_SERVER_PORT")}
+    where = {
+        "vllm": (settings.base_url, settings.model_name, "VLLM_PORT"),
+        "llamacpp": (settings.url_for(settings.llamacpp_port), MODEL_ALIAS, "LLAMACPP_PORT"),
+        "llamaserver": (settings.url_for(settings.llama_server_port), MODEL_ALIAS, "LLAMA_SERVER_PORT"),
+    }
     env = load_env()
     endpoints = []
     for engine in engines or settings.engines:
         root_url, model, port_setting = where[engine]
-        endpoints.append(Endpoint.at(engine, f"{root_url}/v1", model, env, kind=engine, url_source=port_setting,
-                                     model_source=MODEL_SOURCE))
+        endpoints.append(
+            Endpoint.at(
+                engine, f"{root_url}/v1", model, env, kind=engine, url_source=port_setting, model_source=MODEL_SOURCE
+            )
+        )
     return tuple(endpoints)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from client.endpoint import Endpoint, EndpointError
@@ -31,26 +31,46 @@ def check_names(raw: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in raw.split(",") if name.strip())
     unknown = [name for name in names if name not in CHECKS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown check(s) {', '.join(unknown) or '(none given)'}: use a "
-                                         f"comma-separated list of {', '.join(CHECKS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown check(s) {', '.join(unknown) or '(none given)'}: use a "
+            f"comma-separated list of {', '.join(CHECKS)}"
+        )
     return names
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = KitArgumentParser(prog="python -m labs.contract", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engines", default=None,
-                        help="the kit's engines to check, e.g. vllm,llamacpp,llamaserver (default: the ENGINES "
-                             "setting, unless --url is given)")
-    parser.add_argument("--url", default=None, help="also check the OpenAI /v1 URL of any engine, e.g. a real "
-                                                    "Ollama's http://127.0.0.1:11434/v1 or a hosted API")
+    parser.add_argument(
+        "--engines",
+        default=None,
+        help="the kit's engines to check, e.g. vllm,llamacpp,llamaserver (default: the ENGINES "
+        "setting, unless --url is given)",
+    )
+    parser.add_argument(
+        "--url",
+        default=None,
+        help="also check the OpenAI /v1 URL of any engine, e.g. a real "
+        "Ollama's http://127.0.0.1:11434/v1 or a hosted API",
+    )
     parser.add_argument("--model", default="", help="the model to ask for at --url (default: the first it lists)")
     parser.add_argument("--name", default="engine", help="the --url engine's column in the matrix (default engine)")
-    parser.add_argument("--api-key", default=None,
-                        help="the key to send to --url (default: OPENAI_API_KEY, else VLLM_API_KEY, as the client)")
-    parser.add_argument("--checks", type=check_names, default=tuple(CHECKS),
-                        help="only these checks, comma-separated (default: all of them)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for contract.json and report.html (default results/contract-<UTC time>)")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="the key to send to --url (default: OPENAI_API_KEY, else VLLM_API_KEY, as the client)",
+    )
+    parser.add_argument(
+        "--checks",
+        type=check_names,
+        default=tuple(CHECKS),
+        help="only these checks, comma-separated (default: all of them)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for contract.json and report.html (default results/contract-<UTC time>)",
+    )
     return parser.parse_args(argv)
 
 
@@ -84,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
             endpoint.check()
     except (SettingsError, EndpointError) as exc:
         fail(str(exc), code=2)
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     folder = args.out or RESULTS_DIR / f"contract-{started:%Y%m%d-%H%M%S}"
-    console.print(f"Checking {len(args.checks)} parts of the OpenAI contract (answers of at most {MAX_TOKENS} "
-                  f"tokens, a few longer) on {', '.join(endpoint.name for endpoint in endpoints)}")
+    console.print(
+        f"Checking {len(args.checks)} parts of the OpenAI contract (answers of at most {MAX_TOKENS} "
+        f"tokens, a few longer) on {', '.join(endpoint.name for endpoint in endpoints)}"
+    )
     records: list[CheckRecord] = []
     for endpoint in endpoints:
         with console.status(f"{endpoint.name} at {endpoint.base_url}, model {endpoint.model} ..."):
@@ -105,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print("\nWhat differs, and the evidence:", markup=False)
         console.print("\n".join(differences), markup=False, highlight=False, soft_wrap=True)
     command = command_line("python -m labs.contract", sys.argv[1:] if argv is None else argv)
-    envelope = Envelope.now(command, [MeasuredEngine(endpoint.model, endpoint.base_url, endpoint.kind or None)
-                                      for endpoint in endpoints])
+    envelope = Envelope.now(
+        command, [MeasuredEngine(endpoint.model, endpoint.base_url, endpoint.kind or None) for endpoint in endpoints]
+    )
     results = write_results(folder, envelope, endpoints, records)
     report = write_html(folder, envelope, endpoints, records)
     console.print(f"\nwrote {results} and {report}", markup=False, soft_wrap=True)

@@ -12,8 +12,18 @@ from typing import Any
 
 import httpx
 
-from labs.contract.probe import (CHAT_PROMPT, MAX_TOKENS, TRACEBACK, Outcome, Probe, Verdict, differs, failed,
-                                 passed, short)
+from labs.contract.probe import (
+    CHAT_PROMPT,
+    MAX_TOKENS,
+    TRACEBACK,
+    Outcome,
+    Probe,
+    Verdict,
+    differs,
+    failed,
+    passed,
+    short,
+)
 
 UNKNOWN_MODEL = "no-such-model"
 LONG_PROMPT_WORDS = 20_000  # about as many tokens: past every context the kit serves (MAX_MODEL_LEN, per slot)
@@ -22,8 +32,13 @@ ERROR_FIELDS = ("message", "type", "param", "code")
 
 
 def _chat_body(probe: Probe, **fields: Any) -> dict[str, Any]:
-    return {"model": probe.model, "messages": [{"role": "user", "content": CHAT_PROMPT}],
-            "max_tokens": MAX_TOKENS, "temperature": 0, **fields}
+    return {
+        "model": probe.model,
+        "messages": [{"role": "user", "content": CHAT_PROMPT}],
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        **fields,
+    }
 
 
 def error_object(response: httpx.Response) -> tuple[dict[str, Any] | None, str]:
@@ -55,8 +70,7 @@ def answered_as(response: httpx.Response, status: int, names: tuple[str, ...] = 
 
 
 def error_unknown_model(probe: Probe) -> Outcome:
-    return answered_as(probe.post("/chat/completions", _chat_body(probe, model=UNKNOWN_MODEL)), 404,
-                       (UNKNOWN_MODEL,))
+    return answered_as(probe.post("/chat/completions", _chat_body(probe, model=UNKNOWN_MODEL)), 404, (UNKNOWN_MODEL,))
 
 
 def error_malformed_body(probe: Probe) -> Outcome:
@@ -81,9 +95,13 @@ def error_context_length(probe: Probe) -> Outcome:
 def error_auth(probe: Probe) -> Outcome:
     """No key, then a wrong key: 401 with an error object both times. Only when this run has a key to send."""
     if not probe.endpoint.api_key:
-        return Outcome(Verdict.NOT_APPLICABLE, "no key set for this engine (VLLM_API_KEY, OPENAI_API_KEY or "
-                                               "--api-key): nothing to refuse")
-    outcomes = [answered_as(probe.post("/chat/completions", _chat_body(probe), headers=headers), 401)
-                for headers in ({}, {"Authorization": f"Bearer {WRONG_KEY}"})]
+        return Outcome(
+            Verdict.NOT_APPLICABLE,
+            "no key set for this engine (VLLM_API_KEY, OPENAI_API_KEY or --api-key): nothing to refuse",
+        )
+    outcomes = [
+        answered_as(probe.post("/chat/completions", _chat_body(probe), headers=headers), 401)
+        for headers in ({}, {"Authorization": f"Bearer {WRONG_KEY}"})
+    ]
     worst = max(outcomes, key=lambda outcome: (Verdict.PASS, Verdict.DIFFERS, Verdict.FAIL).index(outcome.verdict))
     return Outcome(worst.verdict, f"no key: {outcomes[0].evidence}; wrong key: {outcomes[1].evidence}")

@@ -74,8 +74,13 @@ class CheckRecord:
     duration_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "engine": self.engine, "verdict": self.verdict.value,
-                "evidence": self.evidence, "duration_s": round(self.duration_s, 3)}
+        return {
+            "check": self.check,
+            "engine": self.engine,
+            "verdict": self.verdict.value,
+            "evidence": self.evidence,
+            "duration_s": round(self.duration_s, 3),
+        }
 
 
 @dataclass(slots=True)
@@ -89,8 +94,7 @@ class Probe:
 
     @classmethod
     def open(cls, endpoint: Endpoint, timeout_s: float = REQUEST_TIMEOUT_S) -> Probe:
-        sdk = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "none", max_retries=0,
-                     timeout=timeout_s)
+        sdk = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "none", max_retries=0, timeout=timeout_s)
         return cls(endpoint, sdk, httpx.Client(timeout=timeout_s))
 
     def close(self) -> None:
@@ -101,23 +105,37 @@ class Probe:
     def model(self) -> str:
         return self.endpoint.model
 
-    def chat(self, content: str = CHAT_PROMPT, **params: Any) -> Any:  # noqa: ANN401 - an SDK response
+    def chat(self, content: str = CHAT_PROMPT, **params: Any) -> Any:
         """A non-streamed chat completion through the SDK: temperature 0 and MAX_TOKENS unless `params` say."""
-        return self.sdk.chat.completions.create(**{"model": self.model, "max_tokens": MAX_TOKENS, "temperature": 0,
-                                                   "messages": [{"role": "user", "content": content}], **params})
+        return self.sdk.chat.completions.create(
+            **{
+                "model": self.model,
+                "max_tokens": MAX_TOKENS,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": content}],
+                **params,
+            }
+        )
 
-    def complete(self, prompt: str = TEXT_PROMPT, **params: Any) -> Any:  # noqa: ANN401 - an SDK response
-        return self.sdk.completions.create(**{"model": self.model, "max_tokens": MAX_TOKENS, "temperature": 0,
-                                              "prompt": prompt, **params})
+    def complete(self, prompt: str = TEXT_PROMPT, **params: Any) -> Any:
+        return self.sdk.completions.create(
+            **{"model": self.model, "max_tokens": MAX_TOKENS, "temperature": 0, "prompt": prompt, **params}
+        )
 
-    def post(self, path: str, body: dict[str, Any] | None = None, content: bytes | None = None,
-             headers: dict[str, str] | None = None) -> httpx.Response:
+    def post(
+        self,
+        path: str,
+        body: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         """Raw HTTP where the SDK hides the wire (status codes, error bodies); the endpoint's key unless `headers`."""
         # a fresh connection each time: a server that answered the last one with a 500 may have closed it
         sent = {**(self.endpoint.headers if headers is None else headers), "Connection": "close"}
         if content is not None:
-            return self.http.post(f"{self.endpoint.base_url}{path}", content=content,
-                                  headers={**sent, "Content-Type": "application/json"})
+            return self.http.post(
+                f"{self.endpoint.base_url}{path}", content=content, headers={**sent, "Content-Type": "application/json"}
+            )
         return self.http.post(f"{self.endpoint.base_url}{path}", json=body, headers=sent)
 
 
@@ -131,4 +149,4 @@ def short(value: object, limit: int = 160) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

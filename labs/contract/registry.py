@@ -58,12 +58,15 @@ def run_check(check: Check, probe: Probe) -> Outcome:
         return Outcome(Verdict.DIFFERS, f"refused: HTTP {exc.status_code}: {short(text)}")
     except (openai.APIConnectionError, openai.APITimeoutError) as exc:
         return Outcome(Verdict.FAIL, f"{exc.__class__.__name__}: {short(str(exc))}")
-    except Exception as exc:  # noqa: BLE001 - an answer the SDK could not read is the engine's verdict, not a crash
+    except Exception as exc:
         return Outcome(Verdict.FAIL, f"unreadable answer ({exc.__class__.__name__}: {short(str(exc))})")
 
 
-def run_all(endpoint: Endpoint, names: tuple[str, ...] = tuple(CHECKS),
-            on_record: Callable[[CheckRecord], None] = lambda record: None) -> list[CheckRecord]:
+def run_all(
+    endpoint: Endpoint,
+    names: tuple[str, ...] = tuple(CHECKS),
+    on_record: Callable[[CheckRecord], None] = lambda record: None,
+) -> list[CheckRecord]:
     """Every named check against `endpoint`, in the registry's order; `endpoint.check()` has confirmed the model."""
     served = {model.id: model.max_model_len for model in endpoint.check()}
     probe = Probe.open(endpoint)
@@ -73,8 +76,7 @@ def run_all(endpoint: Endpoint, names: tuple[str, ...] = tuple(CHECKS),
         for name in names:
             started = time.perf_counter()
             outcome = run_check(CHECKS[name], probe)
-            record = CheckRecord(name, endpoint.name, outcome.verdict, outcome.evidence,
-                                 time.perf_counter() - started)
+            record = CheckRecord(name, endpoint.name, outcome.verdict, outcome.evidence, time.perf_counter() - started)
             on_record(record)
             records.append(record)
     finally:

@@ -33,16 +33,21 @@ def matrix_lines(records: Sequence[CheckRecord], engines: Sequence[str]) -> list
     header = [f"{engine:<{width}}" for engine, width in zip(engines, widths, strict=True)]
     lines = ["  ".join([f"{'check':<{check_width}}", *header]).rstrip()]
     for check, by_engine in table.items():
-        cells = [f"{by_engine[engine].mark if engine in by_engine else '-':<{width}}"
-                 for engine, width in zip(engines, widths, strict=True)]
+        cells = [
+            f"{by_engine[engine].mark if engine in by_engine else '-':<{width}}"
+            for engine, width in zip(engines, widths, strict=True)
+        ]
         lines.append("  ".join([f"{check:<{check_width}}", *cells]).rstrip())
     return lines
 
 
 def difference_lines(records: Sequence[CheckRecord]) -> list[str]:
     """Every check that did not pass, with its evidence: what a client that swaps engines runs into."""
-    return [f"{record.engine}  {record.check}: {record.verdict.value}: {record.evidence}"
-            for record in records if record.verdict is not Verdict.PASS]
+    return [
+        f"{record.engine}  {record.check}: {record.verdict.value}: {record.evidence}"
+        for record in records
+        if record.verdict is not Verdict.PASS
+    ]
 
 
 def counts(records: Sequence[CheckRecord], engine: str) -> dict[str, int]:
@@ -53,13 +58,24 @@ def counts(records: Sequence[CheckRecord], engine: str) -> dict[str, int]:
     return found
 
 
-def write_results(folder: Path, envelope: Envelope, endpoints: Sequence[Endpoint],
-                  records: Sequence[CheckRecord]) -> Path:
-    payload = {"engines": [{"name": endpoint.name, "base_url": endpoint.base_url, "model": endpoint.model,
-                            "counts": counts(records, endpoint.name)} for endpoint in endpoints],
-               "matrix": {check: {engine: verdict.value for engine, verdict in row.items()}
-                          for check, row in matrix(records).items()},
-               "records": [record.to_dict() for record in records]}
+def write_results(
+    folder: Path, envelope: Envelope, endpoints: Sequence[Endpoint], records: Sequence[CheckRecord]
+) -> Path:
+    payload = {
+        "engines": [
+            {
+                "name": endpoint.name,
+                "base_url": endpoint.base_url,
+                "model": endpoint.model,
+                "counts": counts(records, endpoint.name),
+            }
+            for endpoint in endpoints
+        ],
+        "matrix": {
+            check: {engine: verdict.value for engine, verdict in row.items()} for check, row in matrix(records).items()
+        },
+        "records": [record.to_dict() for record in records],
+    }
     return write(folder / RESULTS_JSON, envelope, payload)
 
 
@@ -69,17 +85,23 @@ def _cell(verdict: Verdict | None) -> str:
     return f'<td style="color:{VERDICT_COLOURS[verdict]};text-align:center">{html.escape(verdict.mark)}</td>'
 
 
-def write_html(folder: Path, envelope: Envelope, endpoints: Sequence[Endpoint],
-               records: Sequence[CheckRecord]) -> Path:
+def write_html(folder: Path, envelope: Envelope, endpoints: Sequence[Endpoint], records: Sequence[CheckRecord]) -> Path:
     names = [endpoint.name for endpoint in endpoints]
     head = "<th>check</th>" + "".join(f"<th>{html.escape(name)}</th>" for name in names)
-    rows = "".join(f"<tr><td>{html.escape(check)}</td>{''.join(_cell(row.get(name)) for name in names)}</tr>"
-                   for check, row in matrix(records).items())
-    engines = "".join(f"<tr><td>{html.escape(endpoint.name)}</td><td class='text'>{html.escape(endpoint.base_url)}"
-                      f"</td><td class='text'>{html.escape(endpoint.model)}</td></tr>" for endpoint in endpoints)
+    rows = "".join(
+        f"<tr><td>{html.escape(check)}</td>{''.join(_cell(row.get(name)) for name in names)}</tr>"
+        for check, row in matrix(records).items()
+    )
+    engines = "".join(
+        f"<tr><td>{html.escape(endpoint.name)}</td><td class='text'>{html.escape(endpoint.base_url)}"
+        f"</td><td class='text'>{html.escape(endpoint.model)}</td></tr>"
+        for endpoint in endpoints
+    )
     evidence = "".join(
         f"<tr><td>{html.escape(record.check)}</td><td class='text'>{html.escape(record.engine)}</td>"
-        f"{_cell(record.verdict)}<td class='text'>{html.escape(record.evidence)}</td></tr>" for record in records)
+        f"{_cell(record.verdict)}<td class='text'>{html.escape(record.evidence)}</td></tr>"
+        for record in records
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>OpenAI contract report</title>
 <link rel="icon" href="data:,"><style>{STYLE}</style></head>

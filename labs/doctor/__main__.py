@@ -35,8 +35,10 @@ from serve.vllm_command import resolve
 NO_METRICS_EXIT = 3
 MODELS_TIMEOUT_S = 5.0
 TREND_WINDOW = 10  # snapshots kept for trends in watch mode
-NO_METRICS = ("this engine exposes no metrics: {url}/metrics is not Prometheus text from vLLM "
-              "(Ollama and llama.cpp's server have none); measure it from the client side (labs.loadtest)")
+NO_METRICS = (
+    "this engine exposes no metrics: {url}/metrics is not Prometheus text from vLLM "
+    "(Ollama and llama.cpp's server have none); measure it from the client side (labs.loadtest)"
+)
 
 
 def cache_line(snapshot: MetricsSnapshot) -> str:
@@ -63,8 +65,10 @@ def gauges(history: list[MetricsSnapshot]) -> Table:
     table.add_row("running", f"{last.running:g}")
     table.add_row("waiting", f"{last.waiting:g}" + (f" ({reasons})" if reasons else ""))
     table.add_row("KV usage", "not exported" if last.kv_usage is None else f"{last.kv_usage:.1%}")
-    table.add_row("preemptions", f"{last.preemptions_total:g} total, "
-                                 f"+{last.preemptions_total - first.preemptions_total:g} while sampling")
+    table.add_row(
+        "preemptions",
+        f"{last.preemptions_total:g} total, +{last.preemptions_total - first.preemptions_total:g} while sampling",
+    )
     table.add_row("cache", cache_line(last))
     table.add_row("metrics", f"vLLM {last.format.upper()} names")
     return table
@@ -103,12 +107,15 @@ def one_shot(url: str, limits: Limits, samples: int, interval_s: float, settings
     history = [combine(round_) for round_ in rounds]
     if settings is not None and urls:
         named = list(zip(urls, rounds[-1], strict=True))
-        console.print(f"[bold]{url}[/bold] is vllm-router over {len(urls)} replicas ({samples} samples, "
-                      f"{interval_s:g} s apart)")
+        console.print(
+            f"[bold]{url}[/bold] is vllm-router over {len(urls)} replicas ({samples} samples, {interval_s:g} s apart)"
+        )
         console.print(replicas.table(named, history[-1]))
         console.print(replicas.router_line(settings))
-        console.print(replicas.imbalance(named, settings.router_policy) or "balance: no replica holds or has "
-                      "finished far more requests than another")
+        console.print(
+            replicas.imbalance(named, settings.router_policy)
+            or "balance: no replica holds or has finished far more requests than another"
+        )
         console.print("[bold]the replicas as one engine[/bold] (sum):")
     else:
         console.print(f"[bold]{url}/metrics[/bold] ({samples} samples, {interval_s:g} s apart)")
@@ -119,12 +126,20 @@ def one_shot(url: str, limits: Limits, samples: int, interval_s: float, settings
 
 def plain_line(snapshot: MetricsSnapshot, diagnosis: Diagnosis) -> str:
     kv = "-" if snapshot.kv_usage is None else f"{snapshot.kv_usage:.1%}"
-    return (f"running {snapshot.running:g}  waiting {snapshot.waiting:g}  KV {kv}  "
-            f"preemptions {snapshot.preemptions_total:g}  -> {diagnosis.state}")
+    return (
+        f"running {snapshot.running:g}  waiting {snapshot.waiting:g}  KV {kv}  "
+        f"preemptions {snapshot.preemptions_total:g}  -> {diagnosis.state}"
+    )
 
 
-def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None,
-          plot_path: Path | None = None, replica_urls: list[str] | None = None) -> int:
+def watch(
+    url: str,
+    limits: Limits,
+    interval_s: float,
+    duration_s: float | None,
+    plot_path: Path | None = None,
+    replica_urls: list[str] | None = None,
+) -> int:
     """Refresh until Ctrl-C or duration_s; a live table on a terminal, a line per sample elsewhere. Behind a
     router, each sample is the replicas' sum."""
     history: deque[MetricsSnapshot] = deque(maxlen=TREND_WINDOW)
@@ -144,8 +159,14 @@ def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None,
             with Live(console=Console(), auto_refresh=False) as live:  # a wrapping console, unlike serve's
                 while running():
                     diagnosis = tick()
-                    live.update(Group(Text(f"{url}/metrics, every {interval_s:g} s (Ctrl-C stops)"),
-                                      gauges(list(history)), diagnosis_text(diagnosis)), refresh=True)
+                    live.update(
+                        Group(
+                            Text(f"{url}/metrics, every {interval_s:g} s (Ctrl-C stops)"),
+                            gauges(list(history)),
+                            diagnosis_text(diagnosis),
+                        ),
+                        refresh=True,
+                    )
                     time.sleep(interval_s)
         else:
             diagnosis = tick()
@@ -166,8 +187,9 @@ def watch(url: str, limits: Limits, interval_s: float, duration_s: float | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = KitArgumentParser(prog="python -m labs.doctor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(
+        prog="python -m labs.doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", help="the engine without /v1 (default: VLLM_HOST/VLLM_PORT from .env)")
     parser.add_argument("--watch", action="store_true", help="refresh a live table until Ctrl-C")
     parser.add_argument("--interval-s", type=positive_float, default=1.0, help="seconds between samples")
@@ -182,14 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     url = (args.url or settings.base_url).rstrip("/").removesuffix("/v1")
     resolved = resolve(settings, detect(), bundled_model_facts())  # what up.sh resolves `auto` to here
     endpoint = Endpoint.at("engine", f"{url}/v1", url_source="--url")
-    limits = Limits(resolved.max_num_seqs, served_max_model_len(endpoint) or settings.max_model_len,
-                    resolved.kv_cache_space_gib)
+    limits = Limits(
+        resolved.max_num_seqs, served_max_model_len(endpoint) or settings.max_model_len, resolved.kv_cache_space_gib
+    )
     if replicas.replica_urls(settings, url):  # the sum is diagnosed: its batch limit is the replicas' together
         limits = replicas.summed_limits(settings, limits)
     try:
         if args.watch:
-            return watch(url, limits, args.interval_s, args.duration_s, args.plot,
-                         replicas.replica_urls(settings, url))
+            return watch(url, limits, args.interval_s, args.duration_s, args.plot, replicas.replica_urls(settings, url))
         return one_shot(url, limits, args.samples, args.interval_s, settings)
     except NoMetrics:
         console.print(NO_METRICS.format(url=url))

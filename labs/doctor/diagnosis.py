@@ -20,8 +20,10 @@ from client.metrics import MetricsSnapshot
 
 HIGH_KV_USAGE = 0.90  # at or above this fraction the pool, not the batch size, is what makes requests wait
 DEFERRED = "deferred"
-SWAP_NOTE = ("SWAP_SPACE adds no blocks on CPU (preempted requests are recomputed; vLLM >= 0.18 removed "
-             "--swap-space): do not raise it to get more KV room")
+SWAP_NOTE = (
+    "SWAP_SPACE adds no blocks on CPU (preempted requests are recomputed; vLLM >= 0.18 removed "
+    "--swap-space): do not raise it to get more KV room"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +58,14 @@ def _kv_space_gib(last: MetricsSnapshot, limits: Limits) -> float | None:
 
 def _kv_advice(last: MetricsSnapshot, limits: Limits, why: str) -> str:
     space = _kv_space_gib(last, limits)
-    raise_kv = (f"raise VLLM_CPU_KVCACHE_SPACE from {space:g} to {2 * space:g}" if space
-                else "raise VLLM_CPU_KVCACHE_SPACE")
-    lower_len = (f"lower MAX_MODEL_LEN from {limits.max_model_len} to {limits.max_model_len // 2}"
-                 if limits.max_model_len else "lower MAX_MODEL_LEN")
+    raise_kv = (
+        f"raise VLLM_CPU_KVCACHE_SPACE from {space:g} to {2 * space:g}" if space else "raise VLLM_CPU_KVCACHE_SPACE"
+    )
+    lower_len = (
+        f"lower MAX_MODEL_LEN from {limits.max_model_len} to {limits.max_model_len // 2}"
+        if limits.max_model_len
+        else "lower MAX_MODEL_LEN"
+    )
     return f"KV-bound: {why}; {raise_kv} (or {lower_len})"
 
 
@@ -85,29 +91,44 @@ def diagnose(history: Sequence[MetricsSnapshot], limits: Limits = Limits()) -> D
     waiting_trend = trend([snap.waiting for snap in history])
     new_preemptions = last.preemptions_total - history[0].preemptions_total
     if new_preemptions > 0 or (last.waiting > 0 and kv >= HIGH_KV_USAGE):
-        why = (f"{new_preemptions:g} preemption(s) while sampling" if new_preemptions > 0
-               else f"{last.waiting:g} waiting ({waiting_trend}) with KV usage {kv:.0%}")
+        why = (
+            f"{new_preemptions:g} preemption(s) while sampling"
+            if new_preemptions > 0
+            else f"{last.waiting:g} waiting ({waiting_trend}) with KV usage {kv:.0%}"
+        )
         return Diagnosis("kv", "VLLM_CPU_KVCACHE_SPACE", _kv_advice(last, limits, why), (SWAP_NOTE, *notes))
     deferred = last.waiting_by_reason.get(DEFERRED, 0.0)
     if last.waiting > 0 and deferred >= last.waiting:
-        return Diagnosis("deferred", None, f"{last.waiting:g} waiting, all deferred by transient constraints "
-                                           "(LoRA budget, KV transfer): no sizing lever", notes)
+        return Diagnosis(
+            "deferred",
+            None,
+            f"{last.waiting:g} waiting, all deferred by transient constraints "
+            "(LoRA budget, KV transfer): no sizing lever",
+            notes,
+        )
     seqs = limits.max_num_seqs
     if last.waiting > 0 and seqs is not None and last.running < seqs:
-        return Diagnosis("prefill", None,
-                         f"prefill-bound: {last.waiting:g} waiting ({waiting_trend}) with {last.running:g} of "
-                         f"MAX_NUM_SEQS={seqs} slots in use and KV usage {kv:.0%}: long prompts are being "
-                         "prefilled in chunks within each step's token budget; neither MAX_NUM_SEQS nor the KV "
-                         "budget is the limit (VLLM_EXTRA_ARGS=--max-num-batched-tokens N admits more per step)",
-                         notes)
+        return Diagnosis(
+            "prefill",
+            None,
+            f"prefill-bound: {last.waiting:g} waiting ({waiting_trend}) with {last.running:g} of "
+            f"MAX_NUM_SEQS={seqs} slots in use and KV usage {kv:.0%}: long prompts are being "
+            "prefilled in chunks within each step's token budget; neither MAX_NUM_SEQS nor the KV "
+            "budget is the limit (VLLM_EXTRA_ARGS=--max-num-batched-tokens N admits more per step)",
+            notes,
+        )
     if last.waiting > 0:
         target = int(last.running + last.waiting)
-        change = (f"raise MAX_NUM_SEQS from {seqs} to {max(target, seqs + 1)}" if seqs
-                  else "raise MAX_NUM_SEQS")
-        return Diagnosis("slots", "MAX_NUM_SEQS",
-                         f"slot-bound: {last.waiting:g} waiting ({waiting_trend}) while KV usage is only "
-                         f"{kv:.0%} and {last.running:g} run; {change}", notes)
+        change = f"raise MAX_NUM_SEQS from {seqs} to {max(target, seqs + 1)}" if seqs else "raise MAX_NUM_SEQS"
+        return Diagnosis(
+            "slots",
+            "MAX_NUM_SEQS",
+            f"slot-bound: {last.waiting:g} waiting ({waiting_trend}) while KV usage is only "
+            f"{kv:.0%} and {last.running:g} run; {change}",
+            notes,
+        )
     if last.running > 0:
-        return Diagnosis("busy", None, f"busy: {last.running:g} running, none waiting, KV usage {kv:.0%}: "
-                                       "no lever needed", notes)
+        return Diagnosis(
+            "busy", None, f"busy: {last.running:g} running, none waiting, KV usage {kv:.0%}: no lever needed", notes
+        )
     return Diagnosis("idle", None, "idle: nothing running or waiting (the gauges move only under load)", notes)

@@ -8,9 +8,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on servers and in CI
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+import matplotlib.pyplot as plt
 
-from client.metrics import MetricsSnapshot  # noqa: E402
+from client.metrics import MetricsSnapshot
 
 FIGURE_SIZE_IN = (8.0, 4.5)
 DPI = 120
@@ -30,8 +30,13 @@ def write_timeline(snapshots: Sequence[MetricsSnapshot], path: Path, title: str)
     requests_axis.set_ylabel("requests")
     requests_axis.set_ylim(bottom=0)
     kv_axis = requests_axis.twinx()
-    kv_axis.plot(seconds, [PERCENT * (snap.kv_usage or 0.0) for snap in snapshots], color="tab:red",
-                 linestyle="--", label="KV usage (%)")
+    kv_axis.plot(
+        seconds,
+        [PERCENT * (snap.kv_usage or 0.0) for snap in snapshots],
+        color="tab:red",
+        linestyle="--",
+        label="KV usage (%)",
+    )
     kv_axis.set_ylabel("KV usage (%)")
     kv_axis.set_ylim(0, PERCENT)
     lines = requests_axis.get_lines() + kv_axis.get_lines()

@@ -36,8 +36,11 @@ def summed_limits(settings: Settings, limits: Limits) -> Limits:
     added up (the sum's running requests are judged against them); the KV budget stays one replica's, the
     value VLLM_CPU_KVCACHE_SPACE sets for each."""
     plans = [runtime.resolve() for runtime in vllm_runtimes(settings) if isinstance(runtime, NativeRuntime)]
-    return Limits(sum(plan.max_num_seqs or 0 for plan in plans) or None, limits.max_model_len,
-                  plans[0].kv_cache_space_gib if plans else limits.kv_cache_space_gib)
+    return Limits(
+        sum(plan.max_num_seqs or 0 for plan in plans) or None,
+        limits.max_model_len,
+        plans[0].kv_cache_space_gib if plans else limits.kv_cache_space_gib,
+    )
 
 
 def router_line(settings: Settings) -> str:
@@ -66,8 +69,14 @@ def table(named: list[tuple[str, MetricsSnapshot]], combined: MetricsSnapshot) -
         return f"{(snapshot.prefix_hits_total or 0) / snapshot.prefix_queries_total:.0%}"
 
     for name, snapshot in [*named, ("sum", combined)]:
-        grid.add_row(name, f"{snapshot.running:g}", f"{snapshot.waiting:g}", _share(snapshot.kv_usage),
-                     hits(snapshot), f"{snapshot.requests_done_total:g}")
+        grid.add_row(
+            name,
+            f"{snapshot.running:g}",
+            f"{snapshot.waiting:g}",
+            _share(snapshot.kv_usage),
+            hits(snapshot),
+            f"{snapshot.requests_done_total:g}",
+        )
     return grid
 
 
@@ -77,9 +86,13 @@ def imbalance(named: list[tuple[str, MetricsSnapshot]], policy: str) -> str | No
         ranked = sorted(named, key=lambda item: value(item[1]))
         (low_name, low), (high_name, high) = ranked[0], ranked[-1]
         if value(high) - value(low) >= IMBALANCE_MIN_REQUESTS and value(high) >= IMBALANCE_RATIO * value(low):
-            why = ("cache_aware keeps shared prefixes on one replica until the load gap passes its balance "
-                   "thresholds" if policy == "cache_aware" else
-                   "a replica is slower, or was out of the rotation (restarted, failed health checks)")
-            return (f"imbalance: {high_name} {what} {value(high):g} requests, {low_name} {value(low):g} "
-                    f"(ROUTER_POLICY={policy}: {why})")
+            why = (
+                "cache_aware keeps shared prefixes on one replica until the load gap passes its balance thresholds"
+                if policy == "cache_aware"
+                else "a replica is slower, or was out of the rotation (restarted, failed health checks)"
+            )
+            return (
+                f"imbalance: {high_name} {what} {value(high):g} requests, {low_name} {value(low):g} "
+                f"(ROUTER_POLICY={policy}: {why})"
+            )
     return None

@@ -39,8 +39,11 @@ class Flag:
         if isinstance(default, bool):
             kwargs: dict[str, Any] = {"action": "store_true"}
         else:
-            kwargs = {"default": default, "type": positive_int if self.whole_positive else None,
-                      "choices": self.choices or None}
+            kwargs = {
+                "default": default,
+                "type": positive_int if self.whole_positive else None,
+                "choices": self.choices or None,
+            }
         parser.add_argument(self.name, **{**kwargs, "help": self.help, **overrides})
 
     def problem(self, name: str, value: Any) -> str | None:
@@ -51,7 +54,7 @@ class Flag:
         return None
 
 
-def knob(default: Any, name: str, help: str, **accepts: Any) -> Any:  # noqa: A002 - argparse's word
+def knob(default: Any, name: str, help: str, **accepts: Any) -> Any:
     return field(default=default, metadata={"flag": Flag(name, help, **accepts)})
 
 
@@ -60,28 +63,41 @@ THREADS = Flag("--threads", "torch threads (1 is faster when other work shares t
 
 @dataclass(slots=True)
 class EngineConfig:
-    policy: str = knob("continuous", "--policy", "static: admit only into an empty batch; continuous: refill a "
-                                                 "finished seat at the next step", choices=POLICIES)
+    policy: str = knob(
+        "continuous",
+        "--policy",
+        "static: admit only into an empty batch; continuous: refill a finished seat at the next step",
+        choices=POLICIES,
+    )
     max_batch_size: int = knob(16, "--max-batch", "the most sequences in one step", whole_positive=True)
     block_size: int = knob(DEFAULT_BLOCK_SIZE, "--block-size", "tokens per KV block", whole_positive=True)
-    num_blocks: int = knob(DEFAULT_NUM_BLOCKS, "--num-blocks", "KV pool size in blocks (default: %(default)s)",
-                           whole_positive=True)
-    max_model_len: int = knob(DEFAULT_MAX_MODEL_LEN, "--max-model-len", "the longest sequence, prompt and "
-                                                                        "completion, in tokens", whole_positive=True)
+    num_blocks: int = knob(
+        DEFAULT_NUM_BLOCKS, "--num-blocks", "KV pool size in blocks (default: %(default)s)", whole_positive=True
+    )
+    max_model_len: int = knob(
+        DEFAULT_MAX_MODEL_LEN,
+        "--max-model-len",
+        "the longest sequence, prompt and completion, in tokens",
+        whole_positive=True,
+    )
     enable_prefix_caching: bool = knob(False, "--prefix-caching", "reuse cached KV blocks of shared prefixes")
     dtype: str = knob("float32", "--dtype", "weights and KV cache dtype", choices=DTYPES)
 
     def __post_init__(self) -> None:
-        knobs = [(knob_field.name, getattr(self, knob_field.name), knob_field.metadata["flag"])
-                 for knob_field in fields(self)]
+        knobs = [
+            (knob_field.name, getattr(self, knob_field.name), knob_field.metadata["flag"])
+            for knob_field in fields(self)
+        ]
         for name, value, flag in sorted(knobs, key=lambda knob: not knob[2].choices):  # policy, dtype, then numbers
             if problem := flag.problem(name, value):
                 raise ValueError(problem)
         if self.num_slots < self.max_model_len:
             needed = -(-self.max_model_len // self.block_size)
-            raise ValueError(f"num_blocks={self.num_blocks} holds {self.num_slots} tokens, fewer than one "
-                             f"max_model_len={self.max_model_len} sequence: use num_blocks >= {needed} "
-                             f"or a smaller max_model_len")
+            raise ValueError(
+                f"num_blocks={self.num_blocks} holds {self.num_slots} tokens, fewer than one "
+                f"max_model_len={self.max_model_len} sequence: use num_blocks >= {needed} "
+                f"or a smaller max_model_len"
+            )
 
     @property
     def num_slots(self) -> int:
@@ -90,8 +106,11 @@ class EngineConfig:
     @classmethod
     def from_args(cls, args: argparse.Namespace, **values: Any) -> EngineConfig:
         """The config the flags of `add_flags` ask for; `values` sets the knobs a command line gives otherwise."""
-        given = {knob_field.name: getattr(args, knob_field.metadata["flag"].dest) for knob_field in fields(cls)
-                 if hasattr(args, knob_field.metadata["flag"].dest)}
+        given = {
+            knob_field.name: getattr(args, knob_field.metadata["flag"].dest)
+            for knob_field in fields(cls)
+            if hasattr(args, knob_field.metadata["flag"].dest)
+        }
         return cls(**{**given, **values})
 
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 class Detokenizer:
     """Turns the growing list of completion ids into text deltas; holds back a half-decoded character."""
 
-    def __init__(self, tokenizer) -> None:  # noqa: ANN001 - any Hugging Face tokenizer
+    def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.token_ids: list[int] = []
         self.text = ""
@@ -23,7 +23,7 @@ class Detokenizer:
         text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
         if text.endswith("\ufffd") and not final:
             return ""
-        delta, self.text = text[len(self.text):], text
+        delta, self.text = text[len(self.text) :], text
         return delta
 
     async def deltas(self, tokens: AsyncIterator[tuple[int, str | None]]) -> AsyncIterator[tuple[str, str | None]]:

@@ -1,9 +1,9 @@
 """The facade: requests in, tokens out, one `step()` at a time — and the KV accounting the course compares.
 
-    engine = Engine(EngineConfig(policy="continuous", max_batch_size=16), SmolLM2(MODEL_DIR))
-    engine.add_request(prompt_token_ids, SamplingParams(max_tokens=24))
-    while engine.has_unfinished:
-        engine.step()
+engine = Engine(EngineConfig(policy="continuous", max_batch_size=16), SmolLM2(MODEL_DIR))
+engine.add_request(prompt_token_ids, SamplingParams(max_tokens=24))
+while engine.has_unfinished:
+    engine.step()
 """
 
 from __future__ import annotations
@@ -53,10 +53,16 @@ class Engine:
         self.num_steps = 0
         self._next_seq_id = 0
 
-    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    arrival_s: float | None = None) -> Sequence:
-        seq = Sequence(self._next_seq_id, prompt_token_ids, params, self.config.block_size,
-                       self.clock() if arrival_s is None else arrival_s)
+    def add_request(
+        self, prompt_token_ids: list[int], params: SamplingParams, arrival_s: float | None = None
+    ) -> Sequence:
+        seq = Sequence(
+            self._next_seq_id,
+            prompt_token_ids,
+            params,
+            self.config.block_size,
+            self.clock() if arrival_s is None else arrival_s,
+        )
         self._next_seq_id += 1
         self.scheduler.add(seq)
         return seq
@@ -94,10 +100,12 @@ class Engine:
         running = self.scheduler.running
         live = sum(seq.num_tokens for seq in running)
         if live > self.kv_peak.live_tokens:
-            self.kv_peak = KVPeak(live_tokens=live,
-                                  paged_slots=self.block_pool.num_used_blocks * self.config.block_size,
-                                  max_len_slots=len(running) * self.config.max_model_len,
-                                  num_running=len(running))
+            self.kv_peak = KVPeak(
+                live_tokens=live,
+                paged_slots=self.block_pool.num_used_blocks * self.config.block_size,
+                max_len_slots=len(running) * self.config.max_model_len,
+                num_running=len(running),
+            )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
         """Run `prompts` to completion; their completion token ids, in order."""

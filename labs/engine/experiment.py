@@ -45,19 +45,30 @@ ENGINE_FLAGS = ("block_size", "num_blocks", "max_model_len", "enable_prefix_cach
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = KitArgumentParser(prog="python -m labs.engine.experiment",
-                                     description="Static vs continuous batching on the teaching engine.")
+    parser = KitArgumentParser(
+        prog="python -m labs.engine.experiment", description="Static vs continuous batching on the teaching engine."
+    )
     parser.add_argument("--requests", type=positive_int, default=48)
     parser.add_argument("--rate", type=positive_float, default=25.0, help="arrivals per second (Poisson)")
-    parser.add_argument("--lengths", choices=workload.LENGTH_MIXES, default="mixed",
-                        help="mixed: 80%% ~24 / 20%% ~150 output tokens; uniform: all ~24")
+    parser.add_argument(
+        "--lengths",
+        choices=workload.LENGTH_MIXES,
+        default="mixed",
+        help="mixed: 80%% ~24 / 20%% ~150 output tokens; uniform: all ~24",
+    )
     parser.add_argument("--short-tokens", type=positive_int, default=24, help="output tokens a short request wants (~)")
     parser.add_argument("--long-tokens", type=positive_int, default=150, help="output tokens a long request wants (~)")
     parser.add_argument("--shared-prefix", action="store_true", help="every prompt starts with one long system prompt")
     parser.add_argument("--batches", default="2,4,8,16,32", help="max batch sizes, comma-separated")
     parser.add_argument("--policies", default="static,continuous", help="comma-separated: static, continuous")
-    add_flags(parser, ENGINE_FLAGS, num_blocks={
-        "default": None, "help": f"KV pool size in blocks (default: {DEFAULT_NUM_BLOCKS} blocks of 16 tokens' worth)"})
+    add_flags(
+        parser,
+        ENGINE_FLAGS,
+        num_blocks={
+            "default": None,
+            "help": f"KV pool size in blocks (default: {DEFAULT_NUM_BLOCKS} blocks of 16 tokens' worth)",
+        },
+    )
     THREADS.add_to(parser, torch.get_num_threads())
     parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON results")
@@ -71,8 +82,11 @@ def configs(args: argparse.Namespace) -> list[EngineConfig]:
         batches = [int(value) for value in args.batches.split(",")]
     except ValueError:
         raise ValueError(f"--batches={args.batches!r} is invalid: use whole numbers separated by commas") from None
-    return [EngineConfig.from_args(args, policy=policy, max_batch_size=batch, num_blocks=num_blocks)
-            for batch in batches for policy in policies]
+    return [
+        EngineConfig.from_args(args, policy=policy, max_batch_size=batch, num_blocks=num_blocks)
+        for batch in batches
+        for policy in policies
+    ]
 
 
 def advancing(progress: Progress, task: TaskID) -> Callable[[Sequence], None]:
@@ -81,15 +95,22 @@ def advancing(progress: Progress, task: TaskID) -> Callable[[Sequence], None]:
 
 
 def run(args: argparse.Namespace, console: Console) -> list[BatchingResult]:
-    spec = workload.WorkloadSpec(num_requests=args.requests, rate_per_s=args.rate, lengths=args.lengths,
-                                 short_tokens=args.short_tokens, long_tokens=args.long_tokens,
-                                 shared_prefix=args.shared_prefix, seed=args.seed)
+    spec = workload.WorkloadSpec(
+        num_requests=args.requests,
+        rate_per_s=args.rate,
+        lengths=args.lengths,
+        short_tokens=args.short_tokens,
+        long_tokens=args.long_tokens,
+        shared_prefix=args.shared_prefix,
+        seed=args.seed,
+    )
     plan = configs(args)
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
     requests = workload.build(spec, tokenizer)
     model = SmolLM2(MODEL_DIR, TORCH_DTYPES[args.dtype])
-    Engine(plan[0], model).generate([requests[0].prompt_token_ids],
-                                    SamplingParams(max_tokens=WARMUP_TOKENS, ignore_eos=True))
+    Engine(plan[0], model).generate(
+        [requests[0].prompt_token_ids], SamplingParams(max_tokens=WARMUP_TOKENS, ignore_eos=True)
+    )
     results = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
@@ -108,19 +129,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         torch.set_num_threads(args.threads)
-        console.print(f"[bold]{args.requests} requests at {args.rate:g}/s[/], lengths {args.lengths}, "
-                      f"{args.dtype}, {torch.get_num_threads()} threads, blocks of {args.block_size}"
-                      + (", shared prefix" if args.shared_prefix else "")
-                      + (", prefix caching" if args.prefix_caching else ""))
+        console.print(
+            f"[bold]{args.requests} requests at {args.rate:g}/s[/], lengths {args.lengths}, "
+            f"{args.dtype}, {torch.get_num_threads()} threads, blocks of {args.block_size}"
+            + (", shared prefix" if args.shared_prefix else "")
+            + (", prefix caching" if args.prefix_caching else "")
+        )
         results = run(args, console)
     except ValueError as exc:
         Console(stderr=True).print(f"[red]error:[/] {exc}")
         return 2
     print_report(console, results, args.block_size, args.max_model_len)
-    envelope = Envelope.now(command_line("python -m labs.engine.experiment", sys.argv[1:] if argv is None else argv),
-                            [MeasuredEngine(MODEL_DIR.name, kind="teaching-engine")])
-    write_study(args.out, envelope, {key: str(value) if isinstance(value, Path) else value
-                                     for key, value in vars(args).items()}, results)
+    envelope = Envelope.now(
+        command_line("python -m labs.engine.experiment", sys.argv[1:] if argv is None else argv),
+        [MeasuredEngine(MODEL_DIR.name, kind="teaching-engine")],
+    )
+    write_study(
+        args.out,
+        envelope,
+        {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        results,
+    )
     console.print(f"wrote {args.out} — plot it with: .venv/bin/python -m labs.engine.plot {args.out}")
     return 0
 

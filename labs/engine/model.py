@@ -34,12 +34,18 @@ class ModelShape:
     def from_config(cls, path: Path) -> ModelShape:
         raw = json.loads(path.read_text())
         rope = raw.get("rope_parameters") or {}
-        return cls(num_layers=raw["num_hidden_layers"], hidden_size=raw["hidden_size"],
-                   num_heads=raw["num_attention_heads"], num_kv_heads=raw["num_key_value_heads"],
-                   head_dim=raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"],
-                   vocab_size=raw["vocab_size"], rms_norm_eps=raw["rms_norm_eps"],
-                   rope_theta=rope.get("rope_theta", raw.get("rope_theta")),
-                   max_position_embeddings=raw["max_position_embeddings"], eos_token_id=raw["eos_token_id"])
+        return cls(
+            num_layers=raw["num_hidden_layers"],
+            hidden_size=raw["hidden_size"],
+            num_heads=raw["num_attention_heads"],
+            num_kv_heads=raw["num_key_value_heads"],
+            head_dim=raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"],
+            vocab_size=raw["vocab_size"],
+            rms_norm_eps=raw["rms_norm_eps"],
+            rope_theta=rope.get("rope_theta", raw.get("rope_theta")),
+            max_position_embeddings=raw["max_position_embeddings"],
+            eos_token_id=raw["eos_token_id"],
+        )
 
     @property
     def group_size(self) -> int:
@@ -89,7 +95,8 @@ class SmolLM2:
             o=weights[attn + "o_proj.weight"],
             post_norm=weights[prefix + "post_attention_layernorm.weight"],
             gate_up=torch.cat([weights[mlp + "gate_proj.weight"], weights[mlp + "up_proj.weight"]]),
-            down=weights[mlp + "down_proj.weight"])
+            down=weights[mlp + "down_proj.weight"],
+        )
 
     def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         dim = self.shape.head_dim
@@ -102,8 +109,10 @@ class SmolLM2:
     def new_kv_cache(self, num_slots: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer, K and V for `num_slots` token slots (+1 scratch slot that padding writes into)."""
         shape = (num_slots + 1, self.shape.num_kv_heads, self.shape.head_dim)
-        return [(torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype))
-                for _ in range(self.shape.num_layers)]
+        return [
+            (torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype))
+            for _ in range(self.shape.num_layers)
+        ]
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         x32 = x.float()

@@ -20,8 +20,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 class ModelRunner:
     def __init__(self, model: SmolLM2, config: EngineConfig) -> None:
         if DTYPES[config.dtype] != model.dtype:
-            raise ValueError(f"dtype={config.dtype!r} but the model was loaded as {model.dtype}: load it with "
-                             f"the same dtype")
+            raise ValueError(
+                f"dtype={config.dtype!r} but the model was loaded as {model.dtype}: load it with the same dtype"
+            )
         self.model = model
         self.kv_cache = model.new_kv_cache(config.num_slots)
         self.scratch_slot = config.num_slots  # padding writes here and reads from here, always masked
@@ -43,14 +44,19 @@ class ModelRunner:
             token_ids.append(seq.token_ids[start:] + [0] * pad_new)
             positions.append(list(range(start, seq.num_tokens)) + [0] * pad_new)
             write_slots.extend([seq.slot(p) for p in range(start, seq.num_tokens)] + [self.scratch_slot] * pad_new)
-            context_slots.extend([seq.slot(p) for p in range(seq.num_tokens)]
-                                 + [self.scratch_slot] * (num_context - seq.num_tokens))
+            context_slots.extend(
+                [seq.slot(p) for p in range(seq.num_tokens)] + [self.scratch_slot] * (num_context - seq.num_tokens)
+            )
             last_index.append(seq.num_tokens - start - 1)
         positions_t = torch.tensor(positions)
-        return StepInputs(token_ids=torch.tensor(token_ids), positions=positions_t,
-                          write_slots=torch.tensor(write_slots), context_slots=torch.tensor(context_slots),
-                          attn_bias=self._attn_bias(batch.seqs, positions_t, num_context),
-                          last_index=torch.tensor(last_index))
+        return StepInputs(
+            token_ids=torch.tensor(token_ids),
+            positions=positions_t,
+            write_slots=torch.tensor(write_slots),
+            context_slots=torch.tensor(context_slots),
+            attn_bias=self._attn_bias(batch.seqs, positions_t, num_context),
+            last_index=torch.tensor(last_index),
+        )
 
     def _attn_bias(self, seqs: list[Sequence], positions: torch.Tensor, num_context: int) -> torch.Tensor:
         """Causal within the context, nothing past a sequence's own length. Padded queries (position 0)

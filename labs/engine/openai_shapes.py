@@ -37,8 +37,11 @@ class ChatAnswer:
     OBJECT = "chat.completion"
 
     def usage(self, num_completion_tokens: int) -> dict[str, int]:
-        return {"prompt_tokens": self.num_prompt_tokens, "completion_tokens": num_completion_tokens,
-                "total_tokens": self.num_prompt_tokens + num_completion_tokens}
+        return {
+            "prompt_tokens": self.num_prompt_tokens,
+            "completion_tokens": num_completion_tokens,
+            "total_tokens": self.num_prompt_tokens + num_completion_tokens,
+        }
 
     def choice(self, text: str, reason: str | None) -> dict:
         return {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
@@ -48,12 +51,19 @@ class ChatAnswer:
 
     def first_chunk(self) -> str | None:
         """The chunk that opens a stream (the assistant's role), or None where the shape has none."""
-        return self._event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                         "finish_reason": None}]})
+        return self._event(
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        )
 
     def message(self, text: str, reason: str | None, num_completion_tokens: int) -> dict:
-        return {"id": self.id, "object": self.OBJECT, "created": self.created, "model": self.model,
-                "choices": [self.choice(text, reason)], "usage": self.usage(num_completion_tokens)}
+        return {
+            "id": self.id,
+            "object": self.OBJECT,
+            "created": self.created,
+            "model": self.model,
+            "choices": [self.choice(text, reason)],
+            "usage": self.usage(num_completion_tokens),
+        }
 
     def chunk(self, text: str, reason: str | None) -> str:
         return self._event({"choices": [self.delta(text, reason)]})
@@ -62,9 +72,19 @@ class ChatAnswer:
         return self._event({"choices": [], "usage": self.usage(num_completion_tokens)})
 
     def _event(self, fields: dict) -> str:
-        return "data: " + json.dumps({"id": self.id, "object": f"{self.OBJECT}.chunk" if self.OBJECT.startswith("chat")
-                                      else self.OBJECT, "created": self.created, "model": self.model,
-                                      **fields}) + "\n\n"
+        return (
+            "data: "
+            + json.dumps(
+                {
+                    "id": self.id,
+                    "object": f"{self.OBJECT}.chunk" if self.OBJECT.startswith("chat") else self.OBJECT,
+                    "created": self.created,
+                    "model": self.model,
+                    **fields,
+                }
+            )
+            + "\n\n"
+        )
 
 
 @dataclass(slots=True)
@@ -85,5 +105,7 @@ class TextAnswer(ChatAnswer):
 
 
 def model_list(model_name: str, max_model_len: int) -> dict:
-    return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "teaching-engine",
-                                        "max_model_len": max_model_len}]}
+    return {
+        "object": "list",
+        "data": [{"id": model_name, "object": "model", "owned_by": "teaching-engine", "max_model_len": max_model_len}],
+    }

@@ -11,11 +11,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend
+import matplotlib.pyplot as plt
 
-from labs.engine.study import BatchingResult, Study, load_study  # noqa: E402
-from labs.results import ResultsError  # noqa: E402
-from serve.cli import KitArgumentParser  # noqa: E402
+from labs.engine.study import BatchingResult, Study, load_study
+from labs.results import ResultsError
+from serve.cli import KitArgumentParser
 
 POLICY_STYLES = {"static": "o--", "continuous": "s-"}
 FIGURE_SIZE_IN = (15, 4.5)
@@ -44,8 +44,11 @@ def plot(study: Study, out: Path) -> Path:
     labels = [f"{r.max_batch_size}\n{r.policy[:4]}" for r in kv_rows]
     positions = range(len(kv_rows))
     width = 0.28
-    for offset, key, label in ((-width, "kv_live_tokens", "live tokens"), (0, "kv_paged_slots", "paged slots"),
-                               (width, "kv_max_len_slots", "max_len reservation")):
+    for offset, key, label in (
+        (-width, "kv_live_tokens", "live tokens"),
+        (0, "kv_paged_slots", "paged slots"),
+        (width, "kv_max_len_slots", "max_len reservation"),
+    ):
         kv_ax.bar([p + offset for p in positions], [getattr(r, key) for r in kv_rows], width, label=label)
     kv_ax.set_xticks(list(positions), labels, fontsize=7)
     kv_ax.set(title="KV slots at the peak", xlabel="max batch / policy")
@@ -53,8 +56,10 @@ def plot(study: Study, out: Path) -> Path:
         axis.legend(fontsize=8)
         axis.grid(alpha=0.3)
     args = study.args
-    figure.suptitle(f"{args.get('requests', '?')} requests at {args.get('rate', '?')}/s, lengths "
-                    f"{args.get('lengths', '?')}, blocks of {args.get('block_size', '?')}")
+    figure.suptitle(
+        f"{args.get('requests', '?')} requests at {args.get('rate', '?')}/s, lengths "
+        f"{args.get('lengths', '?')}, blocks of {args.get('block_size', '?')}"
+    )
     figure.tight_layout()
     figure.savefig(out)
     plt.close(figure)

@@ -27,8 +27,12 @@ class SkipIdleClock:
         self._skipped_s += max(0.0, moment_s - self())
 
 
-def replay(engine: Engine, clock: SkipIdleClock, requests: list[Request],
-           on_finished: Callable[[Sequence], None] = lambda seq: None) -> list[Sequence]:
+def replay(
+    engine: Engine,
+    clock: SkipIdleClock,
+    requests: list[Request],
+    on_finished: Callable[[Sequence], None] = lambda seq: None,
+) -> list[Sequence]:
     """Add each request when the clock reaches its arrival; step until all finish. Sequences in request order."""
     pending = deque(sorted(requests, key=lambda request: request.arrival_s))
     origin_s = clock()

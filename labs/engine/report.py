@@ -30,23 +30,51 @@ def summarize(engine: Engine, seqs: list[Sequence], wall_s: float) -> BatchingRe
     span_s = max(finishes_s) - min(seq.arrival_s for seq in seqs)
     peak = engine.kv_peak
     return BatchingResult(
-        policy=engine.config.policy, max_batch_size=engine.config.max_batch_size, num_requests=len(seqs),
+        policy=engine.config.policy,
+        max_batch_size=engine.config.max_batch_size,
+        num_requests=len(seqs),
         output_tokens_per_s=sum(seq.num_completion_tokens for seq in seqs) / span_s,
-        ttft_p50_ms=ttft_ms.median, ttft_p95_ms=ttft_ms.p95, ttft_p99_ms=ttft_ms.p99, e2e_p99_s=e2e_s.p99,
-        num_preemptions=engine.num_preemptions, prefix_hit_rate=engine.prefix_hit_rate,
-        kv_live_tokens=peak.live_tokens, kv_paged_slots=peak.paged_slots, kv_max_len_slots=peak.max_len_slots,
-        kv_max_len_over_paged=peak.max_len_over_paged, num_steps=engine.num_steps, wall_s=wall_s)
+        ttft_p50_ms=ttft_ms.median,
+        ttft_p95_ms=ttft_ms.p95,
+        ttft_p99_ms=ttft_ms.p99,
+        e2e_p99_s=e2e_s.p99,
+        num_preemptions=engine.num_preemptions,
+        prefix_hit_rate=engine.prefix_hit_rate,
+        kv_live_tokens=peak.live_tokens,
+        kv_paged_slots=peak.paged_slots,
+        kv_max_len_slots=peak.max_len_slots,
+        kv_max_len_over_paged=peak.max_len_over_paged,
+        num_steps=engine.num_steps,
+        wall_s=wall_s,
+    )
 
 
 def latency_table(results: list[BatchingResult]) -> Table:
     table = Table(title="Static vs continuous batching")
-    for header in ("max batch", "policy", "output tok/s", "TTFT p50 ms", "TTFT p95 ms", "TTFT p99 ms",
-                   "e2e p99 s", "preemptions", "prefix hits"):
+    for header in (
+        "max batch",
+        "policy",
+        "output tok/s",
+        "TTFT p50 ms",
+        "TTFT p95 ms",
+        "TTFT p99 ms",
+        "e2e p99 s",
+        "preemptions",
+        "prefix hits",
+    ):
         table.add_column(header, justify="right")
     for r in results:
-        table.add_row(str(r.max_batch_size), r.policy, f"{r.output_tokens_per_s:.1f}", f"{r.ttft_p50_ms:.0f}",
-                      f"{r.ttft_p95_ms:.0f}", f"{r.ttft_p99_ms:.0f}", f"{r.e2e_p99_s:.2f}", str(r.num_preemptions),
-                      f"{r.prefix_hit_rate:.0%}")
+        table.add_row(
+            str(r.max_batch_size),
+            r.policy,
+            f"{r.output_tokens_per_s:.1f}",
+            f"{r.ttft_p50_ms:.0f}",
+            f"{r.ttft_p95_ms:.0f}",
+            f"{r.ttft_p99_ms:.0f}",
+            f"{r.e2e_p99_s:.2f}",
+            str(r.num_preemptions),
+            f"{r.prefix_hit_rate:.0%}",
+        )
     return table
 
 
@@ -59,8 +87,11 @@ def speedup_table(results: list[BatchingResult]) -> Table:
     for batch in sorted({r.max_batch_size for r in results}):
         static, continuous = by_key.get(("static", batch)), by_key.get(("continuous", batch))
         if static and continuous:
-            table.add_row(str(batch), f"{static.ttft_p50_ms / continuous.ttft_p50_ms:.1f}x",
-                          f"{continuous.output_tokens_per_s / static.output_tokens_per_s:.2f}x")
+            table.add_row(
+                str(batch),
+                f"{static.ttft_p50_ms / continuous.ttft_p50_ms:.1f}x",
+                f"{continuous.output_tokens_per_s / static.output_tokens_per_s:.2f}x",
+            )
     return table
 
 
@@ -69,8 +100,14 @@ def kv_table(results: list[BatchingResult], block_size: int, max_model_len: int)
     for header in ("max batch", "policy", "live tokens", "paged slots", "max_len slots", "max_len / paged"):
         table.add_column(header, justify="right")
     for r in results:
-        table.add_row(str(r.max_batch_size), r.policy, f"{r.kv_live_tokens:,}", f"{r.kv_paged_slots:,}",
-                      f"{r.kv_max_len_slots:,}", f"{r.kv_max_len_over_paged:.1f}x")
+        table.add_row(
+            str(r.max_batch_size),
+            r.policy,
+            f"{r.kv_live_tokens:,}",
+            f"{r.kv_paged_slots:,}",
+            f"{r.kv_max_len_slots:,}",
+            f"{r.kv_max_len_over_paged:.1f}x",
+        )
     return table
 
 

@@ -39,8 +39,10 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         if seq.num_prompt_tokens >= self.max_model_len:
-            raise ValueError(f"request {seq.seq_id} has {seq.num_prompt_tokens} prompt tokens, "
-                             f"max_model_len is {self.max_model_len}: shorten the prompt or raise max_model_len")
+            raise ValueError(
+                f"request {seq.seq_id} has {seq.num_prompt_tokens} prompt tokens, "
+                f"max_model_len is {self.max_model_len}: shorten the prompt or raise max_model_len"
+            )
         self.waiting.append(seq)
 
     @property

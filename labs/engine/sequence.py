@@ -32,8 +32,9 @@ class Sequence:
     `num_cached_tokens` counts the prompt tokens whose KV was found in the prefix cache at admission.
     """
 
-    def __init__(self, seq_id: int, prompt_token_ids: list[int], params: SamplingParams, block_size: int,
-                 arrival_s: float = 0.0) -> None:
+    def __init__(
+        self, seq_id: int, prompt_token_ids: list[int], params: SamplingParams, block_size: int, arrival_s: float = 0.0
+    ) -> None:
         if not prompt_token_ids:
             raise ValueError(f"request {seq_id} has an empty prompt: send at least one token")
         self.seq_id = seq_id
@@ -63,7 +64,7 @@ class Sequence:
 
     @property
     def completion_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def last_token_id(self) -> int:
@@ -78,7 +79,7 @@ class Sequence:
         return self.status is SequenceStatus.FINISHED
 
     def block_token_ids(self, index: int) -> tuple[int, ...]:
-        return tuple(self.token_ids[index * self.block_size:(index + 1) * self.block_size])
+        return tuple(self.token_ids[index * self.block_size : (index + 1) * self.block_size])
 
     def slot(self, position: int) -> int:
         """The physical KV slot of a token position: its block's id times block size, plus the offset."""

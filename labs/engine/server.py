@@ -38,7 +38,7 @@ Parse = Callable[[bytes, object, str, int], GenerationRequest]  # (body, tokeniz
 ENGINE_FLAGS = ("policy", "max_batch_size", "block_size", "num_blocks", "enable_prefix_caching", "dtype")
 
 
-def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:  # noqa: ANN001
+def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:
     app = FastAPI(title="teaching engine")
     max_model_len = loop.engine.config.max_model_len
 
@@ -54,15 +54,16 @@ def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:  # noqa:
     async def models() -> dict:
         return model_list(model_name, max_model_len)
 
-    async def answer(raw_body: bytes, parse: Parse, shape: type[ChatAnswer]):  # noqa: ANN202 - JSON or a stream
+    async def answer(raw_body: bytes, parse: Parse, shape: type[ChatAnswer]):
         try:
             request = parse(raw_body, tokenizer, model_name, max_model_len)
         except RequestError as refused:
             return JSONResponse(refused.body(), status_code=refused.status)
         answer = shape(model_name, len(request.prompt_token_ids))
         detokenizer = Detokenizer(tokenizer)
-        deltas = until_stop(detokenizer.deltas(loop.stream(request.prompt_token_ids, request.params)),
-                            StopStrings(request.stop))
+        deltas = until_stop(
+            detokenizer.deltas(loop.stream(request.prompt_token_ids, request.params)), StopStrings(request.stop)
+        )
 
         if not request.stream:
             text, reason = "", None
@@ -85,11 +86,11 @@ def build_app(loop: EngineLoop, tokenizer, model_name: str) -> FastAPI:  # noqa:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request):  # noqa: ANN202 - a JSON or a streaming response
+    async def chat(request: Request):
         return await answer(await request.body(), parse_chat, ChatAnswer)
 
     @app.post("/v1/completions")
-    async def completions(request: Request):  # noqa: ANN202 - a JSON or a streaming response
+    async def completions(request: Request):
         return await answer(await request.body(), parse_completion, TextAnswer)
 
     return app
@@ -110,8 +111,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     engine = Engine(config, SmolLM2(MODEL_DIR, TORCH_DTYPES[config.dtype]))
     app = build_app(EngineLoop(engine), AutoTokenizer.from_pretrained(MODEL_DIR), args.served_model_name)
-    print(f"teaching engine ({config.policy}, max batch {config.max_batch_size}) at http://{args.host}:{args.port}/v1",
-          flush=True)
+    print(
+        f"teaching engine ({config.policy}, max batch {config.max_batch_size}) at http://{args.host}:{args.port}/v1",
+        flush=True,
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

@@ -23,16 +23,17 @@ class StopStrings:
         self.text += delta
         found = [index for index in (self.text.find(stop) for stop in self.stops) if index >= 0]
         if found:
-            self.hit, self.text = True, self.text[:min(found)]
+            self.hit, self.text = True, self.text[: min(found)]
             upto = len(self.text)
         else:
             upto = len(self.text) if final else max(self.num_sent, len(self.text) - self.num_held)
-        sent, self.num_sent = self.text[self.num_sent:upto], upto
+        sent, self.num_sent = self.text[self.num_sent : upto], upto
         return sent
 
 
-async def until_stop(deltas: AsyncIterator[tuple[str, str | None]],
-                     stops: StopStrings) -> AsyncIterator[tuple[str, str | None]]:
+async def until_stop(
+    deltas: AsyncIterator[tuple[str, str | None]], stops: StopStrings
+) -> AsyncIterator[tuple[str, str | None]]:
     """(text, finish reason or None) as the detokenizer gives them, ended with 'stop' at a stop string."""
     async for text, reason in deltas:
         sent = stops.feed(text, final=reason is not None)

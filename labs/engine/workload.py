@@ -16,10 +16,17 @@ from labs.loadtest.workload import arrival_gap_s
 LENGTH_MIXES = ("mixed", "uniform")
 LENGTH_JITTER = 0.25  # each request wants its class's length +/- 25%
 QUESTIONS = (
-    "What is the capital of France?", "Write a haiku about the sea.", "Explain what a GPU does.",
-    "Give me three tips for writing clear code.", "Why is the sky blue?", "Summarize the plot of Hamlet.",
-    "What is a KV cache in a language model?", "Describe a cat to someone who has never seen one.",
-    "How do vaccines work?", "Suggest a name for a bakery.", "What is the difference between RAM and disk?",
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain what a GPU does.",
+    "Give me three tips for writing clear code.",
+    "Why is the sky blue?",
+    "Summarize the plot of Hamlet.",
+    "What is a KV cache in a language model?",
+    "Describe a cat to someone who has never seen one.",
+    "How do vaccines work?",
+    "Suggest a name for a bakery.",
+    "What is the difference between RAM and disk?",
     "Write a short poem about autumn leaves.",
 )
 SHARED_SYSTEM_PROMPT = (
@@ -51,8 +58,10 @@ class WorkloadSpec:
         if not 0 <= self.long_fraction <= 1:
             raise ValueError(f"long_fraction={self.long_fraction} is invalid: use a fraction from 0 to 1")
         if min(self.short_tokens, self.long_tokens) < 1:
-            raise ValueError(f"short/long tokens {self.short_tokens}/{self.long_tokens} are invalid: use whole "
-                             f"numbers greater than 0")
+            raise ValueError(
+                f"short/long tokens {self.short_tokens}/{self.long_tokens} are invalid: use whole "
+                f"numbers greater than 0"
+            )
         if self.lengths not in LENGTH_MIXES:
             raise ValueError(f"lengths={self.lengths!r} is invalid: use one of {', '.join(LENGTH_MIXES)}")
 

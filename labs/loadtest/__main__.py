@@ -19,8 +19,16 @@ from labs.loadtest.files import write_data
 from labs.loadtest.html_report import write_html
 from labs.loadtest.plots import write_plots
 from labs.loadtest.runner import SCRAPE_INTERVAL_S, run_load
-from labs.loadtest.workload import (ARRIVALS, DEFAULT_LENGTHS, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPTS,
-                                    DEFAULT_RATE_RPS, WorkloadSpec, parse_lengths, read_prompts)
+from labs.loadtest.workload import (
+    ARRIVALS,
+    DEFAULT_LENGTHS,
+    DEFAULT_NUM_REQUESTS,
+    DEFAULT_PROMPTS,
+    DEFAULT_RATE_RPS,
+    WorkloadSpec,
+    parse_lengths,
+    read_prompts,
+)
 from labs.results import Envelope, MeasuredEngine, command_line
 from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
 from serve.replicas import replica_ports
@@ -36,18 +44,26 @@ class UsageError(ValueError):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = KitArgumentParser(prog="python -m labs.loadtest", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KitArgumentParser(
+        prog="python -m labs.loadtest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     target = parser.add_argument_group("what to load")
     target.add_argument("--base-url", help="OpenAI /v1 URL (default: OPENAI_BASE_URL from the environment/.env)")
     target.add_argument("--model", help="model name (default: MODEL from the environment/.env)")
-    target.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL[@MODEL]",
-                        help="an engine to compare side by side (repeat it); the model defaults to the "
-                             "first one the engine lists")
+    target.add_argument(
+        "--endpoint",
+        action="append",
+        default=[],
+        metavar="NAME=URL[@MODEL]",
+        help="an engine to compare side by side (repeat it); the model defaults to the first one the engine lists",
+    )
     load = parser.add_argument_group("workload")
     load.add_argument("--requests", type=positive_int, default=DEFAULT_NUM_REQUESTS, help="requests per load point")
-    load.add_argument("--rate", type=positive_float,
-                      help=f"arrivals per second, open loop (default {DEFAULT_RATE_RPS:g} unless --concurrency)")
+    load.add_argument(
+        "--rate",
+        type=positive_float,
+        help=f"arrivals per second, open loop (default {DEFAULT_RATE_RPS:g} unless --concurrency)",
+    )
     load.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="gaps between arrivals")
     load.add_argument("--burstiness", type=positive_float, help="gamma shape for --arrival bursty (default 0.25)")
     load.add_argument("--concurrency", type=positive_int, help="closed loop with N users (alone), or a cap with --rate")
@@ -59,11 +75,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sweep = parser.add_mutually_exclusive_group()
     sweep.add_argument("--sweep-rate", help="comma-separated rates: one load point each, e.g. 5,10,25")
     sweep.add_argument("--sweep-concurrency", help="comma-separated user counts (closed loop), e.g. 1,4,16")
-    parser.add_argument("--warmup", type=non_negative_int, default=1,
-                        help="untimed requests per endpoint before its first load point (default 1)")
+    parser.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=1,
+        help="untimed requests per endpoint before its first load point (default 1)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
-    parser.add_argument("--scrape-interval-s", type=non_negative_float, default=SCRAPE_INTERVAL_S,
-                        help="seconds between /metrics reads; 0 turns scraping off")
+    parser.add_argument(
+        "--scrape-interval-s",
+        type=non_negative_float,
+        default=SCRAPE_INTERVAL_S,
+        help="seconds between /metrics reads; 0 turns scraping off",
+    )
     return parser.parse_args(argv)
 
 
@@ -75,16 +99,26 @@ def _numbers(text: str, flag: str, kind: type) -> list:
 
 
 def build_specs(args: argparse.Namespace) -> list[WorkloadSpec]:
-    common = dict(num_requests=args.requests, arrival=args.arrival, burstiness=args.burstiness,
-                  lengths=parse_lengths(args.lengths), seed=args.seed, temperature=args.temperature,
-                  ignore_eos=not args.no_ignore_eos,
-                  prompts=read_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS)
+    common = dict(
+        num_requests=args.requests,
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+        lengths=parse_lengths(args.lengths),
+        seed=args.seed,
+        temperature=args.temperature,
+        ignore_eos=not args.no_ignore_eos,
+        prompts=read_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS,
+    )
     if args.sweep_rate:
-        return [WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)
-                for rate in _numbers(args.sweep_rate, "--sweep-rate", float)]
+        return [
+            WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)
+            for rate in _numbers(args.sweep_rate, "--sweep-rate", float)
+        ]
     if args.sweep_concurrency:
-        return [WorkloadSpec(rate_rps=None, concurrency=users, **common)
-                for users in _numbers(args.sweep_concurrency, "--sweep-concurrency", int)]
+        return [
+            WorkloadSpec(rate_rps=None, concurrency=users, **common)
+            for users in _numbers(args.sweep_concurrency, "--sweep-concurrency", int)
+        ]
     rate = DEFAULT_RATE_RPS if args.rate is None and args.concurrency is None else args.rate
     return [WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)]
 
@@ -92,14 +126,21 @@ def build_specs(args: argparse.Namespace) -> list[WorkloadSpec]:
 def build_endpoints(args: argparse.Namespace) -> list[Endpoint]:
     """The engines to load: --endpoint's, else the configured one with --base-url and --model on top."""
     env = load_env()
-    endpoints = [] if args.endpoint else [
-        Endpoint.from_env(env, args.base_url, args.model, url_source=URL_SOURCE,
-                          model_source="--model" if args.model else "MODEL")]
+    endpoints = (
+        []
+        if args.endpoint
+        else [
+            Endpoint.from_env(
+                env, args.base_url, args.model, url_source=URL_SOURCE, model_source="--model" if args.model else "MODEL"
+            )
+        ]
+    )
     for item in args.endpoint:
         name, sep, rest = item.partition("=")
         if not sep or not name or not rest.startswith("http"):
-            raise UsageError(f"--endpoint {item!r} is invalid: write NAME=URL[@MODEL], "
-                             "e.g. vllm=http://127.0.0.1:8009/v1")
+            raise UsageError(
+                f"--endpoint {item!r} is invalid: write NAME=URL[@MODEL], e.g. vllm=http://127.0.0.1:8009/v1"
+            )
         url, _, model = rest.partition("@")
         endpoints.append(Endpoint.at(name, url, model, env, url_source=URL_SOURCE))
     return [replace(endpoint, replica_urls=behind_router(endpoint.base_url, env)) for endpoint in endpoints]
@@ -139,8 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for target in targets:
         if args.warmup > 0:  # the first connection and the engine's first batch are not part of the load
-            warm_up = WorkloadSpec(num_requests=args.warmup, rate_rps=None, concurrency=1,
-                                   lengths=parse_lengths(f"fixed:{WARMUP_MAX_TOKENS}"))
+            warm_up = WorkloadSpec(
+                num_requests=args.warmup,
+                rate_rps=None,
+                concurrency=1,
+                lengths=parse_lengths(f"fixed:{WARMUP_MAX_TOKENS}"),
+            )
             asyncio.run(run_load(target, warm_up, scrape_interval_s=None))
         for spec in specs:
             with progress_bar(f"{target.name} · {spec.label}", spec.num_requests) as on_done:
@@ -153,20 +198,28 @@ def main(argv: list[str] | None = None) -> int:
     for result, _ in results:
         if result.served_by_replica:
             spread = ", ".join(f"{url} {count:g}" for url, count in result.served_by_replica.items())
-            console.print(f"served by replica at {result.target.name} · {result.spec.label}: {spread} "
-                          "(their own request counters; the router names none per request)")
+            console.print(
+                f"served by replica at {result.target.name} · {result.spec.label}: {spread} "
+                "(their own request counters; the router names none per request)"
+            )
     for result, summary in results:
         errors = [record.error for record in result.records if record.error]
         if errors:
-            console.print(f"[red]{summary.num_failed} failed[/red] at {result.target.name} · {result.spec.label}; "
-                          f"the first said: {errors[0][:200]}")
+            console.print(
+                f"[red]{summary.num_failed} failed[/red] at {result.target.name} · {result.spec.label}; "
+                f"the first said: {errors[0][:200]}"
+            )
     command = command_line("python -m labs.loadtest", sys.argv[1:] if argv is None else argv)
     # an engine that exposes vLLM's /metrics names is a vLLM; nothing else here tells the kind for sure
     with_vllm_metrics = {result.target.name for result, _ in results if result.snapshots}
     name_to_target = {result.target.name: result.target for result, _ in results}
-    envelope = Envelope.now(command, [MeasuredEngine(target.model, target.root_url,
-                                                     "vllm" if name in with_vllm_metrics else None)
-                                      for name, target in name_to_target.items()])
+    envelope = Envelope.now(
+        command,
+        [
+            MeasuredEngine(target.model, target.root_url, "vllm" if name in with_vllm_metrics else None)
+            for name, target in name_to_target.items()
+        ],
+    )
     data_paths = write_data(args.out, results, envelope)
     plots = write_plots(args.out, results)
     report = write_html(args.out, results, plots, envelope)

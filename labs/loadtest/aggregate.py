@@ -35,9 +35,9 @@ DEFINITIONS = {
     "duration_s": "first scheduled arrival to the last answer's end",
     "latency_population": "latencies are over ok requests; truncated and failed ones are only counted",
     "vllm_bench_fields": "each run also carries `vllm bench serve --save-result`'s names for the same numbers: "
-                         "completed = ok requests, failed = every other request, duration, request_throughput, "
-                         "output_throughput, total_token_throughput (tokens/s), mean/median/std/p90/p95/p99 of "
-                         "ttft, tpot, itl and e2el (= e2e) in ms",
+    "completed = ok requests, failed = every other request, duration, request_throughput, "
+    "output_throughput, total_token_throughput (tokens/s), mean/median/std/p90/p95/p99 of "
+    "ttft, tpot, itl and e2el (= e2e) in ms",
 }
 
 
@@ -59,8 +59,7 @@ class Distribution:
             return cls(0, *([float("nan")] * 6))
         array = np.asarray(values, dtype=float)
         p50, p90, p95, p99 = np.percentile(array, PERCENTILES)
-        return cls(len(values), float(array.mean()), float(p50), float(p90), float(p95), float(p99),
-                   float(array.std()))
+        return cls(len(values), float(array.mean()), float(p50), float(p90), float(p95), float(p99), float(array.std()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +78,28 @@ class Peaks:
         if not snapshots:
             return None
         kv = [snapshot.kv_usage for snapshot in snapshots if snapshot.kv_usage is not None]
-        return cls(len(snapshots), max(snapshot.running for snapshot in snapshots),
-                   max(snapshot.waiting for snapshot in snapshots), max(kv) if kv else float("nan"),
-                   snapshots[-1].preemptions_total - snapshots[0].preemptions_total)
+        return cls(
+            len(snapshots),
+            max(snapshot.running for snapshot in snapshots),
+            max(snapshot.waiting for snapshot in snapshots),
+            max(kv) if kv else float("nan"),
+            snapshots[-1].preemptions_total - snapshots[0].preemptions_total,
+        )
 
     def to_dict(self) -> dict[str, float]:
-        return {"max_running": self.max_running, "max_waiting": self.max_waiting,
-                "max_kv_usage": self.max_kv_usage, "preemptions": self.preemptions}
+        return {
+            "max_running": self.max_running,
+            "max_waiting": self.max_waiting,
+            "max_kv_usage": self.max_kv_usage,
+            "preemptions": self.preemptions,
+        }
 
     def describe(self) -> str:
         """The one wording of the peaks, for the console table and the HTML report alike."""
-        return (f"running≤{self.max_running:g} waiting≤{self.max_waiting:g} KV≤{self.max_kv_usage:.0%} "
-                f"preempted {self.preemptions:g}")
+        return (
+            f"running≤{self.max_running:g} waiting≤{self.max_waiting:g} KV≤{self.max_kv_usage:.0%} "
+            f"preempted {self.preemptions:g}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,16 +124,20 @@ class Summary:
 
     @property
     def total_token_throughput_per_s(self) -> float:
-        return ((self.total_prompt_tokens + self.total_output_tokens) / self.duration_s
-                if self.duration_s > 0 else 0.0)
+        return (self.total_prompt_tokens + self.total_output_tokens) / self.duration_s if self.duration_s > 0 else 0.0
 
     def vllm_bench_fields(self) -> dict[str, float | int]:
         """The same numbers under `vllm bench serve`'s result names and units, for tools that read those."""
         fields: dict[str, float | int] = {
-            "duration": self.duration_s, "completed": self.num_ok, "failed": self.num_requests - self.num_ok,
-            "total_input_tokens": self.total_prompt_tokens, "total_output_tokens": self.total_output_tokens,
-            "request_throughput": self.request_throughput_per_s, "output_throughput": self.output_tokens_per_s,
-            "total_token_throughput": self.total_token_throughput_per_s}
+            "duration": self.duration_s,
+            "completed": self.num_ok,
+            "failed": self.num_requests - self.num_ok,
+            "total_input_tokens": self.total_prompt_tokens,
+            "total_output_tokens": self.total_output_tokens,
+            "request_throughput": self.request_throughput_per_s,
+            "output_throughput": self.output_tokens_per_s,
+            "total_token_throughput": self.total_token_throughput_per_s,
+        }
         for ours, theirs in VLLM_LATENCY_NAMES.items():
             distribution: Distribution = getattr(self, ours)
             for stat in ("mean", "median", "std", "p90", "p95", "p99"):

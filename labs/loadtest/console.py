@@ -22,8 +22,13 @@ if not console.is_terminal:
 @contextmanager
 def progress_bar(title: str, total: int) -> Iterator[Callable[[RequestRecord], None]]:
     """Yields the `on_done` callback for run_load: the bar advances as answers end, counting failures."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[outcomes]}"))
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[outcomes]}"),
+    )
     counts: dict[str, int] = {}
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(title, total=total, outcomes="")
@@ -47,14 +52,40 @@ def _peaks(result: RunResult) -> str:
 
 def results_table(results: Sequence[tuple[RunResult, Summary]]) -> Table:
     table = Table(title="Load test (latencies in ms over ok requests)")
-    for header in ("endpoint", "load", "ok", "trunc", "failed", "TTFT p50", "TTFT p99", "TPOT p50",
-                   "ITL p50", "E2E p50", "E2E p99", "queue p99", "req/s", "out tok/s", "/metrics"):
+    for header in (
+        "endpoint",
+        "load",
+        "ok",
+        "trunc",
+        "failed",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "ITL p50",
+        "E2E p50",
+        "E2E p99",
+        "queue p99",
+        "req/s",
+        "out tok/s",
+        "/metrics",
+    ):
         table.add_column(header, justify="left" if header in ("endpoint", "load", "/metrics") else "right")
     for result, summary in results:
-        table.add_row(result.target.name, result.spec.label, str(summary.num_ok), str(summary.num_truncated),
-                      str(summary.num_failed), _ms(summary.ttft_ms.median), _ms(summary.ttft_ms.p99),
-                      _ms(summary.tpot_ms.median), _ms(summary.itl_ms.median), _ms(summary.e2e_ms.median),
-                      _ms(summary.e2e_ms.p99), _ms(summary.queue_ms.p99),
-                      f"{summary.request_throughput_per_s:.2f}", f"{summary.output_tokens_per_s:.1f}",
-                      _peaks(result))
+        table.add_row(
+            result.target.name,
+            result.spec.label,
+            str(summary.num_ok),
+            str(summary.num_truncated),
+            str(summary.num_failed),
+            _ms(summary.ttft_ms.median),
+            _ms(summary.ttft_ms.p99),
+            _ms(summary.tpot_ms.median),
+            _ms(summary.itl_ms.median),
+            _ms(summary.e2e_ms.median),
+            _ms(summary.e2e_ms.p99),
+            _ms(summary.queue_ms.p99),
+            f"{summary.request_throughput_per_s:.2f}",
+            f"{summary.output_tokens_per_s:.1f}",
+            _peaks(result),
+        )
     return table

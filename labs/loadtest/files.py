@@ -20,8 +20,22 @@ SUMMARY_JSON = "summary.json"
 REQUESTS_JSON = "requests.json"
 REQUESTS_CSV = "requests.csv"
 SUMMARY_CSV = "summary.csv"
-REQUEST_COLUMNS = ("endpoint", "load", "request_id", "outcome", "status", "finish_reason", "max_tokens",
-                   "prompt_tokens", "output_tokens", "num_chunks", "queue_ms", "ttft_ms", "e2e_ms", "error")
+REQUEST_COLUMNS = (
+    "endpoint",
+    "load",
+    "request_id",
+    "outcome",
+    "status",
+    "finish_reason",
+    "max_tokens",
+    "prompt_tokens",
+    "output_tokens",
+    "num_chunks",
+    "queue_ms",
+    "ttft_ms",
+    "e2e_ms",
+    "error",
+)
 
 
 def run_dict(result: RunResult, summary: Summary) -> dict[str, Any]:
@@ -29,9 +43,13 @@ def run_dict(result: RunResult, summary: Summary) -> dict[str, Any]:
     spec.pop("prompts")
     peaks = Peaks.of(result.snapshots)
     # `vllm bench serve`'s setup names next to its metric names: a run reads as one of its result files
-    bench_setup = {"model_id": result.target.model, "num_prompts": result.spec.num_requests,
-                   "request_rate": "inf" if result.spec.rate_rps is None else result.spec.rate_rps,
-                   "burstiness": result.spec.burstiness, "max_concurrency": result.spec.concurrency}
+    bench_setup = {
+        "model_id": result.target.model,
+        "num_prompts": result.spec.num_requests,
+        "request_rate": "inf" if result.spec.rate_rps is None else result.spec.rate_rps,
+        "burstiness": result.spec.burstiness,
+        "max_concurrency": result.spec.concurrency,
+    }
     return {
         "endpoint": {"name": result.target.name, "api_url": result.target.base_url, "model": result.target.model},
         "load": result.spec.label,
@@ -41,10 +59,17 @@ def run_dict(result: RunResult, summary: Summary) -> dict[str, Any]:
         "metrics_note": result.metrics_note,
         "served_by_replica": result.served_by_replica,  # behind the kit's router; {} otherwise
         "metrics_peaks": peaks.to_dict() if peaks else None,
-        "metrics_series": [{"t_s": snapshot.taken_s - result.started_s, "running": snapshot.running,
-                            "waiting": snapshot.waiting, "kv_usage": snapshot.kv_usage,
-                            "preemptions_total": snapshot.preemptions_total, "format": snapshot.format}
-                           for snapshot in result.snapshots],
+        "metrics_series": [
+            {
+                "t_s": snapshot.taken_s - result.started_s,
+                "running": snapshot.running,
+                "waiting": snapshot.waiting,
+                "kv_usage": snapshot.kv_usage,
+                "preemptions_total": snapshot.preemptions_total,
+                "format": snapshot.format,
+            }
+            for snapshot in result.snapshots
+        ],
         **bench_setup,
         **summary.vllm_bench_fields(),
     }
@@ -55,12 +80,22 @@ def _rounded(value_ms: float | None) -> float | None:
 
 
 def request_row(result: RunResult, record: RequestRecord, record_dict: dict[str, Any]) -> dict[str, Any]:
-    return {"endpoint": result.target.name, "load": result.spec.label, "request_id": record_dict["request_id"],
-            "outcome": record_dict["outcome"], "status": record_dict["status"],
-            "finish_reason": record_dict["finish_reason"], "max_tokens": record_dict["max_tokens"],
-            "prompt_tokens": record_dict["prompt_tokens"], "output_tokens": record_dict["output_tokens"],
-            "num_chunks": len(record_dict["chunk_times_s"]), "queue_ms": _rounded(queue_ms(record)),
-            "ttft_ms": _rounded(ttft_ms(record)), "e2e_ms": _rounded(e2e_ms(record)), "error": record_dict["error"]}
+    return {
+        "endpoint": result.target.name,
+        "load": result.spec.label,
+        "request_id": record_dict["request_id"],
+        "outcome": record_dict["outcome"],
+        "status": record_dict["status"],
+        "finish_reason": record_dict["finish_reason"],
+        "max_tokens": record_dict["max_tokens"],
+        "prompt_tokens": record_dict["prompt_tokens"],
+        "output_tokens": record_dict["output_tokens"],
+        "num_chunks": len(record_dict["chunk_times_s"]),
+        "queue_ms": _rounded(queue_ms(record)),
+        "ttft_ms": _rounded(ttft_ms(record)),
+        "e2e_ms": _rounded(e2e_ms(record)),
+        "error": record_dict["error"],
+    }
 
 
 def write_data(out_dir: Path, results: Sequence[tuple[RunResult, Summary]], envelope: Envelope) -> list[Path]:
@@ -86,8 +121,7 @@ def write_data(out_dir: Path, results: Sequence[tuple[RunResult, Summary]], enve
 
     summary_csv = out_dir / SUMMARY_CSV
     with summary_csv.open("w", newline="") as handle:
-        flat = [flatten({"endpoint": run["endpoint"]["name"], "load": run["load"], **run["summary"]})
-                for run in runs]
+        flat = [flatten({"endpoint": run["endpoint"]["name"], "load": run["load"], **run["summary"]}) for run in runs]
         writer = csv.DictWriter(handle, fieldnames=list(flat[0]))
         writer.writeheader()
         writer.writerows(flat)

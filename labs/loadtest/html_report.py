@@ -30,17 +30,42 @@ def _cell(value: float | int | str) -> str:
 
 
 def _runs_table(results: Sequence[tuple[RunResult, Summary]]) -> str:
-    headers = ("endpoint", "load", "requests", "ok", "truncated", "failed", "duration s", "req/s",
-               "output tok/s", "output tokens", "/metrics")
+    headers = (
+        "endpoint",
+        "load",
+        "requests",
+        "ok",
+        "truncated",
+        "failed",
+        "duration s",
+        "req/s",
+        "output tok/s",
+        "output tokens",
+        "/metrics",
+    )
     rows = []
     for result, summary in results:
         peaks = Peaks.of(result.snapshots)
         metrics = f"{peaks.num_samples} samples: {peaks.describe()}" if peaks else result.metrics_note or "not read"
-        rows.append("<tr>" + "".join(_cell(value) for value in (
-            result.target.name, result.spec.label, summary.num_requests, summary.num_ok, summary.num_truncated,
-            summary.num_failed, summary.duration_s, summary.request_throughput_per_s,
-            summary.output_tokens_per_s, summary.total_output_tokens))
-            + f'<td class="text">{html.escape(metrics)}</td></tr>')
+        rows.append(
+            "<tr>"
+            + "".join(
+                _cell(value)
+                for value in (
+                    result.target.name,
+                    result.spec.label,
+                    summary.num_requests,
+                    summary.num_ok,
+                    summary.num_truncated,
+                    summary.num_failed,
+                    summary.duration_s,
+                    summary.request_throughput_per_s,
+                    summary.output_tokens_per_s,
+                    summary.total_output_tokens,
+                )
+            )
+            + f'<td class="text">{html.escape(metrics)}</td></tr>'
+        )
     head = "".join(f"<th>{header}</th>" for header in headers)
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
@@ -52,34 +77,42 @@ def _latency_table(results: Sequence[tuple[RunResult, Summary]]) -> str:
     for result, summary in results:
         for name in LATENCIES:
             distribution: Distribution = getattr(summary, name)
-            rows.append(f"<tr>{_cell(f'{result.target.name} · {result.spec.label}')}{_cell(name)}"
-                        + "".join(_cell(getattr(distribution, stat)) for stat in stats) + "</tr>")
+            rows.append(
+                f"<tr>{_cell(f'{result.target.name} · {result.spec.label}')}{_cell(name)}"
+                + "".join(_cell(getattr(distribution, stat)) for stat in stats)
+                + "</tr>"
+            )
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _figure(plot: Plot) -> str:
     data = base64.b64encode(plot.path.read_bytes()).decode()
     alt = html.escape(plot.caption)
-    return (f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{alt}</figcaption></figure>")
+    return f'<figure><img alt="{alt}" src="data:image/png;base64,{data}"><figcaption>{alt}</figcaption></figure>'
 
 
 def machine_line(envelope: Envelope) -> str:
     machine = envelope.machine
-    cores = f"{machine.usable_cores} usable cores" + (f" ({machine.physical_cores} physical)"
-                                                      if machine.physical_cores else "")
-    return html.escape(f"{machine.cpu_model}, {cores}, {machine.memory_available_bytes / 2**30:.1f} GiB free, "
-                       f"{' '.join(machine.isa_flags) or 'no listed SIMD flags'} · {machine.platform} · "
-                       f"kit {envelope.kit_version}")
+    cores = f"{machine.usable_cores} usable cores" + (
+        f" ({machine.physical_cores} physical)" if machine.physical_cores else ""
+    )
+    return html.escape(
+        f"{machine.cpu_model}, {cores}, {machine.memory_available_bytes / 2**30:.1f} GiB free, "
+        f"{' '.join(machine.isa_flags) or 'no listed SIMD flags'} · {machine.platform} · "
+        f"kit {envelope.kit_version}"
+    )
 
 
-def write_html(out_dir: Path, results: Sequence[tuple[RunResult, Summary]], plots: Sequence[Plot],
-               envelope: Envelope) -> Path:
-    definitions = "".join(f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>"
-                          for name, text in DEFINITIONS.items())
+def write_html(
+    out_dir: Path, results: Sequence[tuple[RunResult, Summary]], plots: Sequence[Plot], envelope: Envelope
+) -> Path:
+    definitions = "".join(
+        f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>" for name, text in DEFINITIONS.items()
+    )
     notes_by_endpoint = {result.target.name: result.metrics_note for result, _ in results if result.metrics_note}
-    notes = "".join(f'<p class="note">{html.escape(name)}: {html.escape(note)}</p>'
-                    for name, note in notes_by_endpoint.items())
+    notes = "".join(
+        f'<p class="note">{html.escape(name)}: {html.escape(note)}</p>' for name, note in notes_by_endpoint.items()
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Load test report</title>
 <link rel="icon" href="data:,"><style>{STYLE}</style></head>

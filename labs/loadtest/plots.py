@@ -9,10 +9,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import matplotlib.pyplot as plt
 
-from labs.loadtest.aggregate import Summary, e2e_ms, measured, ttft_ms  # noqa: E402
-from labs.loadtest.runner import RunResult  # noqa: E402
+from labs.loadtest.aggregate import Summary, e2e_ms, measured, ttft_ms
+from labs.loadtest.runner import RunResult
 
 DPI = 100
 WIDTH_IN = 10.0
@@ -44,8 +44,12 @@ def latency_cdfs(results: Sequence[tuple[RunResult, Summary]], path: Path) -> Pl
         for axis, latency_ms in zip(axes, (ttft_ms, e2e_ms), strict=True):
             values = sorted(measured(latency_ms(record) for record in ok))
             if values:
-                axis.step(values, [(index + 1) / len(values) for index in range(len(values))],
-                          where="post", label=_name(result))
+                axis.step(
+                    values,
+                    [(index + 1) / len(values) for index in range(len(values))],
+                    where="post",
+                    label=_name(result),
+                )
     for axis, title in zip(axes, ("TTFT (ms)", "E2E latency (ms)"), strict=True):
         axis.set_xlabel(title)
         axis.set_ylabel("fraction of ok requests")
@@ -58,8 +62,9 @@ def load_curves(results: Sequence[tuple[RunResult, Summary]], path: Path) -> Plo
     figure, (throughput_axis, ttft_axis) = plt.subplots(1, 2, figsize=(WIDTH_IN, PANEL_HEIGHT_IN))
     endpoints = dict.fromkeys(result.target.name for result, _ in results)
     for endpoint in endpoints:
-        points = sorted((result.spec.load_value, summary) for result, summary in results
-                        if result.target.name == endpoint)
+        points = sorted(
+            (result.spec.load_value, summary) for result, summary in results if result.target.name == endpoint
+        )
         loads = [load for load, _ in points]
         throughput_axis.plot(loads, [summary.output_tokens_per_s for _, summary in points], "o-", label=endpoint)
         ttft_axis.plot(loads, [summary.ttft_ms.median for _, summary in points], "o-", label=f"{endpoint} p50")
@@ -79,15 +84,20 @@ def metrics_series(results: Sequence[tuple[RunResult, Summary]], path: Path) -> 
         times_s = [snapshot.taken_s - result.started_s for snapshot in result.snapshots]
         axes[0].plot(times_s, [snapshot.running for snapshot in result.snapshots], label=_name(result))
         axes[1].plot(times_s, [snapshot.waiting for snapshot in result.snapshots], label=_name(result))
-        axes[2].plot(times_s, [(snapshot.kv_usage or 0.0) * PERCENT for snapshot in result.snapshots],
-                     label=_name(result))
+        axes[2].plot(
+            times_s, [(snapshot.kv_usage or 0.0) * PERCENT for snapshot in result.snapshots], label=_name(result)
+        )
     for axis, ylabel in zip(axes, ("running", "waiting", "KV cache used (%)"), strict=True):
         axis.set_ylabel(ylabel)
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize="small")
     axes[2].set_xlabel("seconds since the load point started")
-    return _save(figure, path, "Engine /metrics while the load ran: waiting rising with KV low → raise "
-                               "--max-num-seqs; waiting rising with KV near 100% → raise the KV budget")
+    return _save(
+        figure,
+        path,
+        "Engine /metrics while the load ran: waiting rising with KV low → raise "
+        "--max-num-seqs; waiting rising with KV near 100% → raise the KV budget",
+    )
 
 
 def write_plots(out_dir: Path, results: Sequence[tuple[RunResult, Summary]]) -> list[Plot]:

@@ -69,8 +69,9 @@ class RunResult:
     served_by_replica: dict[str, float] = field(default_factory=dict)
 
 
-async def sample_metrics(target: Endpoint, result: RunResult, stop: asyncio.Event,
-                         interval_s: float = SCRAPE_INTERVAL_S) -> None:
+async def sample_metrics(
+    target: Endpoint, result: RunResult, stop: asyncio.Event, interval_s: float = SCRAPE_INTERVAL_S
+) -> None:
     """Scrape /metrics every interval until `stop`; an engine without /metrics is noted, not an error."""
     while not stop.is_set():
         try:
@@ -99,26 +100,36 @@ def finished_by_replica(target: Endpoint) -> dict[str, float]:
     return counts
 
 
-async def run_load(target: Endpoint, spec: WorkloadSpec,
-                   on_done: Callable[[RequestRecord], None] | None = None,
-                   scrape_interval_s: float | None = SCRAPE_INTERVAL_S) -> RunResult:
+async def run_load(
+    target: Endpoint,
+    spec: WorkloadSpec,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    scrape_interval_s: float | None = SCRAPE_INTERVAL_S,
+) -> RunResult:
     """Send the whole planned workload and return every record; never raises for an engine's failures."""
     planned = plan(spec)
     lanes = Lanes(spec.concurrency or spec.num_requests, httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
     result = RunResult(target, spec, records=[], started_s=time.perf_counter())
     finished_before = await asyncio.to_thread(finished_by_replica, target)
     stop = asyncio.Event()
-    sampler = (asyncio.create_task(sample_metrics(target, result, stop, scrape_interval_s))
-               if scrape_interval_s else None)
+    sampler = (
+        asyncio.create_task(sample_metrics(target, result, stop, scrape_interval_s)) if scrape_interval_s else None
+    )
 
     async def send(request: PlannedRequest) -> RequestRecord:
         scheduled_s = result.started_s + request.offset_s
         await asyncio.sleep(max(0.0, scheduled_s - time.perf_counter()))
         http = await lanes.acquire()
-        record = RequestRecord(request.request_id, request.max_tokens,
-                               time.perf_counter() if spec.closed_loop else scheduled_s)
-        payload = chat_payload(target.model, [{"role": "user", "content": request.prompt}],
-                               request.max_tokens, spec.temperature, spec.ignore_eos)
+        record = RequestRecord(
+            request.request_id, request.max_tokens, time.perf_counter() if spec.closed_loop else scheduled_s
+        )
+        payload = chat_payload(
+            target.model,
+            [{"role": "user", "content": request.prompt}],
+            request.max_tokens,
+            spec.temperature,
+            spec.ignore_eos,
+        )
         try:
             await stream_chat(http, target.base_url, payload, record, target.api_key)
         finally:

@@ -73,7 +73,8 @@ def read_prompts(path: Path) -> tuple[str, ...]:
         prompts = tuple(line.strip() for line in path.read_text().splitlines() if line.strip())
     except OSError as exc:
         raise ValueError(
-            f"--prompts {path} cannot be read ({exc.strerror}): give a text file, one prompt a line") from exc
+            f"--prompts {path} cannot be read ({exc.strerror}): give a text file, one prompt a line"
+        ) from exc
     if not prompts:
         raise ValueError(f"--prompts {path} holds no prompt: write one prompt per line")
     return prompts
@@ -186,6 +187,12 @@ def plan(spec: WorkloadSpec) -> list[PlannedRequest]:
     planned = []
     for request_id, offset_s in enumerate(offsets):
         band = rng.choices(spec.lengths, weights)[0]
-        planned.append(PlannedRequest(request_id, offset_s, spec.prompts[request_id % len(spec.prompts)],
-                                      rng.randint(band.min_tokens, band.max_tokens)))
+        planned.append(
+            PlannedRequest(
+                request_id,
+                offset_s,
+                spec.prompts[request_id % len(spec.prompts)],
+                rng.randint(band.min_tokens, band.max_tokens),
+            )
+        )
     return planned

@@ -17,8 +17,15 @@ from rich.table import Table
 
 from client.endpoint import Endpoint, EndpointError
 from labs import results
-from labs.quantization.quality import (AGREEMENT_PROMPTS, EVAL_TEXT, Agreement, agreement, greedy_answers, perplexity,
-                                       tokenize)
+from labs.quantization.quality import (
+    AGREEMENT_PROMPTS,
+    EVAL_TEXT,
+    Agreement,
+    agreement,
+    greedy_answers,
+    perplexity,
+    tokenize,
+)
 from serve.cli import KitArgumentParser, positive_int
 from serve.machine import detect
 from serve.progress import console, fail
@@ -41,8 +48,11 @@ def weights(root: str, dtype: str) -> tuple[str, float | None]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = KitArgumentParser(prog="python -m labs.quantization", description=__doc__)
-    parser.add_argument("--url", action="append", help="an engine's /v1 URL; repeat it (default: the kit's vLLM); "
-                                                       "the first is the reference")
+    parser.add_argument(
+        "--url",
+        action="append",
+        help="an engine's /v1 URL; repeat it (default: the kit's vLLM); the first is the reference",
+    )
     parser.add_argument("--model", help="the model name (default: MODEL_NAME)")
     parser.add_argument("--windows", type=positive_int, help="score only the text's first N windows of 1,000 tokens")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results file (default: {DEFAULT_OUT})")
@@ -53,41 +63,71 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc), code=2)
     dtype, _ = resolve_dtype(settings, detect())
     env = load_env()
-    endpoints = [Endpoint.at(f"engine {index}", url, args.model or settings.model_name, env, url_source="--url",
-                             model_source="--model") for index, url in enumerate(args.url or [f"{settings.base_url}/v1"], 1)]
+    endpoints = [
+        Endpoint.at(
+            f"engine {index}", url, args.model or settings.model_name, env, url_source="--url", model_source="--model"
+        )
+        for index, url in enumerate(args.url or [f"{settings.base_url}/v1"], 1)
+    ]
     rows: list[dict[str, Any]] = []  # one per engine, as results.json keeps it
     try:
         roots = [next(model.root for model in endpoint.check() if model.id == endpoint.model) for endpoint in endpoints]
         reference_tokens: list[list[int]] = []
         text_ids = tokenize(endpoints[0], EVAL_TEXT.read_text())
         for endpoint, root in zip(endpoints, roots, strict=True):
-            console.print(f"{endpoint.base_url}: perplexity on {EVAL_TEXT.name} ({len(text_ids):,} tokens), then "
-                          f"{len(AGREEMENT_PROMPTS)} greedy answers ...")
+            console.print(
+                f"{endpoint.base_url}: perplexity on {EVAL_TEXT.name} ({len(text_ids):,} tokens), then "
+                f"{len(AGREEMENT_PROMPTS)} greedy answers ..."
+            )
             kind, mb = weights(root, dtype)
             score = perplexity(endpoint, text_ids, max_windows=args.windows)
             answers = [tokenize(endpoints[0], answer) for answer in greedy_answers(endpoint)]
             reference_tokens = reference_tokens or answers
-            rows.append({"url": endpoint.base_url, "weights": kind, "mb_per_step": mb, "perplexity": asdict(score),
-                         "agreement": asdict(agreement(reference_tokens, answers))})
+            rows.append(
+                {
+                    "url": endpoint.base_url,
+                    "weights": kind,
+                    "mb_per_step": mb,
+                    "perplexity": asdict(score),
+                    "agreement": asdict(agreement(reference_tokens, answers)),
+                }
+            )
     except EndpointError as exc:
         fail(str(exc), code=1)
     show(rows)
-    envelope = results.Envelope.now(results.command_line("labs.quantization", sys.argv[1:] if argv is None else argv),
-                                    [results.MeasuredEngine(args.model or settings.model_name, row["url"], "vllm")
-                                     for row in rows])
+    envelope = results.Envelope.now(
+        results.command_line("labs.quantization", sys.argv[1:] if argv is None else argv),
+        [results.MeasuredEngine(args.model or settings.model_name, row["url"], "vllm") for row in rows],
+    )
     console.print(f"results: {results.write(args.out, envelope, {'dtype': dtype, 'engines': rows})}")
     return 0
 
 
 def show(rows: list[dict]) -> None:
-    out = Table("engine", "weights", "MB read per step", "perplexity", "vs first", "greedy answers identical",
-                "shared prefix", box=None, pad_edge=False, header_style="bold")
+    out = Table(
+        "engine",
+        "weights",
+        "MB read per step",
+        "perplexity",
+        "vs first",
+        "greedy answers identical",
+        "shared prefix",
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+    )
     first = rows[0]["perplexity"]["value"]
     for row in rows:
         score, agreed = row["perplexity"]["value"], Agreement(**row["agreement"])
-        out.add_row(row["url"].removeprefix("http://"), row["weights"], f"{row['mb_per_step']:.0f}" if row["mb_per_step"] else "?",
-                    f"{score:.3f}", f"{100 * (score / first - 1):+.2f}%", f"{agreed.num_identical}/{agreed.num_prompts}",
-                    f"{100 * agreed.shared_prefix_share:.0f}%")
+        out.add_row(
+            row["url"].removeprefix("http://"),
+            row["weights"],
+            f"{row['mb_per_step']:.0f}" if row["mb_per_step"] else "?",
+            f"{score:.3f}",
+            f"{100 * (score / first - 1):+.2f}%",
+            f"{agreed.num_identical}/{agreed.num_prompts}",
+            f"{100 * agreed.shared_prefix_share:.0f}%",
+        )
     console.print(out)
 
 

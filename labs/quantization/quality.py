@@ -48,19 +48,23 @@ def _post(endpoint: Endpoint, path: str, body: dict) -> dict:
     except httpx.HTTPError as exc:
         raise endpoint.unreachable(exc) from None
     if response.status_code != httpx.codes.OK:
-        raise EndpointError(f"{endpoint.name} at {url} answered HTTP {response.status_code}: {response.text[:200]} "
-                            "(this lab needs vLLM: its /tokenize and prompt_logprobs)")
+        raise EndpointError(
+            f"{endpoint.name} at {url} answered HTTP {response.status_code}: {response.text[:200]} "
+            "(this lab needs vLLM: its /tokenize and prompt_logprobs)"
+        )
     return response.json()
 
 
 def tokenize(endpoint: Endpoint, text: str) -> list[int]:
-    return _post(endpoint, "/tokenize", {"model": endpoint.model, "prompt": text,
-                                         "add_special_tokens": False})["tokens"]
+    return _post(endpoint, "/tokenize", {"model": endpoint.model, "prompt": text, "add_special_tokens": False})[
+        "tokens"
+    ]
 
 
-def perplexity(endpoint: Endpoint, token_ids: list[int], window_tokens: int = WINDOW_TOKENS,
-               max_windows: int | None = None) -> Perplexity:
-    windows = [token_ids[start:start + window_tokens] for start in range(0, len(token_ids), window_tokens)]
+def perplexity(
+    endpoint: Endpoint, token_ids: list[int], window_tokens: int = WINDOW_TOKENS, max_windows: int | None = None
+) -> Perplexity:
+    windows = [token_ids[start : start + window_tokens] for start in range(0, len(token_ids), window_tokens)]
     windows = [window for window in windows if len(window) > 1][:max_windows]
     total_logprob, scored = 0.0, 0
     for window in windows:
@@ -72,12 +76,17 @@ def perplexity(endpoint: Endpoint, token_ids: list[int], window_tokens: int = WI
     return Perplexity(math.exp(-total_logprob / scored), scored, len(windows))
 
 
-def greedy_answers(endpoint: Endpoint, prompts: tuple[str, ...] = AGREEMENT_PROMPTS,
-                   max_tokens: int = AGREEMENT_MAX_TOKENS) -> list[str]:
+def greedy_answers(
+    endpoint: Endpoint, prompts: tuple[str, ...] = AGREEMENT_PROMPTS, max_tokens: int = AGREEMENT_MAX_TOKENS
+) -> list[str]:
     answers = []
     for prompt in prompts:
-        body = {"model": endpoint.model, "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens, "temperature": 0}
+        body = {
+            "model": endpoint.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
         answers.append(_post(endpoint, "/v1/chat/completions", body)["choices"][0]["message"]["content"] or "")
     return answers
 
@@ -86,8 +95,13 @@ def agreement(reference: list[list[int]], answers: list[list[int]]) -> Agreement
     """Token-level agreement of `answers` with `reference` (both tokenized by the same tokenizer)."""
     shares = []
     for ours, theirs in zip(reference, answers, strict=True):
-        shared = next((index for index, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
-                      min(len(ours), len(theirs)))
+        shared = next(
+            (index for index, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
+            min(len(ours), len(theirs)),
+        )
         shares.append(shared / len(ours) if ours else 1.0)
-    return Agreement(len(reference), sum(ours == theirs for ours, theirs in zip(reference, answers, strict=True)),
-                     sum(shares) / len(shares) if shares else 1.0)
+    return Agreement(
+        len(reference),
+        sum(ours == theirs for ours, theirs in zip(reference, answers, strict=True)),
+        sum(shares) / len(shares) if shares else 1.0,
+    )

@@ -4,8 +4,30 @@ The computation lives in serve/sizing.py, because the preflight that up.sh runs 
 flows settings -> serve -> labs; this package re-exports it and adds the command and the live check.
 """
 
-from serve.sizing import (GiB, KvPool, MemoryFit, ModelFacts, SizingError, fit_memory_cap, kv_pool,
-                          kv_space_gib_for_tokens, load_model_facts, model_facts, parse_memory_size)
+from serve.sizing import (
+    GiB,
+    KvPool,
+    MemoryFit,
+    ModelFacts,
+    SizingError,
+    fit_memory_cap,
+    kv_pool,
+    kv_space_gib_for_tokens,
+    load_model_facts,
+    model_facts,
+    parse_memory_size,
+)
 
-__all__ = ["GiB", "KvPool", "MemoryFit", "ModelFacts", "SizingError", "fit_memory_cap", "kv_pool",
-           "kv_space_gib_for_tokens", "load_model_facts", "model_facts", "parse_memory_size"]
+__all__ = [
+    "GiB",
+    "KvPool",
+    "MemoryFit",
+    "ModelFacts",
+    "SizingError",
+    "fit_memory_cap",
+    "kv_pool",
+    "kv_space_gib_for_tokens",
+    "load_model_facts",
+    "model_facts",
+    "parse_memory_size",
+]

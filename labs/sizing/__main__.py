@@ -18,9 +18,22 @@ from serve.machine import detect
 from serve.model import bundled_model_facts
 from serve.progress import console, fail
 from serve.settings import Settings, SettingsError
-from serve.sizing import (KV_DTYPE_BYTES, V0_BLOCK_SIZE, V1_CPU_BLOCK_SIZE, V1_GPU_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES,
-                          VLLM_GPU_OVERHEAD_BYTES, WEIGHT_BYTES_PER_PARAM, GiB, ModelFacts, SizingError, fit_memory_cap,
-                          kv_pool, load_model_facts, parse_memory_size)
+from serve.sizing import (
+    KV_DTYPE_BYTES,
+    V0_BLOCK_SIZE,
+    V1_CPU_BLOCK_SIZE,
+    V1_GPU_BLOCK_SIZE,
+    VLLM_CPU_OVERHEAD_BYTES,
+    VLLM_GPU_OVERHEAD_BYTES,
+    WEIGHT_BYTES_PER_PARAM,
+    GiB,
+    ModelFacts,
+    SizingError,
+    fit_memory_cap,
+    kv_pool,
+    load_model_facts,
+    parse_memory_size,
+)
 from serve.vllm_command import resolve
 
 FIRST_LENGTH_TOKENS = 512  # the fit table's shortest max_model_len; each next row doubles it
@@ -36,9 +49,11 @@ def table(*columns: str) -> Table:
 
 
 def describe_model(facts: ModelFacts) -> None:
-    console.print(f"[bold]{facts.name}[/bold]: {facts.num_layers} layers, {facts.num_kv_heads} KV heads x "
-                  f"head_dim {facts.head_dim}, context {facts.max_position_embeddings or '?'} tokens, "
-                  f"{facts.num_params:,} parameters ({facts.params_source})")
+    console.print(
+        f"[bold]{facts.name}[/bold]: {facts.num_layers} layers, {facts.num_kv_heads} KV heads x "
+        f"head_dim {facts.head_dim}, context {facts.max_position_embeddings or '?'} tokens, "
+        f"{facts.num_params:,} parameters ({facts.params_source})"
+    )
 
 
 def kv(args: argparse.Namespace) -> int:
@@ -47,14 +62,20 @@ def kv(args: argparse.Namespace) -> int:
     pool = kv_pool(facts, args.dtype, int(args.kv_gib * GiB), block_size)
     describe_model(facts)
     out = table("quantity", "value", "how")
-    out.add_row("bytes per token", f"{pool.bytes_per_token:,}",
-                f"2 x {facts.num_layers} x {facts.num_kv_heads} x {facts.head_dim} x "
-                f"{KV_DTYPE_BYTES[args.dtype]} B ({args.dtype})")
+    out.add_row(
+        "bytes per token",
+        f"{pool.bytes_per_token:,}",
+        f"2 x {facts.num_layers} x {facts.num_kv_heads} x {facts.head_dim} x "
+        f"{KV_DTYPE_BYTES[args.dtype]} B ({args.dtype})",
+    )
     out.add_row("bytes per block", f"{pool.bytes_per_block:,}", f"x {block_size} tokens per block")
     out.add_row("blocks", f"{pool.num_blocks:,}", f"{args.kv_gib:g} GiB / bytes per block, rounded down")
     out.add_row("KV tokens", f"{pool.num_tokens:,}", "blocks x block size")
-    out.add_row(f"max concurrency at {args.max_model_len:,}", f"{pool.max_concurrency(args.max_model_len):.2f}x",
-                f"blocks / {pool.blocks_per_sequence(args.max_model_len)} blocks per sequence")
+    out.add_row(
+        f"max concurrency at {args.max_model_len:,}",
+        f"{pool.max_concurrency(args.max_model_len):.2f}x",
+        f"blocks / {pool.blocks_per_sequence(args.max_model_len)} blocks per sequence",
+    )
     console.print(out)
     return 0
 
@@ -71,19 +92,28 @@ def fit(args: argparse.Namespace) -> int:
         block_size, whole_gib, where = args.block_size, True, f"a {args.memory} memory cap"
     result = fit_memory_cap(facts, args.weights, cap, overhead, block_size, whole_gib=whole_gib)
     describe_model(facts)
-    console.print(f"Under {where}: weights {result.weight_bytes / GiB:.2f} GiB ({args.weights}) + runtime "
-                  f"~{overhead / GiB:.2f} GiB leave {result.kv_budget_bytes / GiB:.2f} GiB for the KV cache")
+    console.print(
+        f"Under {where}: weights {result.weight_bytes / GiB:.2f} GiB ({args.weights}) + runtime "
+        f"~{overhead / GiB:.2f} GiB leave {result.kv_budget_bytes / GiB:.2f} GiB for the KV cache"
+    )
     if not result.fits:
         unit = "a whole GiB" if whole_gib else "a single block"
-        console.print(f"[bold red]does not fit:[/bold red] {facts.name} in {args.weights} plus the runtime leave "
-                      f"less than {unit} of KV cache under {cap / GiB:.2f} GiB: raise the cap or quantize the "
-                      f"weights further")
+        console.print(
+            f"[bold red]does not fit:[/bold red] {facts.name} in {args.weights} plus the runtime leave "
+            f"less than {unit} of KV cache under {cap / GiB:.2f} GiB: raise the cap or quantize the "
+            f"weights further"
+        )
         return 1
     pool = result.pool
-    budget = (f"VLLM_CPU_KVCACHE_SPACE={result.kv_budget_bytes // GiB}" if whole_gib
-              else f"a KV budget of {result.kv_budget_bytes / GiB:.2f} GiB (--gpu-memory-utilization {args.utilization:g})")
-    console.print(f"Set {budget}: {pool.num_blocks:,} blocks of {block_size} = {pool.num_tokens:,} tokens "
-                  f"= the most MAX_MODEL_LEN x MAX_NUM_SEQS can be")
+    budget = (
+        f"VLLM_CPU_KVCACHE_SPACE={result.kv_budget_bytes // GiB}"
+        if whole_gib
+        else f"a KV budget of {result.kv_budget_bytes / GiB:.2f} GiB (--gpu-memory-utilization {args.utilization:g})"
+    )
+    console.print(
+        f"Set {budget}: {pool.num_blocks:,} blocks of {block_size} = {pool.num_tokens:,} tokens "
+        f"= the most MAX_MODEL_LEN x MAX_NUM_SEQS can be"
+    )
     out = table("MAX_MODEL_LEN", "MAX_NUM_SEQS (all at full length)", "max concurrency")
     length = FIRST_LENGTH_TOKENS
     for _ in range(SHOWN_LENGTHS):
@@ -114,8 +144,13 @@ def verify(args: argparse.Namespace) -> int:
     console.print(f"Predicted for {facts.name} in {dtype} with {kv_gib:g} GiB vs what {url} reports:")
     out = table("quantity", "source", "predicted", "vLLM", "")
     for row in rows:
-        out.add_row(row.quantity, row.source, row.predicted, row.reported,
-                    "[green]match[/green]" if row.matches else "[red]MISMATCH[/red]")
+        out.add_row(
+            row.quantity,
+            row.source,
+            row.predicted,
+            row.reported,
+            "[green]match[/green]" if row.matches else "[red]MISMATCH[/red]",
+        )
     console.print(out)
     return 0 if all(row.matches for row in rows) else 1
 

@@ -56,21 +56,35 @@ def compare(facts: ModelFacts, kv_dtype: str, kv_budget_bytes: int, engine: Serv
     budget = kv_budget_bytes
     pool = kv_pool(facts, kv_dtype, budget, int(config["block_size"]))
     rows = [
-        Comparison("KV budget (GiB)", "/metrics", f"{budget / GiB:g}",
-                   f"{int(config['kv_cache_memory_bytes']) / GiB:g}" if "kv_cache_memory_bytes" in config else "-"),
+        Comparison(
+            "KV budget (GiB)",
+            "/metrics",
+            f"{budget / GiB:g}",
+            f"{int(config['kv_cache_memory_bytes']) / GiB:g}" if "kv_cache_memory_bytes" in config else "-",
+        ),
         Comparison("blocks", "/metrics", str(pool.num_blocks), config.get("num_gpu_blocks", "-")),
         Comparison("block size (tokens)", "/metrics", str(pool.block_size), config["block_size"]),
     ]
     if "kv_cache_size_tokens" in config:
         rows.append(Comparison("KV tokens", "/metrics", str(pool.num_tokens), config["kv_cache_size_tokens"]))
     if "kv_cache_max_concurrency" in config:
-        rows.append(Comparison(f"max concurrency at {engine.max_model_len:,}", "/metrics",  # the label is exact
-                               f"{pool.max_concurrency(engine.max_model_len):g}",
-                               f"{float(config['kv_cache_max_concurrency']):g}"))
+        rows.append(
+            Comparison(
+                f"max concurrency at {engine.max_model_len:,}",
+                "/metrics",  # the label is exact
+                f"{pool.max_concurrency(engine.max_model_len):g}",
+                f"{float(config['kv_cache_max_concurrency']):g}",
+            )
+        )
     report = kv_cache_report(engine.log_text) if engine.log_text else None
     if report is not None:
         rows.append(Comparison("KV tokens", "startup log", str(pool.num_tokens), str(report.tokens)))
-        rows.append(Comparison(f"max concurrency at {report.max_model_len:,}", "startup log",
-                               _concurrency(pool.max_concurrency(report.max_model_len)),
-                               _concurrency(report.max_concurrency)))
+        rows.append(
+            Comparison(
+                f"max concurrency at {report.max_model_len:,}",
+                "startup log",
+                _concurrency(pool.max_concurrency(report.max_model_len)),
+                _concurrency(report.max_concurrency),
+            )
+        )
     return rows

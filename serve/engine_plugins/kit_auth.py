@@ -20,8 +20,14 @@ from typing import Any
 OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/version"})
 # OpenAI's error object, as its API answers a missing or wrong key (the SDK raises AuthenticationError with the
 # message); vLLM's own check answers {"error": "Unauthorized"}, a string where clients expect this object
-UNAUTHORIZED = {"error": {"message": "Unauthorized: send Authorization: Bearer <VLLM_API_KEY>",
-                          "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+UNAUTHORIZED = {
+    "error": {
+        "message": "Unauthorized: send Authorization: Bearer <VLLM_API_KEY>",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_api_key",
+    }
+}
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -38,12 +44,12 @@ class RequireKeyEverywhere:
             return True
         headers = dict(scope.get("headers") or [])
         scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(hashlib.sha256(token.encode()).digest(),
-                                                                  self.key_digest)
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            hashlib.sha256(token.encode()).digest(), self.key_digest
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (self.key_digest is None or scope["type"] not in ("http", "websocket")
-                or scope.get("method") == "OPTIONS"):
+        if self.key_digest is None or scope["type"] not in ("http", "websocket") or scope.get("method") == "OPTIONS":
             await self.app(scope, receive, send)
             return
         path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"
@@ -54,6 +60,11 @@ class RequireKeyEverywhere:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

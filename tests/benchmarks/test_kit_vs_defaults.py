@@ -17,8 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.arms import (BUILTIN_ARMS, Arm, arm_settings, compile_cache_state, engine_environ, exported,
-                            parse_overrides, serving)
+from benchmarks.arms import (
+    BUILTIN_ARMS,
+    Arm,
+    arm_settings,
+    compile_cache_state,
+    engine_environ,
+    exported,
+    parse_overrides,
+    serving,
+)
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
 from serve.native import PATCH_DIR, VENV
@@ -30,18 +38,23 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GB = 1e9
 BUG_LINE = "loaded_fn._artifacts.compiled_fn.finalize_loading("
 # Lines as vLLM 0.32 writes them (from .kit/logs), one per compile-cache outcome.
-LOG_LOADED = ("(Worker pid=1) INFO 11-29 09:28:54 [decorators.py:321] [backbone] Directly load AOT compilation "
-              "from path /root/.cache/vllm/torch_compile_cache/torch_aot_compile/9f1d/rank_0_0/model")
-LOG_FAILED = ("(Worker pid=1) WARNING 11-29 09:21:21 [decorators.py:333] [backbone] Compiling model again due to a "
-              "load failure from /root/.cache/vllm/x/model, reason: 'function' object has no attribute "
-              "'finalize_loading'\n(Worker pid=1) INFO [decorators.py:743] [backbone] saved AOT compiled function to x")
+LOG_LOADED = (
+    "(Worker pid=1) INFO 11-29 09:28:54 [decorators.py:321] [backbone] Directly load AOT compilation "
+    "from path /root/.cache/vllm/torch_compile_cache/torch_aot_compile/9f1d/rank_0_0/model"
+)
+LOG_FAILED = (
+    "(Worker pid=1) WARNING 11-29 09:21:21 [decorators.py:333] [backbone] Compiling model again due to a "
+    "load failure from /root/.cache/vllm/x/model, reason: 'function' object has no attribute "
+    "'finalize_loading'\n(Worker pid=1) INFO [decorators.py:743] [backbone] saved AOT compiled function to x"
+)
 LOG_COLD = "(Worker pid=1) INFO 11-29 09:21:54 [decorators.py:743] [backbone] saved AOT compiled function to x"
 
 
 def test_ceiling_is_batch_times_bandwidth_over_weight_bytes() -> None:
     bandwidth = Bandwidth(copy_bytes_per_s=27 * GB, buffer_bytes=1, threads=1, repeats=1)
-    limit = ceiling(weight_bytes=270_000_000, sequences_per_step=4, bandwidth=bandwidth,
-                    measured_output_tokens_per_s=100.0)
+    limit = ceiling(
+        weight_bytes=270_000_000, sequences_per_step=4, bandwidth=bandwidth, measured_output_tokens_per_s=100.0
+    )
     assert limit.ceiling_output_tokens_per_s == pytest.approx(400.0)
     assert limit.fraction_of_ceiling == pytest.approx(0.25)
     with pytest.raises(ValueError, match="must be > 0"):
@@ -89,8 +102,17 @@ def test_compile_cache_state_reads_vllm_log_lines() -> None:
 
 
 def test_builtin_arms_are_the_kit_vllm_out_of_the_box_the_weights_llamacpp_and_llama_server() -> None:
-    assert list(BUILTIN_ARMS) == ["kit", "vllm-defaults", "float", "int8", "float-2threads", "int8-2threads",
-                                  "llamacpp", "llamaserver-1", "llamaserver-n"]
+    assert list(BUILTIN_ARMS) == [
+        "kit",
+        "vllm-defaults",
+        "float",
+        "int8",
+        "float-2threads",
+        "int8-2threads",
+        "llamacpp",
+        "llamaserver-1",
+        "llamaserver-n",
+    ]
     defaults = Settings.from_env(dict(BUILTIN_ARMS["vllm-defaults"].overrides))
     assert defaults.dtype == "float32" and defaults.omp_threads_bind == "auto" and defaults.block_size == 128
     for name, weights in (("float", "none"), ("int8", "int8"), ("float-2threads", "none"), ("int8-2threads", "int8")):
@@ -116,15 +138,23 @@ def test_an_arm_passes_vllm_environment_variables_to_the_engine_only() -> None:
         engine_environ(Arm("typo", "vllm", (("MAX_NUM_SEQ", "32"),)))
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--arms", "kit,fast"], "names unknown arms ['fast']"),
-    (["--attach", "vllm:8009"], "write ENGINE=URL"),
-    (["--restarts", "-1"], "argument --restarts: '-1' is not a whole number, 0 or more"),
-    (["--arm", "big", "MAX_NUM_SEQ=32"], "MAX_NUM_SEQ is neither a setting of .env.example nor a vLLM"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--arms", "kit,fast"], "names unknown arms ['fast']"),
+        (["--attach", "vllm:8009"], "write ENGINE=URL"),
+        (["--restarts", "-1"], "argument --restarts: '-1' is not a whole number, 0 or more"),
+        (["--arm", "big", "MAX_NUM_SEQ=32"], "MAX_NUM_SEQ is neither a setting of .env.example nor a vLLM"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_fix(args: list[str], message: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "benchmarks.kit_vs_defaults", *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.kit_vs_defaults", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert message in result.stdout + result.stderr and "Traceback" not in result.stdout + result.stderr
 
@@ -150,8 +180,16 @@ def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(tmp_path: Pa
         subprocess.run(["patch", "-R", "-p1", "-s", "-d", str(tmp_path), "-i", str(patch)], check=True)
     assert BUG_LINE in scratch.read_text()
     env = {"PATH": "/usr/bin:/bin", "PATCH_DIR": str(PATCH_DIR)}
-    runs = [subprocess.run(["bash", str(ROOT / "patches" / "apply.sh"), str(tmp_path)], env=env,
-                           capture_output=True, text=True, timeout=60) for _ in range(2)]
+    runs = [
+        subprocess.run(
+            ["bash", str(ROOT / "patches" / "apply.sh"), str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for _ in range(2)
+    ]
     assert [run.returncode for run in runs] == [0, 0], runs
     assert f"{patch.name}: applied" in runs[0].stdout and f"{patch.name}: already applied" in runs[1].stdout
     assert BUG_LINE not in scratch.read_text() and 'hasattr(compiled_fn, "finalize_loading")' in scratch.read_text()
@@ -163,11 +201,15 @@ def test_lab_page_benchmark_runs_in_its_smallest_configuration(vllm_server: Serv
     commands = doc_commands("labs/throughput.md")
     # the page's commands: this one, the step profiler (tests/benchmarks/test_step_profile.py runs it) and the
     # first-token benchmark (tests/serve/test_install.py runs that)
-    assert commands == [".venv/bin/python -m benchmarks.kit_vs_defaults",
-                        ".venv/bin/python -m benchmarks.step_profile",
-                        ".venv/bin/python -m benchmarks.first_token --stock-pip"]
-    smallest = (f" --attach vllm={vllm_server.api_url} --concurrency 2 --rounds 1 --min-requests 2 "
-                f"--requests-per-user 1 --lengths fixed:8 --out {tmp_path}")
+    assert commands == [
+        ".venv/bin/python -m benchmarks.kit_vs_defaults",
+        ".venv/bin/python -m benchmarks.step_profile",
+        ".venv/bin/python -m benchmarks.first_token --stock-pip",
+    ]
+    smallest = (
+        f" --attach vllm={vllm_server.api_url} --concurrency 2 --rounds 1 --min-requests 2 "
+        f"--requests-per-user 1 --lengths fixed:8 --out {tmp_path}"
+    )
     result = run_doc(commands[0] + smallest, vllm_server.env, timeout_s=300)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "results.json").read_text())
@@ -176,12 +218,17 @@ def test_lab_page_benchmark_runs_in_its_smallest_configuration(vllm_server: Serv
     assert arm["name"] == "vllm" and point["concurrency"] == 2
     assert point["summary"]["num_ok"] == 2 and point["summary"]["total_output_tokens"] == 2 * 8
     assert point["summary"]["output_tokens_per_s"] > 0 and point["summary"]["ttft_ms"]["median"] > 0
-    assert 0 < point["ceiling"]["fraction_of_ceiling"] and point["ceiling"]["sequences_per_step"] == 2
+    assert point["ceiling"]["fraction_of_ceiling"] > 0 and point["ceiling"]["sequences_per_step"] == 2
     assert report["machine"]["bandwidth"]["copy_bytes_per_s"] > 0
     assert (tmp_path / "results.png").read_bytes().startswith(PNG_MAGIC)
     assert "Output tok/s, TTFT and the decode ceiling" in result.stdout
-    again = subprocess.run([sys.executable, "-m", "benchmarks.throughput_report", str(tmp_path / "results.json")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)  # re-read through the envelope
+    again = subprocess.run(
+        [sys.executable, "-m", "benchmarks.throughput_report", str(tmp_path / "results.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # re-read through the envelope
     assert again.returncode == 0 and "Output tok/s, TTFT and the decode ceiling" in again.stdout, again.stderr
 
 

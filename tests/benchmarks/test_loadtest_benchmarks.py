@@ -31,12 +31,27 @@ def test_overhead_script_prints_rate_and_timing_error() -> None:
 @pytest.mark.server
 @pytest.mark.slow
 def test_agreement_script_runs_both_tools_on_the_real_server(vllm_server: Server) -> None:
-    result = script("loadtest_agreement", "--base-url", vllm_server.api_url, "--model", MODEL, "--requests", "4",
-                    "--rate", "4", "--output-len", "8", "--rounds", "1", env=vllm_server.client_env())
+    result = script(
+        "loadtest_agreement",
+        "--base-url",
+        vllm_server.api_url,
+        "--model",
+        MODEL,
+        "--requests",
+        "4",
+        "--rate",
+        "4",
+        "--output-len",
+        "8",
+        "--rounds",
+        "1",
+        env=vllm_server.client_env(),
+    )
     verdicts = re.findall(r"ratio [\d.]+ +(within|OUTSIDE) ", result.stdout)
     assert len(verdicts) == 2, result.stdout  # TTFT and output tok/s, each judged
     assert result.returncode == (0 if verdicts == ["within", "within"] else 1), result.stdout + result.stderr
-    assert re.search(r"round 1 ours +completed +4 ", result.stdout) and re.search(r"round 1 vllm +completed +4 ",
-                                                                                   result.stdout), result.stdout
+    assert re.search(r"round 1 ours +completed +4 ", result.stdout) and re.search(
+        r"round 1 vllm +completed +4 ", result.stdout
+    ), result.stdout
     assert re.search(r"ttft_median_ms +ours +[\d.]+ +vllm bench +[\d.]+ +ratio [\d.]+", result.stdout)
     assert re.search(r"output_tokens_per_s +ours +[\d.]+ +vllm bench +[\d.]+ +ratio [\d.]+", result.stdout)

@@ -7,8 +7,8 @@ The routing it measures is tested for real in tests/serve/test_replicas.py.
 from __future__ import annotations
 
 from benchmarks.replicas import PREFIX_GROUPS, prefix_messages, typical
-from labs.loadtest.aggregate import summarize
 from client.stream import RequestRecord
+from labs.loadtest.aggregate import summarize
 
 
 def rounds_at(rates: list[float]) -> list:

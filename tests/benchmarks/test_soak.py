@@ -12,23 +12,33 @@ import pytest
 from tests.conftest import kit_env, run_bounded
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
-VERDICTS = ("nothing but completed, hung up or cut by a kill", "no more cut than the victims held",
-            "KV usage back to 0, nothing running or waiting", "no kit process outside the recorded groups",
-            "every group's RSS within")
+VERDICTS = (
+    "nothing but completed, hung up or cut by a kill",
+    "no more cut than the victims held",
+    "KV usage back to 0, nothing running or waiting",
+    "no kit process outside the recorded groups",
+    "every group's RSS within",
+)
 
 
 def test_a_suite_sized_soak_loses_only_what_the_kills_cut_and_both_replicas_come_back() -> None:
     # 40 users over 2 x 16 sequences: above capacity; eager replicas start without a compile
     env = kit_env(ENFORCE_EAGER="true", VLLM_CPU_KVCACHE_SPACE="1")
-    result = run_bounded([sys.executable, "-m", "benchmarks.soak", "--users", "40", "--kill-after-s", "10",
-                          "--settle-s", "5"], env, timeout_s=1500)
+    result = run_bounded(
+        [sys.executable, "-m", "benchmarks.soak", "--users", "40", "--kill-after-s", "10", "--settle-s", "5"],
+        env,
+        timeout_s=1500,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     kills = re.findall(r"SIGKILL vLLM replica [12]/2's (api server|engine core) \(pid \d+\)", result.stdout)
     assert kills == ["api server", "engine core"], output
     assert len(re.findall(r"healthy again \d+ s after the kill", result.stdout)) == 2, output
-    counts = re.search(r"(\d+) requests in \d+ s of load: (\d+) completed, (\d+) aborted by their own client, "
-                       r"(\d+) in flight on a killed process .*, (\d+) other", result.stdout)
+    counts = re.search(
+        r"(\d+) requests in \d+ s of load: (\d+) completed, (\d+) aborted by their own client, "
+        r"(\d+) in flight on a killed process .*, (\d+) other",
+        result.stdout,
+    )
     assert counts, output
     total, completed, hung_up, cut, other = map(int, counts.groups())
     assert total == completed + hung_up + cut + other and other == 0, output

@@ -19,12 +19,16 @@ from tests.support.docs import doc_commands, run_doc
 
 PAGE_COMMAND = ".venv/bin/python -m benchmarks.step_profile"
 # Stacks as py-spy 0.4 writes them for vLLM 0.32's worker (trimmed): a decode step's sampler, its forward.
-SAMPLER = ["worker_busy_loop (vllm/v1/executor/multiproc_executor.py:900)",
-           "CPUModelRunner.sample_tokens (vllm/v1/worker/gpu_model_runner.py:3300)",
-           "Sampler.forward (vllm/v1/sample/sampler.py:90)"]
-FORWARD = ["worker_busy_loop (vllm/v1/executor/multiproc_executor.py:900)",
-           "CPUModelRunner.execute_model (vllm/v1/worker/gpu_model_runner.py:3100)",
-           "LlamaForCausalLM.forward (vllm/model_executor/models/llama.py:600)"]
+SAMPLER = [
+    "worker_busy_loop (vllm/v1/executor/multiproc_executor.py:900)",
+    "CPUModelRunner.sample_tokens (vllm/v1/worker/gpu_model_runner.py:3300)",
+    "Sampler.forward (vllm/v1/sample/sampler.py:90)",
+]
+FORWARD = [
+    "worker_busy_loop (vllm/v1/executor/multiproc_executor.py:900)",
+    "CPUModelRunner.execute_model (vllm/v1/worker/gpu_model_runner.py:3100)",
+    "LlamaForCausalLM.forward (vllm/model_executor/models/llama.py:600)",
+]
 
 
 def test_a_sample_belongs_to_the_first_category_found_on_its_stack() -> None:
@@ -36,22 +40,30 @@ def test_a_sample_belongs_to_the_first_category_found_on_its_stack() -> None:
 
 def test_folded_stacks_count_the_main_thread_only(tmp_path: Path) -> None:
     folded = tmp_path / "w.folded"
-    folded.write_text(f"thread (7): MainThread;{';'.join(SAMPLER)} 30\n"
-                      f"thread (7): MainThread;{';'.join(FORWARD)} 70\n"
-                      "thread (9): Thread-1 (poll);run (threading.py:1) 500\n")
+    folded.write_text(
+        f"thread (7): MainThread;{';'.join(SAMPLER)} 30\n"
+        f"thread (7): MainThread;{';'.join(FORWARD)} 70\n"
+        "thread (9): Thread-1 (poll);run (threading.py:1) 500\n"
+    )
     profile = read_folded(folded, "worker", 7)
     assert profile.samples == 100
     assert profile.by_category["sampling"] == 30 and sum(profile.by_category.values()) == 100
 
 
 def test_bad_input_is_one_line_naming_the_fix() -> None:
-    result = subprocess.run([sys.executable, "-m", "benchmarks.step_profile", "--users", "0,16"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.step_profile", "--users", "0,16"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # the kit's promise for a bad argument (serve/cli.py): exit status 2, one line on stderr naming the fix
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stdout == "" and result.stderr == (
         "error: python -m benchmarks.step_profile: argument --users: '0,16': give whole numbers > 0 separated by "
-        "commas, e.g. 1,4,8,16 (see --help)\n"), result.stderr
+        "commas, e.g. 1,4,8,16 (see --help)\n"
+    ), result.stderr
 
 
 @pytest.mark.server
@@ -76,6 +88,10 @@ def test_lab_page_profile_runs_against_the_session_server(vllm_server: Server, t
     assert "waiting for the engine core (shm queue)" in worker, worker  # the hand-over every step has
     again = run_doc(f"{PAGE_COMMAND} --reread {tmp_path}", vllm_server.env, timeout_s=120)  # nothing runs
     assert again.returncode == 0 and json.loads((tmp_path / "results.json").read_text())["points"] == [point], (
-        again.stdout + again.stderr)
+        again.stdout + again.stderr
+    )
     assert sorted(path.name for path in tmp_path.glob("*.folded")) == [
-        "2-users-api-server.folded", "2-users-engine-core.folded", "2-users-worker.folded"]
+        "2-users-api-server.folded",
+        "2-users-engine-core.folded",
+        "2-users-worker.folded",
+    ]

@@ -9,7 +9,9 @@ from tests.conftest import ROOT, Server, kit_env
 from tests.support.terminal import terminal
 
 CLIENT = [str(ROOT / ".venv" / "bin" / "python"), "-m", "client", "--temperature", "0"]
-USAGE = re.compile(r"usage: (\d+) prompt tokens, (\d+) answer tokens in [\d.]+ s \([\d.]+ tok/s\), first token after [\d.]+ s")
+USAGE = re.compile(
+    r"usage: (\d+) prompt tokens, (\d+) answer tokens in [\d.]+ s \([\d.]+ tok/s\), first token after [\d.]+ s"
+)
 START_S, ANSWER_S = 60, 120
 LONG_QUESTION = "Write a long story about a dragon."
 
@@ -19,8 +21,15 @@ def at_prompt(text: str) -> bool:
 
 
 def test_a_piped_prompt_is_the_question(vllm_server: Server) -> None:
-    result = subprocess.run([*CLIENT, "--max-tokens", "16", "--usage"], input="Say OK.\n", capture_output=True,
-                            text=True, timeout=ANSWER_S, cwd=ROOT, env=vllm_server.client_env())
+    result = subprocess.run(
+        [*CLIENT, "--max-tokens", "16", "--usage"],
+        input="Say OK.\n",
+        capture_output=True,
+        text=True,
+        timeout=ANSWER_S,
+        cwd=ROOT,
+        env=vllm_server.client_env(),
+    )
     assert result.returncode == 0, result.stderr
     *answer, usage = result.stdout.strip().splitlines()
     assert "".join(answer).strip() and USAGE.fullmatch(usage), result.stdout
@@ -50,7 +59,7 @@ def test_a_chat_keeps_the_history_and_shows_usage_on_request(vllm_server: Server
 
 
 def test_ctrl_c_stops_the_answer_not_the_session_and_ctrl_d_leaves(vllm_server: Server) -> None:
-    """"(stopped" is printed only when Ctrl-C lands while the answer streams (after it, Ctrl-C is at the prompt).
+    """ "(stopped" is printed only when Ctrl-C lands while the answer streams (after it, Ctrl-C is at the prompt).
     Whether vLLM then stops generating is not checked: on a loaded 2-core machine its API server delivers the
     first chunks after the engine has generated the whole answer, so the token count would test the load."""
     with terminal([*CLIENT, "--max-tokens", "1000"], vllm_server.client_env(), ROOT) as term:
@@ -63,8 +72,11 @@ def test_ctrl_c_stops_the_answer_not_the_session_and_ctrl_d_leaves(vllm_server: 
         term.send("C-c")  # at the prompt: a fresh line, the session goes on
         term.wait_for(lambda text: "^C (Ctrl-D or /bye leaves)" in text and at_prompt(text), 30, "a new line")
         term.type_line("Say OK.")
-        term.wait_for(lambda text: text.split("Say OK.")[-1].strip() != ">>>" and at_prompt(text), ANSWER_S,
-                      "an answer after the stop")
+        term.wait_for(
+            lambda text: text.split("Say OK.")[-1].strip() != ">>>" and at_prompt(text),
+            ANSWER_S,
+            "an answer after the stop",
+        )
         term.send("C-d")
         assert term.exit_code(30) == 0
     assert "Traceback" not in stopped

@@ -13,17 +13,19 @@ import pytest
 
 from client.stream import RequestRecord, stream_chat
 
-EVENTS = ('data: {"choices":[{"delta":{"content":"héllo"}}]}\r\n\r\n'
-          ': a comment line\n\n'
-          'data: {"choices":[{"delta":{"content":" wörld"},"finish_reason":"length"}]}\n\n'
-          'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
-          'data: [DONE]\n\n').encode()
+EVENTS = (
+    'data: {"choices":[{"delta":{"content":"héllo"}}]}\r\n\r\n'
+    ': a comment line\n\n'
+    'data: {"choices":[{"delta":{"content":" wörld"},"finish_reason":"length"}]}\n\n'
+    'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    'data: [DONE]\n\n'
+).encode()
 
 
 def read(body: bytes, piece_bytes: int) -> RequestRecord:
     async def pieces():
         for start in range(0, len(body), piece_bytes):
-            yield body[start:start + piece_bytes]
+            yield body[start : start + piece_bytes]
 
     async def main() -> RequestRecord:
         transport = httpx.MockTransport(lambda request: httpx.Response(200, content=pieces()))

@@ -31,16 +31,16 @@ def test_defaults_on_a_two_core_machine_give_32_sequences_and_1_gib() -> None:
     resolved = resolve(settings(), machine(), SMOL)
     assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (32, 1)
     assert resolved.max_num_seqs_reason == "auto: 16 per core x 2 cores"
-    assert resolved.kv_cache_space_reason == ("auto: 32 sequences x 1,024 tokens need 0.70 GiB of bfloat16 KV, "
-                                              "rounded up to whole GiB")
+    assert resolved.kv_cache_space_reason == (
+        "auto: 32 sequences x 1,024 tokens need 0.70 GiB of bfloat16 KV, rounded up to whole GiB"
+    )
     args = vllm_args(settings(), resolved, "m", (0, 32))
     assert args[args.index("--max-num-seqs") + 1] == "32"
     assert vllm_env(settings(), resolved)["VLLM_CPU_KVCACHE_SPACE"] == "1"
 
 
 @pytest.mark.parametrize(("cores", "seqs", "kv_gib"), [(1, 16, 1), (4, 64, 2), (16, 256, 6), (64, 256, 6)])
-def test_the_batch_grows_with_the_cores_and_the_kv_budget_with_the_batch(cores: int, seqs: int,
-                                                                          kv_gib: int) -> None:
+def test_the_batch_grows_with_the_cores_and_the_kv_budget_with_the_batch(cores: int, seqs: int, kv_gib: int) -> None:
     resolved = resolve(settings(), machine(cores, free_gib=64), SMOL)
     assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (seqs, kv_gib)
     assert seqs == min(SEQS_PER_CORE * cores, AUTO_SEQS_CAP)
@@ -70,8 +70,9 @@ def test_short_memory_caps_the_kv_and_cuts_the_batch_to_what_fits() -> None:
     resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(free_gib=7), SMOL)
     assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (5, 1)
     assert "the memory left for KV is 1.2 GiB" in resolved.kv_cache_space_reason
-    assert resolved.max_num_seqs_reason == ("auto: 16 per core x 2 cores, cut to the 5 full-length sequences the KV "
-                                            "pool holds")
+    assert resolved.max_num_seqs_reason == (
+        "auto: 16 per core x 2 cores, cut to the 5 full-length sequences the KV pool holds"
+    )
 
 
 def test_values_set_in_env_are_kept_as_set() -> None:
@@ -122,13 +123,17 @@ def test_gpu_track_leaves_max_num_seqs_to_vllm_unless_set() -> None:
     assert "VLLM_CPU_KVCACHE_SPACE" not in vllm_env(set_, fixed)
 
 
-@pytest.mark.parametrize(("logical", "physical", "bind", "threads"), [
-    (2, 2, "auto", 1),  # this machine: one core computes, one is left to the scheduler and API server
-    (8, 4, "auto", 3),  # SMT: vLLM binds one thread per physical core
-    (1, 1, "nobind", 1),  # nothing to reserve on one core
-])
-def test_binding_auto_is_vllms_own_where_a_core_can_be_spared(logical: int, physical: int, bind: str,
-                                                             threads: int) -> None:
+@pytest.mark.parametrize(
+    ("logical", "physical", "bind", "threads"),
+    [
+        (2, 2, "auto", 1),  # this machine: one core computes, one is left to the scheduler and API server
+        (8, 4, "auto", 3),  # SMT: vLLM binds one thread per physical core
+        (1, 1, "nobind", 1),  # nothing to reserve on one core
+    ],
+)
+def test_binding_auto_is_vllms_own_where_a_core_can_be_spared(
+    logical: int, physical: int, bind: str, threads: int
+) -> None:
     host = Machine(logical, frozenset(), 20 * GiB, physical)
     resolved = resolve(settings(), host, SMOL)
     assert (resolved.omp_threads_bind, resolved.omp_threads) == (bind, threads)

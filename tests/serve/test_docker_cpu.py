@@ -49,8 +49,9 @@ def down(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return run_bounded(["bash", str(ROOT / "down.sh"), *args], env, 300)
 
 
-README_UP, README_DOWN, README_DOWN_VOLUMES = (f"RUNTIME=docker bash {script}"
-                                              for script in ("up.sh", "down.sh", "down.sh --volumes"))
+README_UP, README_DOWN, README_DOWN_VOLUMES = (
+    f"RUNTIME=docker bash {script}" for script in ("up.sh", "down.sh", "down.sh --volumes")
+)
 UP_TIMEOUT_S = 900  # eager: ~1 min to healthy; compiled it is ~4 min the first time on 2 busy cores
 
 
@@ -67,10 +68,16 @@ def container(docker_engine: Engine, standin_image: str) -> Iterator[Server]:
     COMPOSE_LOG.unlink(missing_ok=True)
     # Drop the image a previous run built (its cached layers go with it), so that this build runs
     # patches/apply.sh for real; the build itself takes seconds on the stand-in.
-    subprocess.run(["docker", "image", "rm", "-f", f"vllm-lab-kit/vllm-cpu:{standin_image.rsplit(':', 1)[1]}"],
-                   capture_output=True, timeout=120)
-    subprocess.run(["docker", "image", "prune", "-f", "--filter", "label=vllm-lab-kit.standin"],  # stand-ins
-                   capture_output=True, timeout=120)  # it stood on, now untagged (~4 GB each)
+    subprocess.run(
+        ["docker", "image", "rm", "-f", f"vllm-lab-kit/vllm-cpu:{standin_image.rsplit(':', 1)[1]}"],
+        capture_output=True,
+        timeout=120,
+    )
+    subprocess.run(
+        ["docker", "image", "prune", "-f", "--filter", "label=vllm-lab-kit.standin"],  # stand-ins
+        capture_output=True,
+        timeout=120,
+    )  # it stood on, now untagged (~4 GB each)
     try:
         up = run_doc(README_UP, env, timeout_s=UP_TIMEOUT_S)
         assert up.returncode == 0, f"{README_UP} failed ({up.returncode}):\n{up.stdout}\n{up.stderr}"
@@ -96,9 +103,13 @@ def test_up_builds_on_the_standin_patches_and_recaps(container: Server, standin_
 
 
 def test_the_readme_client_talks_to_the_container(container: Server) -> None:
-    commands = [command for command in doc_commands("README.md")
-                if ("client" in command or command.startswith("curl"))
-                and "11434" not in command and "VLLM_PORT=" not in command]  # "Talk to it": the default engine
+    commands = [
+        command
+        for command in doc_commands("README.md")
+        if ("client" in command or command.startswith("curl"))
+        and "11434" not in command
+        and "VLLM_PORT=" not in command
+    ]  # "Talk to it": the default engine
     assert len(commands) >= 3, commands
     for command in commands:
         result = run_doc(retarget(command, {8009: container.port}), container.env, timeout_s=120)

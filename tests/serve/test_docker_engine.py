@@ -27,8 +27,13 @@ ABSENT_REPOSITORY = "vllm-lab-kit/no-such-image"  # on no registry and not built
 
 
 def project_containers() -> list[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project_name()}"],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project_name()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     return out.split()
 
 
@@ -44,21 +49,30 @@ def write_tool(folder: Path, name: str, script: str) -> None:
 
 # --- Which Compose: the real one here, and the choices the machine cannot show (fake executables on PATH) ---
 
+
 def test_the_compose_found_here_answers(docker_engine: Engine) -> None:
     compose = find("docker")
     result = subprocess.run([*compose.argv, "version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and compose.version in result.stdout
 
 
-@pytest.mark.parametrize(("plugin", "standalone", "expected"), [
-    ("echo 'Docker Compose version v2.29.7'", "echo 'docker-compose version 1.29.2, build x'", "plugin 2.29.7"),
-    ("echo \"docker: 'compose' is not a docker command.\" >&2; exit 1", "echo 'docker-compose version 1.29.2, build x'",
-     "standalone 1.29.2"),
-    ("exit 1", "echo 'docker-compose version 1.25.0, build x'", "1.25.0: the kit needs 1.28 or newer"),
-    ("exit 1", None, "docker-compose is not installed"),
-], ids=["v2-preferred", "v1-fallback", "v1-too-old", "none"])
-def test_compose_v2_is_preferred_then_docker_compose_1_28(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         plugin: str, standalone: str | None, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("plugin", "standalone", "expected"),
+    [
+        ("echo 'Docker Compose version v2.29.7'", "echo 'docker-compose version 1.29.2, build x'", "plugin 2.29.7"),
+        (
+            "echo \"docker: 'compose' is not a docker command.\" >&2; exit 1",
+            "echo 'docker-compose version 1.29.2, build x'",
+            "standalone 1.29.2",
+        ),
+        ("exit 1", "echo 'docker-compose version 1.25.0, build x'", "1.25.0: the kit needs 1.28 or newer"),
+        ("exit 1", None, "docker-compose is not installed"),
+    ],
+    ids=["v2-preferred", "v1-fallback", "v1-too-old", "none"],
+)
+def test_compose_v2_is_preferred_then_docker_compose_1_28(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plugin: str, standalone: str | None, expected: str
+) -> None:
     bin_dir = tmp_path / "bin"
     write_tool(bin_dir, "docker", f'[ "$1" = compose ] && {{ {plugin}; }}')
     if standalone is not None:
@@ -68,8 +82,9 @@ def test_compose_v2_is_preferred_then_docker_compose_1_28(tmp_path: Path, monkey
         kind, version = expected.split()
         compose = find(str(bin_dir / "docker"))
         assert compose.version == version
-        assert compose.argv == ((str(bin_dir / "docker"), "compose") if kind == "plugin"
-                                else (str(bin_dir / "docker-compose"),))
+        assert compose.argv == (
+            (str(bin_dir / "docker"), "compose") if kind == "plugin" else (str(bin_dir / "docker-compose"),)
+        )
     else:
         with pytest.raises(ComposeUnavailable, match=expected):
             find(str(bin_dir / "docker"))
@@ -97,14 +112,22 @@ def test_a_tag_in_cpu_base_image_wins_over_cpu_image_tag() -> None:
 
 def test_the_recap_says_why_auto_picked_its_runtime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     why = "a Docker engine answers `docker info` and docker-compose 1.29.2 is installed"
-    shown = SimpleNamespace(base_url="http://127.0.0.1:8009", name="docker", label="vLLM", port=8009,
-                            served_model="m", log_path=tmp_path / "none.log", recap_rows=lambda started: [],
-                            picked_because=why)
+    shown = SimpleNamespace(
+        base_url="http://127.0.0.1:8009",
+        name="docker",
+        label="vLLM",
+        port=8009,
+        served_model="m",
+        log_path=tmp_path / "none.log",
+        recap_rows=lambda started: [],
+        picked_because=why,
+    )
     serve_main.recap(Settings.from_env({}), shown, None)
     assert f"runtime docker (RUNTIME=auto: {why})" in " ".join(capsys.readouterr().out.split())  # rich wraps it
 
 
 # --- The real engine ---
+
 
 def test_auto_picks_docker_and_a_failing_build_surfaces_its_error(docker_engine: Engine) -> None:
     """The base image no registry has: compose's own words, then one last line naming both ways out."""
@@ -121,8 +144,7 @@ def test_auto_picks_docker_and_a_failing_build_surfaces_its_error(docker_engine:
     assert project_containers() == []
 
 
-def test_a_build_that_fails_after_its_base_image_names_no_image_way_out(docker_engine: Engine,
-                                                                       tmp_path: Path) -> None:
+def test_a_build_that_fails_after_its_base_image_names_no_image_way_out(docker_engine: Engine, tmp_path: Path) -> None:
     """A build step failing on a base the engine holds is not an unreachable image: no way-out line then."""
     base = "vllm-lab-kit/failing-base:0.32.0-test"
     (tmp_path / "marker").write_text("an image with one file and no shell\n")
@@ -150,14 +172,20 @@ def test_a_failing_gpu_pull_surfaces_its_error_and_starts_nothing(docker_engine:
     assert down.returncode == 0 and "Nothing to stop" in down.stdout
 
 
-def test_a_container_that_dies_at_start_shows_its_log_and_is_removed(docker_engine: Engine,
-                                                                     standin_image: str) -> None:
-    engine_cpus = int(subprocess.run(["docker", "info", "--format", "{{.NCPU}}"], capture_output=True, text=True,
-                                     timeout=60, check=True).stdout)
+def test_a_container_that_dies_at_start_shows_its_log_and_is_removed(docker_engine: Engine, standin_image: str) -> None:
+    engine_cpus = int(
+        subprocess.run(
+            ["docker", "info", "--format", "{{.NCPU}}"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    )
     port = free_port()
-    env = kit_env(RUNTIME="docker", VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image,
-                  CPU_LIMIT=str(engine_cpus + 2),  # more than the engine has: capped, else it refuses the container
-                  VLLM_EXTRA_ARGS="--no-such-flag")
+    env = kit_env(
+        RUNTIME="docker",
+        VLLM_PORT=str(port),
+        CPU_BASE_IMAGE=standin_image,
+        CPU_LIMIT=str(engine_cpus + 2),  # more than the engine has: capped, else it refuses the container
+        VLLM_EXTRA_ARGS="--no-such-flag",
+    )
     up = run_script("up.sh", env, timeout_s=600)
     assert up.returncode == 1, up.stdout + up.stderr
     assert "the server exited during start" in up.stderr
@@ -166,14 +194,30 @@ def test_a_container_that_dies_at_start_shows_its_log_and_is_removed(docker_engi
     assert project_containers() == [] and process.port_is_free("127.0.0.1", port)
 
 
-def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: Engine,
-                                                               standin_image: str) -> None:
+def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: Engine, standin_image: str) -> None:
     cap_bytes = 1024**3
     script = "import json; from serve.machine import detect; print(json.dumps(detect().memory_available_bytes))"
-    result = subprocess.run(["docker", "run", "--rm", "--memory", str(cap_bytes),
-                             "-v", f"{ROOT / 'serve'}:/kit/serve:ro", "-w", "/kit",
-                             "--entrypoint", "python3", standin_image, "-c", script],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--memory",
+            str(cap_bytes),
+            "-v",
+            f"{ROOT / 'serve'}:/kit/serve:ro",
+            "-w",
+            "/kit",
+            "--entrypoint",
+            "python3",
+            standin_image,
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     assert 0 < seen <= cap_bytes, f"the container sees {seen} bytes available under a {cap_bytes}-byte cap"
@@ -184,14 +228,14 @@ def test_the_readme_ollama_commands_select_the_profile_here(docker_engine: Engin
     in a project of their own, on an image no registry has: the profile's service is selected, published on
     127.0.0.1:11434, fails with compose's own words naming the image, and `down` leaves nothing."""
     compose = find("docker")
-    commands = [command for command in doc_commands("README.md")
-                if command.startswith("docker compose --profile ollama")]
+    commands = [
+        command for command in doc_commands("README.md") if command.startswith("docker compose --profile ollama")
+    ]
     assert [command.split()[4] for command in commands] == ["up", "exec", "down"], commands
     project = f"{project_name()}-readme-ollama"
     env = {**kit_env(OLLAMA_IMAGE=f"{ABSENT_REPOSITORY}:0.12.3"), "COMPOSE_PROJECT_NAME": project}
     as_here = [[*compose.argv, *command.split()[2:]] for command in commands]
-    config = subprocess.run([*as_here[0][:-3], "config"], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                            env=env)
+    config = subprocess.run([*as_here[0][:-3], "config"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
     assert config.returncode == 0 and "127.0.0.1:11434:11434" in config.stdout.replace('"', ""), config.stderr
     try:
         up = run_bounded(as_here[0], env, 300)
@@ -200,17 +244,22 @@ def test_the_readme_ollama_commands_select_the_profile_here(docker_engine: Engin
         down = run_bounded(as_here[2], env, 300)
         run_bounded([*as_here[2], "--volumes"], env, 300)  # the project's volumes, which `up` created
     assert down.returncode == 0, down.stdout + down.stderr
-    leftovers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
-                               capture_output=True, text=True, timeout=60, check=True).stdout
+    leftovers = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert leftovers.split() == []
 
 
-def test_a_key_guards_every_model_route_in_the_container(docker_engine: Engine,
-                                                          standin_image: str) -> None:
+def test_a_key_guards_every_model_route_in_the_container(docker_engine: Engine, standin_image: str) -> None:
     """vLLM guards /v1 only; in the image the kit's middleware (copied in by Dockerfile.cpu) guards the rest."""
     port, key = free_port(), "container-test-key"
-    env = kit_env(RUNTIME="docker", VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image, VLLM_API_KEY=key,
-                  ENFORCE_EAGER="true")
+    env = kit_env(
+        RUNTIME="docker", VLLM_PORT=str(port), CPU_BASE_IMAGE=standin_image, VLLM_API_KEY=key, ENFORCE_EAGER="true"
+    )
     base = f"http://127.0.0.1:{port}"
     body = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "prompt": "The capital of France is", "max_tokens": 4}
     try:

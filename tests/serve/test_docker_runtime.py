@@ -49,8 +49,9 @@ class FakeDocker:
     def run(self, *argv: str, **overrides: str) -> subprocess.CompletedProcess[str]:
         """`bash up.sh`, `bash down.sh --volumes`, `python -m serve status` ... with the stand-in on PATH."""
         command = ["bash", str(ROOT / argv[0])] if argv[0].endswith(".sh") else [str(PYTHON), "-m", argv[0]]
-        return subprocess.run([*command, *argv[1:]], env={**self.env, **overrides}, capture_output=True,
-                              text=True, timeout=180, cwd=ROOT)
+        return subprocess.run(
+            [*command, *argv[1:]], env={**self.env, **overrides}, capture_output=True, text=True, timeout=180, cwd=ROOT
+        )
 
 
 @pytest.fixture
@@ -58,8 +59,14 @@ def docker(tmp_path: Path) -> Iterator[FakeDocker]:
     state = tmp_path / "docker-state"
     state.mkdir()
     install(tmp_path / "bin")
-    env = kit_env(RUNTIME="docker", VLLM_PORT=str(free_port()), GPU_PORT=str(free_port()), START_TIMEOUT="60",
-                  FAKE_DOCKER_STATE=str(state), PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    env = kit_env(
+        RUNTIME="docker",
+        VLLM_PORT=str(free_port()),
+        GPU_PORT=str(free_port()),
+        START_TIMEOUT="60",
+        FAKE_DOCKER_STATE=str(state),
+        PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    )
     fake = FakeDocker(state, env)
     yield fake
     fake.run("down.sh")  # never leave a stand-in engine behind
@@ -74,7 +81,7 @@ def test_gpu_track_uses_its_profile_image_port_and_quantization(docker: FakeDock
     up = docker.run("up.sh", RUNTIME="docker-gpu", QUANTIZATION="awq", ENFORCE_EAGER="true")
     assert up.returncode == 0, up.stdout + up.stderr
     assert docker.compose_calls("build") == []
-    pull, = docker.compose_calls("pull")
+    (pull,) = docker.compose_calls("pull")
     assert pull["argv"] == [*compose_prefix(), "--profile", "gpu", "pull", "vllm-gpu"]
     assert pull["env"]["GPU_IMAGE"] == "vllm/vllm-openai:v0.11.0"
     assert pull["env"]["RESOLVED_OPTIONAL_ARGS"] == "--enforce-eager --quantization awq"
@@ -90,8 +97,11 @@ def test_gpu_track_uses_its_profile_image_port_and_quantization(docker: FakeDock
 def test_readme_docker_commands_run_as_documented(docker: FakeDocker) -> None:
     # The CPU track's commands run on the real engine (tests/serve/test_docker_cpu.py); these are the GPU's and
     # Ollama's.
-    commands = [command for command in doc_commands("README.md")
-                if is_docker_command(command) and "RUNTIME=docker " not in command]
+    commands = [
+        command
+        for command in doc_commands("README.md")
+        if is_docker_command(command) and "RUNTIME=docker " not in command
+    ]
     assert len(commands) >= 5, commands
     for command in commands:
         result = run_doc(retarget(command, {8009: int(docker.env["VLLM_PORT"])}), docker.env, timeout_s=180)
@@ -112,8 +122,11 @@ def test_readme_docker_commands_run_as_documented(docker: FakeDocker) -> None:
 
 def compose_services(*profiles: str) -> set[str]:
     document = yaml.safe_load(COMPOSE_FILE.read_text())
-    return {name for name, service in document["services"].items()
-            if not service.get("profiles") or set(service["profiles"]) & set(profiles)}
+    return {
+        name
+        for name, service in document["services"].items()
+        if not service.get("profiles") or set(service["profiles"]) & set(profiles)
+    }
 
 
 def test_volumes_on_the_native_runtime_is_one_clear_error(docker: FakeDocker) -> None:
@@ -147,8 +160,10 @@ def test_auto_follows_what_up_recorded_not_a_fresh_guess(docker: FakeDocker) -> 
 NO_RECORD = "RUNTIME=auto with no record of what up started on port {port}: looked at native and docker"
 # A stand-in for a native vLLM API server: what down.sh checks of one is the pidfile, the module name in its
 # command line and the port it holds (a real one takes minutes to start; tests/serve/test_lifecycle.py has those).
-STAND_IN_API_SERVER = ("import http.server, sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), "
-                       "http.server.BaseHTTPRequestHandler).serve_forever()")
+STAND_IN_API_SERVER = (
+    "import http.server, sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), "
+    "http.server.BaseHTTPRequestHandler).serve_forever()"
+)
 
 
 def test_auto_down_with_no_record_cleans_a_stale_pidfile_and_asks_docker_too(docker: FakeDocker) -> None:
@@ -162,8 +177,9 @@ def test_auto_down_with_no_record_cleans_a_stale_pidfile_and_asks_docker_too(doc
     down = docker.run("down.sh", RUNTIME="auto")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "Removing the stale pidfile" in down.stdout and not pidfile.exists()
-    assert f"Nothing to stop: no vLLM started by this kit on port {port} ({NO_RECORD.format(port=port)})" in \
-        " ".join(down.stdout.split()), down.stdout
+    assert f"Nothing to stop: no vLLM started by this kit on port {port} ({NO_RECORD.format(port=port)})" in " ".join(
+        down.stdout.split()
+    ), down.stdout
     assert [call["argv"][:2] for call in docker.calls() if call["argv"][:2] == ["ps", "-a"]]  # Docker was asked
 
 
@@ -172,8 +188,9 @@ def test_auto_down_with_no_record_stops_the_native_server_and_a_leftover_contain
     native one first (the container's stop waits for the port), and --volumes removes only Docker's cache."""
     port = docker.env["VLLM_PORT"]
     (docker.state / "container").write_text("vllm-cpu")  # the stand-in docker lists it; inspect: exited
-    server = subprocess.Popen([sys.executable, "-c", STAND_IN_API_SERVER, port, API_SERVER_MODULE],
-                              start_new_session=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN_API_SERVER, port, API_SERVER_MODULE], start_new_session=True
+    )
     pidfile = process.PidFile(RUN_DIR / f"vllm-{port}.pid", API_SERVER_MODULE)
     try:
         deadline = time.monotonic() + 30

@@ -17,8 +17,9 @@ DEFAULTS = {knob.env: knob.default for knob in KNOBS}
 
 
 def test_a_near_miss_an_unrelated_key_and_a_passthrough_one_in_the_settings_file() -> None:
-    lines = env_check.unknown_names(["MAX_NUM_SEQ", "GREETING", "VLLM_LOGGING_LEVEL", "MAX_NUM_SEQS", "MODEL"], {},
-                                    ".env")
+    lines = env_check.unknown_names(
+        ["MAX_NUM_SEQ", "GREETING", "VLLM_LOGGING_LEVEL", "MAX_NUM_SEQS", "MODEL"], {}, ".env"
+    )
     assert lines == [
         "MAX_NUM_SEQ (in .env) is not a setting of the kit, which ignores it; did you mean MAX_NUM_SEQS?",
         "GREETING (in .env) is not a setting of the kit, which ignores it; the settings are the keys of .env.example",
@@ -26,9 +27,25 @@ def test_a_near_miss_an_unrelated_key_and_a_passthrough_one_in_the_settings_file
 
 
 def test_only_shell_variables_that_look_like_the_kits_are_checked() -> None:
-    shell = {name: "1" for name in ("PATH", "HOME", "OLLAMA_HOST", "OMP_PROC_BIND", "MAX_JOBS", "TORCH_HOME",
-                                    "HF_HOME", "OMP_NUM_THREADS", "VLLM_LOGGING_LEVEL", "VLLM_PORT", "KIT_ENV_FILE",
-                                    "ENGINE", "VLLM_PORTS", "VLLM_NO_SUCH_THING")}
+    shell = {
+        name: "1"
+        for name in (
+            "PATH",
+            "HOME",
+            "OLLAMA_HOST",
+            "OMP_PROC_BIND",
+            "MAX_JOBS",
+            "TORCH_HOME",
+            "HF_HOME",
+            "OMP_NUM_THREADS",
+            "VLLM_LOGGING_LEVEL",
+            "VLLM_PORT",
+            "KIT_ENV_FILE",
+            "ENGINE",
+            "VLLM_PORTS",
+            "VLLM_NO_SUCH_THING",
+        )
+    }
     warned = [line.split()[0] for line in env_check.unknown_names([], shell, ".env")]
     assert warned == ["ENGINE", "VLLM_NO_SUCH_THING", "VLLM_PORTS"]
     assert "did you mean VLLM_PORT?" in env_check.problem("VLLM_PORTS", "exported in the shell")
@@ -43,13 +60,18 @@ def test_up_warns_before_anything_starts(tmp_path: Path) -> None:
     up = run_script("up.sh", env, timeout_s=300)
     lines = [line for line in up.stderr.splitlines() if line.strip()]
     assert up.returncode == 2, up.stdout + up.stderr
-    assert [line.split()[:2] for line in lines] == [["warning:", "MAX_NUM_SEQ"], ["warning:", "GREETING"],
-                                                    ["warning:", "VLLM_PORTS"], ["error:", "VLLM_PORT='0'"]], lines
+    assert [line.split()[:2] for line in lines] == [
+        ["warning:", "MAX_NUM_SEQ"],
+        ["warning:", "GREETING"],
+        ["warning:", "VLLM_PORTS"],
+        ["error:", "VLLM_PORT='0'"],
+    ], lines
     assert "did you mean MAX_NUM_SEQS?" in lines[0] and "did you mean VLLM_PORT?" in lines[2]
 
 
-def test_vllms_own_variables_in_the_settings_file_reach_the_native_engine(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vllms_own_variables_in_the_settings_file_reach_the_native_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env_file = tmp_path / "passthrough.env"
     env_file.write_text("VLLM_LOGGING_LEVEL=DEBUG\nVLLM_PORT=8123\nMAX_NUM_SEQ=4\n")
     monkeypatch.setenv("KIT_ENV_FILE", str(env_file))
@@ -64,8 +86,9 @@ def test_vllms_own_variables_in_the_settings_file_reach_the_native_engine(tmp_pa
 
 def test_the_committed_list_is_the_installed_vllms() -> None:
     """serve/vllm_env_names.txt is vllm.envs' VLLM_* names in the native runtime's vLLM (tests/run.sh installs it)."""
-    script = ("import vllm.envs as e; print('\\n'.join(sorted(n for n in e.environment_variables "
-              "if n.startswith('VLLM_'))))")
+    script = (
+        "import vllm.envs as e; print('\\n'.join(sorted(n for n in e.environment_variables if n.startswith('VLLM_'))))"
+    )
     result = subprocess.run([str(VLLM_VENV.python), "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert set(result.stdout.split()) == env_check.vllm_names()

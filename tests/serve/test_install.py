@@ -22,8 +22,8 @@ from serve.model import quantization_for
 from serve.native import TORCH_VERSION
 from serve.process import free_port
 from serve.settings import Settings
-from tests.support.clone import fresh_clone, stock_pip, user_env
 from tests.conftest import kit_env, run_bounded
+from tests.support.clone import fresh_clone, stock_pip, user_env
 from tests.support.docs import doc_commands, run_doc
 from tests.support.torch_index import serve_index, write_index
 
@@ -80,7 +80,7 @@ def test_install_from_pypi_and_a_torch_index_serves_the_model(tmp_path: Path) ->
         # prepared into the (empty) machine cache of this fresh "machine", not found in this one's
         prepared = list((clone.parent / "caches" / "xdg" / "vllm-lab-kit" / "models").glob("*/*/model.safetensors"))
         float_and_int8 = ["SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-int8-w8a8"]  # int8: auto with AVX-512
-        assert sorted(path.parent.name for path in prepared) == float_and_int8[:len(prepared)], prepared
+        assert sorted(path.parent.name for path in prepared) == float_and_int8[: len(prepared)], prepared
         assert len(prepared) == (2 if quantization_for(Settings.from_env({}), "native")[0] == "int8" else 1)
         assert "KV cache" in output, output  # the recap read vLLM's own line
     finally:

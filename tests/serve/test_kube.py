@@ -36,16 +36,26 @@ K8S_VERSIONS = (min(all_versions()), max(all_versions()))
 PROMETHEUS = "http://prometheus-server.monitoring.svc"
 SECRET_VALUE = "kube-test-key-0123"
 CHART_VERSION = "0.1.12"  # tests/data/production-stack/README.md
-TRIGGERS = ("properties", "servingEngineSpec", "properties", "modelSpec", "items", "properties", "keda",
-            "properties", "triggers")
+TRIGGERS = (
+    "properties",
+    "servingEngineSpec",
+    "properties",
+    "modelSpec",
+    "items",
+    "properties",
+    "keda",
+    "properties",
+    "triggers",
+)
 
 
 def render(out: Path, track=CPU, **env: str) -> dict:
     """Render for settings `env` over the defaults; returns {'values': ..., 'manifests': {file: [objects]}}."""
     settings = Settings.from_env(env)
     kube.render(settings, out, track, None, kube.DEFAULT_NAMESPACE, PROMETHEUS)
-    manifests = {path.name: list(yaml.safe_load_all(path.read_text()))
-                 for path in sorted((out / "manifests").glob("*.yaml"))}
+    manifests = {
+        path.name: list(yaml.safe_load_all(path.read_text())) for path in sorted((out / "manifests").glob("*.yaml"))
+    }
     return {"values": yaml.safe_load((out / "values.yaml").read_text()), "manifests": manifests}
 
 
@@ -65,8 +75,11 @@ def strict(schema: dict) -> dict:
 
     def walk(node: object) -> None:
         if isinstance(node, dict):
-            if ("properties" in node and "additionalProperties" not in node
-                    and not node.get("x-kubernetes-preserve-unknown-fields")):
+            if (
+                "properties" in node
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
+            ):
                 node["additionalProperties"] = False
             for value in node.values():
                 walk(value)
@@ -103,8 +116,14 @@ def default(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_every_core_manifest_passes_strict_kubernetes_validation(default: dict) -> None:
     core = [obj for obj in objects(default) if obj["kind"] != "ScaledObject"]
-    assert {obj["kind"] for obj in core} == {"Namespace", "Deployment", "Service", "ServiceAccount", "Role",
-                                             "RoleBinding"}
+    assert {obj["kind"] for obj in core} == {
+        "Namespace",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+    }
     for version in K8S_VERSIONS:
         for obj in core:
             kubernetes_validate.validate(obj, version, strict=True)
@@ -126,8 +145,10 @@ def test_scaled_object_matches_kedas_crd_and_scales_the_engine_on_the_queue(defa
     [trigger] = spec["triggers"]
     assert trigger["type"] == "prometheus"
     assert trigger["metadata"] == {
-        "serverAddress": PROMETHEUS, "threshold": "5",
-        "query": 'sum(vllm:num_requests_waiting{model_name="HuggingFaceTB/SmolLM2-135M-Instruct"})'}
+        "serverAddress": PROMETHEUS,
+        "threshold": "5",
+        "query": 'sum(vllm:num_requests_waiting{model_name="HuggingFaceTB/SmolLM2-135M-Instruct"})',
+    }
     broken = copy.deepcopy(scaled)
     broken["spec"]["maxReplicaCount"] = "3"  # a string where KEDA wants an integer
     with pytest.raises(jsonschema.ValidationError):
@@ -145,7 +166,8 @@ def test_values_match_the_charts_schema(default: dict) -> None:
     # The chart's own schema still calls triggers an object: only there may the values disagree with it
     # (labs/scale.md installs with --skip-schema-validation for that). When upstream fixes it, this fails.
     assert [(list(error.absolute_path), error.validator) for error in errors] == [
-        (["servingEngineSpec", "modelSpec", 0, "keda", "triggers"], "type")]
+        (["servingEngineSpec", "modelSpec", 0, "keda", "triggers"], "type")
+    ]
     bad = copy.deepcopy(values)
     bad["routerSpec"]["routingLogic"] = "cache_aware"  # vllm-router's name, not the chart's
     with pytest.raises(jsonschema.ValidationError):
@@ -155,8 +177,16 @@ def test_values_match_the_charts_schema(default: dict) -> None:
 def test_values_use_only_keys_the_chart_knows(default: dict) -> None:
     """A misspelt key is silently ignored by helm: every key written must be one the chart's schema names,
     down to the objects the chart copies into the pod as they are (resources, env, volumes, triggers)."""
-    passthrough = {"resources", "env", "extraVolumes", "extraVolumeMounts", "triggers", "containerSecurityContext",
-                   "startupProbe", "podAnnotations"}
+    passthrough = {
+        "resources",
+        "env",
+        "extraVolumes",
+        "extraVolumeMounts",
+        "triggers",
+        "containerSecurityContext",
+        "startupProbe",
+        "podAnnotations",
+    }
 
     def check(values: object, schema: dict, path: str) -> None:
         if isinstance(values, dict) and "properties" in schema:
@@ -204,7 +234,7 @@ def test_router_discovers_the_engine_pods_with_the_policy(default: dict) -> None
     assert args[args.index("--policy") + 1] == "cache_aware"
     assert "--service-discovery" in args
     engine_labels = one(default, "Deployment", kube_spec.ENGINE)["spec"]["template"]["metadata"]["labels"]
-    selector = args[args.index("--selector") + 1:args.index("--service-discovery-namespace")]
+    selector = args[args.index("--selector") + 1 : args.index("--service-discovery-namespace")]
     assert selector and all(engine_labels[key] == value for key, value in (pair.split("=") for pair in selector))
     assert args[args.index("--service-discovery-port") + 1] == "8000"
     assert pod["serviceAccountName"] == kube_spec.ROUTER
@@ -213,9 +243,17 @@ def test_router_discovers_the_engine_pods_with_the_policy(default: dict) -> None
 
 
 def test_settings_flow_into_both_outputs_and_the_key_stays_out(tmp_path: Path) -> None:
-    rendered = render(tmp_path, REPLICAS="3", ROUTER_POLICY="consistent_hash", KEDA_MIN_REPLICAS="2",
-                      KEDA_MAX_REPLICAS="5", KEDA_QUEUE_THRESHOLD="2.5", VLLM_API_KEY=SECRET_VALUE,
-                      MEMORY_LIMIT="6144m", CPU_LIMIT="1.5")
+    rendered = render(
+        tmp_path,
+        REPLICAS="3",
+        ROUTER_POLICY="consistent_hash",
+        KEDA_MIN_REPLICAS="2",
+        KEDA_MAX_REPLICAS="5",
+        KEDA_QUEUE_THRESHOLD="2.5",
+        VLLM_API_KEY=SECRET_VALUE,
+        MEMORY_LIMIT="6144m",
+        CPU_LIMIT="1.5",
+    )
     assert one(rendered, "Deployment", kube_spec.ENGINE)["spec"]["replicas"] == 3
     args = one(rendered, "Deployment", kube_spec.ROUTER)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--policy") + 1] == "consistent_hash"
@@ -225,13 +263,17 @@ def test_settings_flow_into_both_outputs_and_the_key_stays_out(tmp_path: Path) -
     assert scaled["triggers"][0]["metadata"]["threshold"] == "2.5"
     engine = one(rendered, "Deployment", kube_spec.ENGINE)["spec"]["template"]["spec"]["containers"][0]
     assert engine["resources"]["limits"] == {"cpu": "1500m", "memory": "6Gi"}
-    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": kube_spec.API_KEY_SECRET,
-                                                                   "key": "VLLM_API_KEY"}}} in engine["env"]
+    assert {
+        "name": "VLLM_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": kube_spec.API_KEY_SECRET, "key": "VLLM_API_KEY"}},
+    } in engine["env"]
     values = rendered["values"]
     assert values["servingEngineSpec"]["modelSpec"][0]["replicaCount"] == 3
     assert values["routerSpec"]["routingLogic"] == "session" and values["routerSpec"]["sessionKey"] == "x-session-id"
-    assert values["servingEngineSpec"]["vllmApiKey"] == {"secretName": kube_spec.API_KEY_SECRET,
-                                                         "secretKey": "VLLM_API_KEY"}
+    assert values["servingEngineSpec"]["vllmApiKey"] == {
+        "secretName": kube_spec.API_KEY_SECRET,
+        "secretKey": "VLLM_API_KEY",
+    }
     assert "VLLM_API_KEY" not in {entry["name"] for entry in values["servingEngineSpec"]["modelSpec"][0]["env"]}
     for path in tmp_path.rglob("*.yaml"):
         assert SECRET_VALUE not in path.read_text(), f"{path} holds the API key's value"
@@ -260,8 +302,14 @@ def test_gpu_track_asks_for_a_gpu_and_the_pinned_image(tmp_path: Path) -> None:
 
 
 def test_a_policy_the_charts_router_lacks_falls_back_and_says_so(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "serve.kube", "--out", str(tmp_path)], cwd=ROOT,
-                            env=kit_env(ROUTER_POLICY="power_of_two"), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "serve.kube", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=kit_env(ROUTER_POLICY="power_of_two"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "power_of_two has no equivalent in production-stack's router" in result.stderr
     assert yaml.safe_load((tmp_path / "values.yaml").read_text())["routerSpec"]["routingLogic"] == "roundrobin"
@@ -271,24 +319,40 @@ def test_a_policy_the_charts_router_lacks_falls_back_and_says_so(tmp_path: Path)
 
 
 def test_replicas_outside_kedas_bounds_are_written_with_a_warning(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "serve.kube", "--out", str(tmp_path)], cwd=ROOT,
-                            env=kit_env(REPLICAS="5"), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "serve.kube", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=kit_env(REPLICAS="5"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "REPLICAS=5 is outside KEDA_MIN_REPLICAS..KEDA_MAX_REPLICAS (1..3)" in " ".join(result.stderr.split())
     engine = yaml.safe_load((tmp_path / "manifests" / "engine-deployment.yaml").read_text())
     assert engine["spec"]["replicas"] == 5
 
 
-@pytest.mark.parametrize(("name", "value", "says"), [
-    ("KEDA_MAX_REPLICAS", "0", "KEDA_MAX_REPLICAS='0' is invalid"),
-    ("ROUTER_POLICY", "least_loaded", "ROUTER_POLICY='least_loaded' is invalid"),
-    ("MEMORY_LIMIT", "lots", "MEMORY_LIMIT='lots' is invalid"),
-    ("MAX_MODEL_LEN", "100000", "MAX_MODEL_LEN"),  # beyond SmolLM2's context: the Docker track's preflight
-])
-def test_a_bad_setting_is_refused_with_one_line_and_nothing_written(tmp_path: Path, name: str, value: str,
-                                                                    says: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "serve.kube", "--out", str(tmp_path / "k8s")], cwd=ROOT,
-                            env=kit_env(**{name: value}), capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("KEDA_MAX_REPLICAS", "0", "KEDA_MAX_REPLICAS='0' is invalid"),
+        ("ROUTER_POLICY", "least_loaded", "ROUTER_POLICY='least_loaded' is invalid"),
+        ("MEMORY_LIMIT", "lots", "MEMORY_LIMIT='lots' is invalid"),
+        ("MAX_MODEL_LEN", "100000", "MAX_MODEL_LEN"),  # beyond SmolLM2's context: the Docker track's preflight
+    ],
+)
+def test_a_bad_setting_is_refused_with_one_line_and_nothing_written(
+    tmp_path: Path, name: str, value: str, says: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "serve.kube", "--out", str(tmp_path / "k8s")],
+        cwd=ROOT,
+        env=kit_env(**{name: value}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and says in errors[0], result.stderr
@@ -296,10 +360,19 @@ def test_a_bad_setting_is_refused_with_one_line_and_nothing_written(tmp_path: Pa
 
 
 def test_a_bad_option_is_refused_where_it_is_typed(tmp_path: Path) -> None:
-    for option, value in (("--namespace", "Kit_NS"), ("--image", "myregistry/vllm-cpu:latest"),
-                          ("--prometheus-url", "prometheus:9090")):
-        result = subprocess.run([sys.executable, "-m", "serve.kube", "--out", str(tmp_path), option, value],
-                                cwd=ROOT, env=kit_env(), capture_output=True, text=True, timeout=120)
+    for option, value in (
+        ("--namespace", "Kit_NS"),
+        ("--image", "myregistry/vllm-cpu:latest"),
+        ("--prometheus-url", "prometheus:9090"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "serve.kube", "--out", str(tmp_path), option, value],
+            cwd=ROOT,
+            env=kit_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 2 and result.stderr.startswith("error: python -m serve.kube:"), result.stderr
 
 
@@ -322,8 +395,7 @@ def test_kubectl_kustomize_builds_every_object(default: dict, tmp_path: Path) ->
     render(tmp_path)
     built = kustomize(tmp_path / "manifests")
     assert kinds_and_names(built) == kinds_and_names(objects(default))
-    assert {obj["metadata"].get("namespace") for obj in built if obj["kind"] != "Namespace"} == {
-        kube.DEFAULT_NAMESPACE}
+    assert {obj["metadata"].get("namespace") for obj in built if obj["kind"] != "Namespace"} == {kube.DEFAULT_NAMESPACE}
 
 
 PAGE = "labs/scale.md"
@@ -342,6 +414,7 @@ def page_blocks() -> list[tuple[bool, list[str]]]:
 def test_scale_page_runs_its_render_commands_and_checks_the_cluster_ones_on_paper(tmp_path: Path) -> None:
     """The render commands run verbatim (into tmp_path instead of k8s/); a cluster command is checked on paper:
     the files it names exist and build, and only commands of cluster tools are left unrun."""
+
     def here(command: str) -> str:
         return command.replace("--out k8s", f"--out {tmp_path}/k8s").replace(" k8s/", f" {tmp_path}/k8s/")
 
@@ -365,13 +438,19 @@ def test_scale_page_runs_its_render_commands_and_checks_the_cluster_ones_on_pape
             assert (tmp_path / named).exists(), f"{command} names {named}, which the render does not write"
         if command.startswith("kubectl apply -k "):  # what it would apply: every object the render wrote there
             folder = Path(here(command).split()[-1])
-            written = [obj for path in sorted(folder.glob("*.yaml")) if path.name != "kustomization.yaml"
-                       for obj in yaml.safe_load_all(path.read_text()) if obj]
+            written = [
+                obj
+                for path in sorted(folder.glob("*.yaml"))
+                if path.name != "kustomization.yaml"
+                for obj in yaml.safe_load_all(path.read_text())
+                if obj
+            ]
             assert written and kinds_and_names(kustomize(folder)) == kinds_and_names(written), command
         if command.startswith("helm install vllm vllm/vllm-stack"):
             assert f"--version {CHART_VERSION}" in command  # the chart the schema in tests/data comes from
-            jsonschema.validate(yaml.safe_load((tmp_path / "k8s" / "values.yaml").read_text()),
-                                chart_schema_as_the_template_reads_it())
+            jsonschema.validate(
+                yaml.safe_load((tmp_path / "k8s" / "values.yaml").read_text()), chart_schema_as_the_template_reads_it()
+            )
     assert any(command.startswith("kubectl apply -k") for command in unrun)
     assert any(command.startswith("helm install vllm vllm/vllm-stack") for command in unrun)
 

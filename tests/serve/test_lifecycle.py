@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
-import sys
 
 import httpx
 import pytest
@@ -33,31 +33,66 @@ def test_api_key_is_honoured_and_down_leaves_nothing_behind(tmp_path: Path) -> N
         completion = {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 4}
         for path, body in (("/invocations", completion), ("/tokenize", {"model": MODEL, "prompt": "Paris"})):
             assert httpx.post(f"{server.base_url}{path}", json=body, timeout=60).status_code == 401, path
-            wrong_key = httpx.post(f"{server.base_url}{path}", json=body, timeout=60,
-                                   headers={"Authorization": "Bearer not-the-key"})
+            wrong_key = httpx.post(
+                f"{server.base_url}{path}", json=body, timeout=60, headers={"Authorization": "Bearer not-the-key"}
+            )
             assert wrong_key.status_code == 401, path
-            keyed = httpx.post(f"{server.base_url}{path}", json=body, timeout=60,
-                               headers={"Authorization": f"Bearer {KEY}"})
+            keyed = httpx.post(
+                f"{server.base_url}{path}", json=body, timeout=60, headers={"Authorization": f"Bearer {KEY}"}
+            )
             assert keyed.status_code == 200, (path, keyed.text)
         # no key and a wrong key get 401 with OpenAI's error object (the kit's middleware answers, not vLLM's string)
-        contract = subprocess.run([sys.executable, "-m", "labs.contract", "--url", server.api_url, "--model", MODEL,
-                                   "--checks", "models,error_auth", "--out", str(tmp_path)], cwd=ROOT,
-                                  capture_output=True, text=True, timeout=120, env=server.client_env(VLLM_API_KEY=KEY))
+        contract = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "labs.contract",
+                "--url",
+                server.api_url,
+                "--model",
+                MODEL,
+                "--checks",
+                "models,error_auth",
+                "--out",
+                str(tmp_path),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=server.client_env(VLLM_API_KEY=KEY),
+        )
         assert contract.returncode == 0, contract.stdout + contract.stderr
         assert ["error_auth", "✔"] in [line.split() for line in contract.stdout.splitlines()], contract.stdout
         for open_path in ("/health", "/metrics"):  # probes and Prometheus, by design (README)
             assert httpx.get(f"{server.base_url}{open_path}", timeout=10).status_code == 200, open_path
-        client = subprocess.run([sys.executable, "-m", "client", "--max-tokens", "8", "Say OK."], cwd=ROOT,
-                                capture_output=True, text=True, timeout=120,
-                                env=server.client_env(VLLM_API_KEY=KEY))
+        client = subprocess.run(
+            [sys.executable, "-m", "client", "--max-tokens", "8", "Say OK."],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=server.client_env(VLLM_API_KEY=KEY),
+        )
         assert client.returncode == 0 and client.stdout.strip(), client.stderr
         # a real OpenAI key exported in the shell is not what the kit's engine gets
-        both = subprocess.run([sys.executable, "-m", "client", "--max-tokens", "8", "Say OK."], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120,
-                              env=server.client_env(VLLM_API_KEY=KEY, OPENAI_API_KEY="sk-a-real-openai-key"))
+        both = subprocess.run(
+            [sys.executable, "-m", "client", "--max-tokens", "8", "Say OK."],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=server.client_env(VLLM_API_KEY=KEY, OPENAI_API_KEY="sk-a-real-openai-key"),
+        )
         assert both.returncode == 0 and both.stdout.strip(), both.stderr
-        wrong = subprocess.run([sys.executable, "-m", "client", "Hi"], cwd=ROOT, capture_output=True, text=True,
-                               timeout=120, env=server.client_env(VLLM_API_KEY="wrong"))
+        wrong = subprocess.run(
+            [sys.executable, "-m", "client", "Hi"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=server.client_env(VLLM_API_KEY="wrong"),
+        )
         assert wrong.returncode == 1, wrong.stderr
         assert "refused the request (the key from VLLM_API_KEY was sent)" in wrong.stderr, wrong.stderr
     finally:
@@ -95,7 +130,6 @@ def test_a_stale_pidfile_is_cleaned() -> None:
     assert not pidfile.exists()
 
 
-
 def test_an_engine_that_fails_to_start_is_reported_in_seconds_not_at_the_timeout() -> None:
     """A load format the model folder has no weights for (`pt`: *.pt files; the folder holds safetensors): the
     engine's worker fails while loading, after the API server is up but before /health answers. up.sh reads the
@@ -116,8 +150,9 @@ def test_a_live_unrelated_process_at_the_recorded_pid_is_left_alone(tmp_path: Pa
     """After a reboot or pid reuse the recorded pid may belong to another process, even one whose command line
     holds the server's module name; its start time differs from the recorded one, so down.sh leaves it be."""
     port = free_port()
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", API_SERVER_MODULE],
-                                start_new_session=True)
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", API_SERVER_MODULE], start_new_session=True
+    )
     pidfile = RUN_DIR / f"vllm-{port}.pid"
     try:
         pidfile.parent.mkdir(parents=True, exist_ok=True)
@@ -133,8 +168,14 @@ def test_a_live_unrelated_process_at_the_recorded_pid_is_left_alone(tmp_path: Pa
 
 
 def background(script: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(["bash", str(ROOT / script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(
+        ["bash", str(ROOT / script)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def test_two_up_sh_at_once_start_exactly_one_server() -> None:
@@ -180,8 +221,11 @@ def test_down_during_up_waits_for_the_start_then_stops_it() -> None:
 
 def test_a_model_name_the_native_runtime_cannot_serve_is_refused_in_one_line() -> None:
     """It used to answer as Qwen with SmolLM2's weights."""
-    result = run_script("up.sh", kit_env(VLLM_PORT=str(free_port()), RUNTIME="native",
-                                         MODEL_NAME="Qwen/Qwen2.5-0.5B-Instruct"), timeout_s=120)
+    result = run_script(
+        "up.sh",
+        kit_env(VLLM_PORT=str(free_port()), RUNTIME="native", MODEL_NAME="Qwen/Qwen2.5-0.5B-Instruct"),
+        timeout_s=120,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("error: MODEL_NAME='Qwen/Qwen2.5-0.5B-Instruct' is invalid")
@@ -197,8 +241,11 @@ def test_a_local_model_folder_is_served_under_its_model_name(tmp_path: Path) -> 
     server = start_server(MODEL_PATH=str(folder), MODEL_NAME=name, ENFORCE_EAGER="true")
     try:
         served = httpx.get(f"{server.api_url}/models", timeout=10).json()["data"]
-        answer = httpx.post(f"{server.api_url}/completions", timeout=120,
-                            json={"model": name, "prompt": "The capital of France is", "max_tokens": 4})
+        answer = httpx.post(
+            f"{server.api_url}/completions",
+            timeout=120,
+            json={"model": name, "prompt": "The capital of France is", "max_tokens": 4},
+        )
     finally:
         stop_server(server)
     assert [model["id"] for model in served] == [name]

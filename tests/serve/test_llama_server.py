@@ -70,9 +70,12 @@ async def _streams(runtime: LlamaServerRuntime, count: int, max_tokens: int) -> 
     prompt = [{"role": "user", "content": "Tell a long story about a cat."}]
     payload = {**chat_payload(LLAMACPP_MODEL, prompt, max_tokens), "ignore_eos": True}
     async with httpx.AsyncClient(timeout=120) as http:
-        return await asyncio.gather(*(stream_chat(http, api_url(runtime), payload,
-                                                  RequestRecord(number, max_tokens, scheduled_s=0.0))
-                                      for number in range(count)))
+        return await asyncio.gather(
+            *(
+                stream_chat(http, api_url(runtime), payload, RequestRecord(number, max_tokens, scheduled_s=0.0))
+                for number in range(count)
+            )
+        )
 
 
 def test_concurrent_streams_all_complete_decoded_together(runtime: LlamaServerRuntime) -> None:
@@ -111,12 +114,19 @@ def test_stop_frees_the_port_and_removes_the_pidfile() -> None:
 def test_a_bad_slots_value_is_refused_in_one_line(value: str) -> None:
     with pytest.raises(SettingsError, match=f"LLAMA_SERVER_SLOTS='{value}' is invalid: use a whole number"):
         settings(LLAMA_SERVER_SLOTS=value)
-    result = subprocess.run([sys.executable, "-m", "serve", "status"], cwd=ROOT, capture_output=True, text=True,
-                            env=kit_env(ENGINES="llamaserver", LLAMA_SERVER_SLOTS=value), timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "serve", "status"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=kit_env(ENGINES="llamaserver", LLAMA_SERVER_SLOTS=value),
+        timeout=60,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert [line for line in result.stderr.splitlines() if line.strip()] == [
         f"error: LLAMA_SERVER_SLOTS='{value}' is invalid: use a whole number of parallel slots from 1 to 256, "
-        "e.g. 4 (1 queues requests as Ollama does by default)"]
+        "e.g. 4 (1 queues requests as Ollama does by default)"
+    ]
 
 
 def test_the_benchmark_arms_give_one_slot_and_a_slot_per_user() -> None:
@@ -129,14 +139,17 @@ def test_the_benchmark_arms_give_one_slot_and_a_slot_per_user() -> None:
 
 def test_up_status_and_down_drive_it_through_engines() -> None:
     port = free_port()
-    env = kit_env(ENGINES="llamaserver", LLAMA_SERVER_PORT=str(port), LLAMA_SERVER_SLOTS="2",
-                  VLLM_PORT=str(free_port()))
+    env = kit_env(
+        ENGINES="llamaserver", LLAMA_SERVER_PORT=str(port), LLAMA_SERVER_SLOTS="2", VLLM_PORT=str(free_port())
+    )
     try:
         up = run_script("up.sh", env, timeout_s=300)
-        assert up.returncode == 0 and "llama-server is up" in up.stdout and "Starting vLLM" not in up.stdout, \
+        assert up.returncode == 0 and "llama-server is up" in up.stdout and "Starting vLLM" not in up.stdout, (
             up.stdout + up.stderr
-        status = subprocess.run([sys.executable, "-m", "serve", "status"], cwd=ROOT, env=env, capture_output=True,
-                                text=True, timeout=60)
+        )
+        status = subprocess.run(
+            [sys.executable, "-m", "serve", "status"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
         assert status.returncode == 0 and "llama-server up: pid" in status.stdout, status.stdout
         assert httpx.get(f"http://127.0.0.1:{port}/props", timeout=10).json()["total_slots"] == 2
     finally:

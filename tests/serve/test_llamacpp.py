@@ -18,8 +18,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
 def chat(server: Server, **body: object) -> httpx.Response:
-    payload = {"model": LLAMACPP_MODEL, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 8,
-               **body}
+    payload = {"model": LLAMACPP_MODEL, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 8, **body}
     return httpx.post(f"{server.api_url}/chat/completions", json=payload, timeout=120)
 
 
@@ -68,12 +67,19 @@ def test_up_again_is_idempotent(llamacpp_server: Server) -> None:
 
 
 def run_client(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "client", "--max-tokens", "12", "--temperature", "0",
-                           "Say OK."], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "client", "--max-tokens", "12", "--temperature", "0", "Say OK."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
-def test_the_same_client_talks_to_both_engines_only_two_variables_change(vllm_server: Server,
-                                                                          llamacpp_server: Server) -> None:
+def test_the_same_client_talks_to_both_engines_only_two_variables_change(
+    vllm_server: Server, llamacpp_server: Server
+) -> None:
     to_vllm = vllm_server.client_env()
     to_llamacpp = {**to_vllm, "OPENAI_BASE_URL": llamacpp_server.api_url, "MODEL": LLAMACPP_MODEL}
     changed = {key for key in to_vllm.keys() | to_llamacpp.keys() if to_vllm.get(key) != to_llamacpp.get(key)}

@@ -31,8 +31,9 @@ def settings(**overrides: str) -> Settings:
     return Settings.from_env({**{knob.env: knob.default for knob in KNOBS}, **overrides})
 
 
-def judge(config: Settings, facts: ModelFacts | None, runtime: str, available_bytes: int,
-          block_size: int = V1_CPU_BLOCK_SIZE) -> Verdict:
+def judge(
+    config: Settings, facts: ModelFacts | None, runtime: str, available_bytes: int, block_size: int = V1_CPU_BLOCK_SIZE
+) -> Verdict:
     """What up.sh does on a 2-core machine with this much RAM free: resolve every `auto`, then check."""
     machine = Machine(2, frozenset({"avx512_bf16"}), available_bytes)
     if runtime in GPU_RUNTIMES:
@@ -73,43 +74,103 @@ class Bad:
 
 
 BAD = {
-    "auto-ram-2.5": Bad({}, auto=True, available_gib=2.5,
-                        says=("VLLM_CPU_KVCACHE_SPACE=auto (1 GiB) is too large", "Free memory")),
-    "auto-cap-2g": Bad({"MEMORY_LIMIT": "2g"}, auto=True, runtime="docker", variable="MEMORY_LIMIT",
-                       says=("MEMORY_LIMIT=4g",)),
-    "auto-llama-cap-16g": Bad({"MAX_MODEL_LEN": "8192", "MEMORY_LIMIT": "16g"}, auto=True, model="llama8b",
-                              runtime="docker", variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=16g is too small",)),
-    "len-beyond-context": Bad({"MAX_MODEL_LEN": "16384"}, variable="MAX_MODEL_LEN",
-                              says=("context of 8192", "MAX_MODEL_LEN=8192 or less")),
+    "auto-ram-2.5": Bad(
+        {}, auto=True, available_gib=2.5, says=("VLLM_CPU_KVCACHE_SPACE=auto (1 GiB) is too large", "Free memory")
+    ),
+    "auto-cap-2g": Bad(
+        {"MEMORY_LIMIT": "2g"}, auto=True, runtime="docker", variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=4g",)
+    ),
+    "auto-llama-cap-16g": Bad(
+        {"MAX_MODEL_LEN": "8192", "MEMORY_LIMIT": "16g"},
+        auto=True,
+        model="llama8b",
+        runtime="docker",
+        variable="MEMORY_LIMIT",
+        says=("MEMORY_LIMIT=16g is too small",),
+    ),
+    "len-beyond-context": Bad(
+        {"MAX_MODEL_LEN": "16384"}, variable="MAX_MODEL_LEN", says=("context of 8192", "MAX_MODEL_LEN=8192 or less")
+    ),
     "len-one-past-context": Bad({"MAX_MODEL_LEN": "8193"}, variable="MAX_MODEL_LEN"),
-    "len-beyond-llama-context": Bad({"MAX_MODEL_LEN": "200000"}, model="llama8b", available_gib=64,
-                                    variable="MAX_MODEL_LEN", says=("context of 131072", "MAX_MODEL_LEN=8192 or less")),
+    "len-beyond-llama-context": Bad(
+        {"MAX_MODEL_LEN": "200000"},
+        model="llama8b",
+        available_gib=64,
+        variable="MAX_MODEL_LEN",
+        says=("context of 131072", "MAX_MODEL_LEN=8192 or less"),
+    ),
     "len-beyond-context-gpu": Bad({"MAX_MODEL_LEN": "9000"}, runtime="docker-gpu", variable="MAX_MODEL_LEN"),
-    "one-seq-no-fit-bf16": Bad({"MAX_MODEL_LEN": "16384"}, model="llama8b", available_gib=40,
-                               says=("holds 8,192 tokens", "VLLM_CPU_KVCACHE_SPACE=2", "MAX_MODEL_LEN=8192")),
-    "one-seq-no-fit-fp32": Bad({"MAX_MODEL_LEN": "8192", "DTYPE": "float32"}, model="llama8b", dtype="float32",
-                               available_gib=64, says=("holds 4,096 tokens",)),
-    "one-seq-no-fit-32k": Bad({"MAX_MODEL_LEN": "32768", "VLLM_CPU_KVCACHE_SPACE": "2"}, model="llama8b",
-                              available_gib=40, says=("VLLM_CPU_KVCACHE_SPACE=4",)),
-    "one-seq-no-fit-128k": Bad({"MAX_MODEL_LEN": "131072", "VLLM_CPU_KVCACHE_SPACE": "3"}, model="llama8b",
-                               available_gib=64, says=("VLLM_CPU_KVCACHE_SPACE=16",)),
-    "ram-kv-4-of-3": Bad({"VLLM_CPU_KVCACHE_SPACE": "4"}, available_gib=3, says=("available RAM (3.00 GiB)", "Free memory")),
+    "one-seq-no-fit-bf16": Bad(
+        {"MAX_MODEL_LEN": "16384"},
+        model="llama8b",
+        available_gib=40,
+        says=("holds 8,192 tokens", "VLLM_CPU_KVCACHE_SPACE=2", "MAX_MODEL_LEN=8192"),
+    ),
+    "one-seq-no-fit-fp32": Bad(
+        {"MAX_MODEL_LEN": "8192", "DTYPE": "float32"},
+        model="llama8b",
+        dtype="float32",
+        available_gib=64,
+        says=("holds 4,096 tokens",),
+    ),
+    "one-seq-no-fit-32k": Bad(
+        {"MAX_MODEL_LEN": "32768", "VLLM_CPU_KVCACHE_SPACE": "2"},
+        model="llama8b",
+        available_gib=40,
+        says=("VLLM_CPU_KVCACHE_SPACE=4",),
+    ),
+    "one-seq-no-fit-128k": Bad(
+        {"MAX_MODEL_LEN": "131072", "VLLM_CPU_KVCACHE_SPACE": "3"},
+        model="llama8b",
+        available_gib=64,
+        says=("VLLM_CPU_KVCACHE_SPACE=16",),
+    ),
+    "ram-kv-4-of-3": Bad(
+        {"VLLM_CPU_KVCACHE_SPACE": "4"}, available_gib=3, says=("available RAM (3.00 GiB)", "Free memory")
+    ),
     "ram-kv-1-of-2": Bad({}, available_gib=2, says=("available RAM (2.00 GiB) cannot hold", "Free memory")),
     "ram-kv-8-of-6": Bad({"VLLM_CPU_KVCACHE_SPACE": "8"}, available_gib=6, says=("VLLM_CPU_KVCACHE_SPACE=3",)),
-    "ram-llama-kv-4-of-20": Bad({"VLLM_CPU_KVCACHE_SPACE": "4", "MAX_MODEL_LEN": "8192"}, model="llama8b",
-                                says=("weights 14.96 GiB", "VLLM_CPU_KVCACHE_SPACE=3")),
+    "ram-llama-kv-4-of-20": Bad(
+        {"VLLM_CPU_KVCACHE_SPACE": "4", "MAX_MODEL_LEN": "8192"},
+        model="llama8b",
+        says=("weights 14.96 GiB", "VLLM_CPU_KVCACHE_SPACE=3"),
+    ),
     "cap-1g": Bad({"MEMORY_LIMIT": "1g"}, runtime="docker", variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=4g",)),
-    "cap-5g-llama-crash-loop": Bad({"MAX_MODEL_LEN": "4096"}, model="llama8b", runtime="docker",
-                                   variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=5g is too small", "MEMORY_LIMIT=18g")),
-    "cap-5g-kv-4": Bad({"VLLM_CPU_KVCACHE_SPACE": "4"}, runtime="docker", variable="MEMORY_LIMIT",
-                       says=("VLLM_CPU_KVCACHE_SPACE=2", "MEMORY_LIMIT=7g")),
+    "cap-5g-llama-crash-loop": Bad(
+        {"MAX_MODEL_LEN": "4096"},
+        model="llama8b",
+        runtime="docker",
+        variable="MEMORY_LIMIT",
+        says=("MEMORY_LIMIT=5g is too small", "MEMORY_LIMIT=18g"),
+    ),
+    "cap-5g-kv-4": Bad(
+        {"VLLM_CPU_KVCACHE_SPACE": "4"},
+        runtime="docker",
+        variable="MEMORY_LIMIT",
+        says=("VLLM_CPU_KVCACHE_SPACE=2", "MEMORY_LIMIT=7g"),
+    ),
     "cap-512m": Bad({"MEMORY_LIMIT": "512m"}, runtime="docker", variable="MEMORY_LIMIT"),
-    "cap-3g-fp32": Bad({"MEMORY_LIMIT": "3g", "DTYPE": "float32"}, dtype="float32", runtime="docker",
-                       variable="MEMORY_LIMIT", says=("weights 0.50 GiB",)),
-    "cap-16g-llama-fp16": Bad({"MEMORY_LIMIT": "16g"}, model="llama8b", dtype="float16", runtime="docker",
-                              variable="MEMORY_LIMIT", says=("MEMORY_LIMIT=18g",)),
-    "cap-words": Bad({"MEMORY_LIMIT": "five gigs"}, runtime="docker", variable="MEMORY_LIMIT",
-                     says=("MEMORY_LIMIT='five gigs' is invalid", "such as 5g")),
+    "cap-3g-fp32": Bad(
+        {"MEMORY_LIMIT": "3g", "DTYPE": "float32"},
+        dtype="float32",
+        runtime="docker",
+        variable="MEMORY_LIMIT",
+        says=("weights 0.50 GiB",),
+    ),
+    "cap-16g-llama-fp16": Bad(
+        {"MEMORY_LIMIT": "16g"},
+        model="llama8b",
+        dtype="float16",
+        runtime="docker",
+        variable="MEMORY_LIMIT",
+        says=("MEMORY_LIMIT=18g",),
+    ),
+    "cap-words": Bad(
+        {"MEMORY_LIMIT": "five gigs"},
+        runtime="docker",
+        variable="MEMORY_LIMIT",
+        says=("MEMORY_LIMIT='five gigs' is invalid", "such as 5g"),
+    ),
     "cap-unit": Bad({"MEMORY_LIMIT": "5x"}, runtime="docker", variable="MEMORY_LIMIT"),
 }
 
@@ -135,8 +196,15 @@ def test_every_bad_configuration_is_refused_for_a_reason_of_its_own() -> None:
     assert not repeated, [name for name, message in messages.items() if message in repeated]
 
 
-@pytest.mark.parametrize(("raw", "says"), [("1.5", "use auto or 1 or 2"), ("0.5", "use auto or 1"),
-                                           ("2.25", "use auto or 2 or 3"), ("0.001", "would die at start")])
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ("1.5", "use auto or 1 or 2"),
+        ("0.5", "use auto or 1"),
+        ("2.25", "use auto or 2 or 3"),
+        ("0.001", "would die at start"),
+    ],
+)
 def test_a_kv_budget_that_is_not_whole_gib_is_refused_with_values_that_work(raw: str, says: str) -> None:
     with pytest.raises(SettingsError) as refused:
         settings(VLLM_CPU_KVCACHE_SPACE=raw)
@@ -174,11 +242,14 @@ def test_an_unknown_model_is_not_sized() -> None:
     assert not judge(settings(MAX_MODEL_LEN="100000"), None, "docker", 0).refusals
 
 
-@pytest.mark.parametrize(("env", "says"), [
-    ({"MAX_MODEL_LEN": "16384"}, "MAX_MODEL_LEN=16384 is too long"),
-    ({"VLLM_CPU_KVCACHE_SPACE": "1.5"}, "VLLM_CPU_KVCACHE_SPACE='1.5' is invalid"),
-    ({"VLLM_CPU_KVCACHE_SPACE": "4096"}, "VLLM_CPU_KVCACHE_SPACE=4096 is too large for this machine"),
-])
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"MAX_MODEL_LEN": "16384"}, "MAX_MODEL_LEN=16384 is too long"),
+        ({"VLLM_CPU_KVCACHE_SPACE": "1.5"}, "VLLM_CPU_KVCACHE_SPACE='1.5' is invalid"),
+        ({"VLLM_CPU_KVCACHE_SPACE": "4096"}, "VLLM_CPU_KVCACHE_SPACE=4096 is too large for this machine"),
+    ],
+)
 def test_up_sh_refuses_before_starting_anything(env: dict[str, str], says: str) -> None:
     port = free_port()
     result = run_script("up.sh", kit_env(VLLM_PORT=str(port), RUNTIME="native", **env), timeout_s=300)
@@ -189,9 +260,10 @@ def test_up_sh_refuses_before_starting_anything(env: dict[str, str], says: str) 
     assert not (RUN_DIR / f"vllm-{port}.pid").exists() and not (LOG_DIR / f"vllm-{port}.log").exists()
 
 
-@pytest.mark.parametrize(("runtime", "tag", "block_size"), [("native", "0.9.1-oe2403lts", 128),
-                                                            ("docker", "0.9.1-oe2403lts", 16),
-                                                            ("docker", "0.14.0", 128)])
+@pytest.mark.parametrize(
+    ("runtime", "tag", "block_size"),
+    [("native", "0.9.1-oe2403lts", 128), ("docker", "0.9.1-oe2403lts", 16), ("docker", "0.14.0", 128)],
+)
 def test_block_size_follows_the_engine_version(runtime: str, tag: str, block_size: int) -> None:
     assert block_size_for(settings(CPU_IMAGE_TAG=tag), runtime) == block_size
 

@@ -36,7 +36,9 @@ def test_auto_is_int8_natively_on_avx512_and_the_float_weights_elsewhere(tmp_pat
     assert quantization_for(settings(), "native", AVX512_BF16)[0] == "int8"
     assert quantization_for(settings(), "native", AMX)[0] == "int8"
     assert quantization_for(settings(), "native", AVX2) == (
-        "none", "auto: the float weights on a CPU without AVX-512 (int8 is not measured there yet)")
+        "none",
+        "auto: the float weights on a CPU without AVX-512 (int8 is not measured there yet)",
+    )
     for runtime in ("docker", "docker-gpu"):
         assert quantization_for(settings(), runtime, AVX512_BF16)[0] == "none"
     assert quantization_for(settings(QUANTIZATION="none"), "native", AVX512_BF16) == ("none", "set in QUANTIZATION")
@@ -51,24 +53,41 @@ def test_a_misspelt_quantization_is_refused_with_the_values() -> None:
         settings(QUANTIZATION="int4")
 
 
-@pytest.mark.parametrize(("value", "runtime", "machine", "dtype", "refusal"), [
-    ("awq", "native", AVX512_BF16, "bfloat16", r"QUANTIZATION=awq is the GPU track's .* set QUANTIZATION=int8"),
-    ("fp8", "docker", AVX512_BF16, "bfloat16", r"QUANTIZATION=fp8 is the GPU track's"),
-    ("int8", "docker-gpu", AVX512_BF16, "auto", r"QUANTIZATION=int8 is the CPU track's .* QUANTIZATION=fp8"),
-    ("int8", "docker", AVX512_BF16, "bfloat16", r"Docker CPU track loads MODEL_NAME from the hub in its container: use RUNTIME=native"),
-    ("int8", "native", AMX, "float32", r"DTYPE=float32 cannot run on this CPU: it has AMX.* set DTYPE=bfloat16"),
-])
-def test_what_a_runtime_cannot_serve_is_refused_in_one_line(value: str, runtime: str, machine: Machine, dtype: str,
-                                                           refusal: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "runtime", "machine", "dtype", "refusal"),
+    [
+        ("awq", "native", AVX512_BF16, "bfloat16", r"QUANTIZATION=awq is the GPU track's .* set QUANTIZATION=int8"),
+        ("fp8", "docker", AVX512_BF16, "bfloat16", r"QUANTIZATION=fp8 is the GPU track's"),
+        ("int8", "docker-gpu", AVX512_BF16, "auto", r"QUANTIZATION=int8 is the CPU track's .* QUANTIZATION=fp8"),
+        (
+            "int8",
+            "docker",
+            AVX512_BF16,
+            "bfloat16",
+            r"Docker CPU track loads MODEL_NAME from the hub in its container: use RUNTIME=native",
+        ),
+        ("int8", "native", AMX, "float32", r"DTYPE=float32 cannot run on this CPU: it has AMX.* set DTYPE=bfloat16"),
+    ],
+)
+def test_what_a_runtime_cannot_serve_is_refused_in_one_line(
+    value: str, runtime: str, machine: Machine, dtype: str, refusal: str
+) -> None:
     problem = quantization_problem(settings(QUANTIZATION=value), dtype, runtime, machine)
     assert problem is not None and "\n" not in problem
     assert re.search(refusal, problem), problem
 
 
-@pytest.mark.parametrize(("value", "runtime", "machine", "dtype"), [
-    ("int8", "native", AVX2, "float32"), ("int8", "native", AMX, "bfloat16"), ("auto", "docker", AMX, "float32"),
-    ("awq", "docker-gpu", AVX2, "auto"), ("none", "native", AMX, "float32"), ("auto", "native", AVX2, "float32"),
-])
+@pytest.mark.parametrize(
+    ("value", "runtime", "machine", "dtype"),
+    [
+        ("int8", "native", AVX2, "float32"),
+        ("int8", "native", AMX, "bfloat16"),
+        ("auto", "docker", AMX, "float32"),
+        ("awq", "docker-gpu", AVX2, "auto"),
+        ("none", "native", AMX, "float32"),
+        ("auto", "native", AVX2, "float32"),
+    ],
+)
 def test_what_a_runtime_can_serve_passes(value: str, runtime: str, machine: Machine, dtype: str) -> None:
     assert quantization_problem(settings(QUANTIZATION=value), dtype, runtime, machine) is None
 
@@ -86,13 +105,16 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> 
 
 
 def test_int8_weights_are_one_byte_whatever_the_dtype_and_the_embedding_stays_16_bit(tmp_path: Path) -> None:
-    write_safetensors(tmp_path / "model.safetensors", {
-        "model.embed_tokens.weight": ("F32", [100, 8]),
-        "model.layers.0.self_attn.q_proj.weight": ("I8", [8, 8]),
-        "model.layers.0.self_attn.q_proj.weight_scale": ("F32", [8, 1]),
-        "model.layers.0.mlp.down_proj.weight": ("I8", [8, 16]),
-        "model.norm.weight": ("F32", [8]),
-    })
+    write_safetensors(
+        tmp_path / "model.safetensors",
+        {
+            "model.embed_tokens.weight": ("F32", [100, 8]),
+            "model.layers.0.self_attn.q_proj.weight": ("I8", [8, 8]),
+            "model.layers.0.self_attn.q_proj.weight_scale": ("F32", [8, 1]),
+            "model.layers.0.mlp.down_proj.weight": ("I8", [8, 16]),
+            "model.norm.weight": ("F32", [8]),
+        },
+    )
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     facts = load_model_facts(tmp_path)
     assert (facts.num_params, facts.num_projection_params, facts.num_int8_params) == (800 + 64 + 8 + 128 + 8, 192, 192)

@@ -30,8 +30,8 @@ from serve.native import NativeRuntime
 from serve.router import RouterRuntime
 from serve.settings import Settings, SettingsError
 from serve.sizing import GiB
-from tests.support.waiting import wait_until
 from tests.conftest import MODEL, ROOT, kit_env, run_bounded, run_script
+from tests.support.waiting import wait_until
 
 KEY = "replicas-test-key"
 SUCCESS = "vllm:request_success_total"
@@ -45,6 +45,7 @@ def settings_for(**env: str) -> Settings:
 
 
 # --- the plan: ports, shares, refusals (no server) ------------------------------------------------------
+
 
 def test_ports_follow_one_rule_and_the_router_takes_vllm_port() -> None:
     settings = settings_for(VLLM_PORT="8100", REPLICAS="3", RUNTIME="native")
@@ -76,8 +77,11 @@ def test_more_replicas_than_cores_is_refused_with_the_numbers() -> None:
 
 def test_more_replicas_than_memory_is_refused_with_the_numbers() -> None:
     small = Machine(usable_cores=8, cpu_flags=frozenset(), memory_available_bytes=7 * GiB)
-    with pytest.raises(SettingsError, match=r"REPLICAS=4 .* memory: each replica needs 3.00 GiB .* 12.00 GiB "
-                                            r"in all, and 7.00 GiB is available; set REPLICAS=2"):
+    with pytest.raises(
+        SettingsError,
+        match=r"REPLICAS=4 .* memory: each replica needs 3.00 GiB .* 12.00 GiB "
+        r"in all, and 7.00 GiB is available; set REPLICAS=2",
+    ):
         replicas.check_memory(settings_for(REPLICAS="4"), 3 * GiB, small)
 
 
@@ -87,6 +91,7 @@ def test_replicas_run_natively_only() -> None:
 
 
 # --- the real thing -------------------------------------------------------------------------------------
+
 
 @dataclass
 class Cluster:
@@ -119,15 +124,26 @@ class Cluster:
 def counter(base_url: str, name: str) -> float:
     """A replica's own counter; for SUCCESS only the answers it finished (not aborts or errors)."""
     text = httpx.get(f"{base_url}/metrics", timeout=10).text
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-               if sample.name == name and sample.labels.get("finished_reason", "stop") in ("stop", "length"))
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and sample.labels.get("finished_reason", "stop") in ("stop", "length")
+    )
 
 
 def router_health(cluster: Cluster, worker_url: str) -> float | None:
     """vllm_router_worker_health for one replica, from the router's own Prometheus endpoint."""
     text = httpx.get(f"{cluster.settings.url_for(replicas.metrics_port(cluster.settings))}/metrics", timeout=5).text
-    return next((sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-                 if sample.name == "vllm_router_worker_health" and sample.labels.get("worker") == worker_url), None)
+    return next(
+        (
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "vllm_router_worker_health" and sample.labels.get("worker") == worker_url
+        ),
+        None,
+    )
 
 
 def all_workers_routable(router_url: str) -> bool:
@@ -137,11 +153,16 @@ def all_workers_routable(router_url: str) -> bool:
         return False
 
 
-def chat(url: str, content: str, headers: dict[str, str] | None = None, system: str | None = None,
-         max_tokens: int = 4) -> httpx.Response:
+def chat(
+    url: str, content: str, headers: dict[str, str] | None = None, system: str | None = None, max_tokens: int = 4
+) -> httpx.Response:
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
-    return httpx.post(f"{url}/v1/chat/completions", timeout=120, headers={**HEADERS, **(headers or {})},
-                      json={"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0})
+    return httpx.post(
+        f"{url}/v1/chat/completions",
+        timeout=120,
+        headers={**HEADERS, **(headers or {})},
+        json={"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0},
+    )
 
 
 def served_by(cluster: Cluster, send) -> int:
@@ -157,8 +178,15 @@ def served_by(cluster: Cluster, send) -> int:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     port = process.free_port_run("127.0.0.1", 4)
-    env = kit_env(VLLM_PORT=str(port), RUNTIME="native", REPLICAS="2", ROUTER_POLICY="round_robin",
-                  ENFORCE_EAGER="true", VLLM_CPU_KVCACHE_SPACE="1", VLLM_API_KEY=KEY)
+    env = kit_env(
+        VLLM_PORT=str(port),
+        RUNTIME="native",
+        REPLICAS="2",
+        ROUTER_POLICY="round_robin",
+        ENFORCE_EAGER="true",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_API_KEY=KEY,
+    )
     result = run_script("up.sh", env, timeout_s=900)
     try:
         assert result.returncode == 0, result.stdout + result.stderr
@@ -170,8 +198,11 @@ def cluster() -> Iterator[Cluster]:
         assert down.returncode == 0, down.stdout + down.stderr
     for offset in range(4):
         assert process.port_is_free("127.0.0.1", port + offset), port + offset
-    leftovers = [path.name for path in RUN_DIR.glob("*.pid")
-                 if path.name in (f"router-{port}.pid", f"vllm-{port + 1}.pid", f"vllm-{port + 2}.pid")]
+    leftovers = [
+        path.name
+        for path in RUN_DIR.glob("*.pid")
+        if path.name in (f"router-{port}.pid", f"vllm-{port + 1}.pid", f"vllm-{port + 2}.pid")
+    ]
     assert leftovers == [] and not replicas.record_path(Settings.from_env(env)).exists()
 
 
@@ -216,7 +247,9 @@ def test_an_imbalance_is_named_with_the_policy() -> None:
     line = doctor_replicas.imbalance(named, "cache_aware")
     assert line is not None and line.startswith("imbalance: http://a has finished 20 requests, http://b 3")
     assert "cache_aware keeps shared prefixes" in line
-    assert doctor_replicas.imbalance([("http://a", snapshot(5, 9)), ("http://b", snapshot(4, 8))], "round_robin") is None
+    assert (
+        doctor_replicas.imbalance([("http://a", snapshot(5, 9)), ("http://b", snapshot(4, 8))], "round_robin") is None
+    )
 
 
 @pytest.mark.server
@@ -226,8 +259,9 @@ def test_consistent_hash_keeps_each_session_on_one_replica(cluster: Cluster) -> 
     placed: dict[str, set[int]] = {}
     for turn in range(3):
         for session in ("alice", "bob", "carol", "dave"):
-            replica = served_by(cluster, partial(chat, cluster.router_url, f"Turn {turn}.",
-                                                 headers={"X-Session-ID": session}))
+            replica = served_by(
+                cluster, partial(chat, cluster.router_url, f"Turn {turn}.", headers={"X-Session-ID": session})
+            )
             placed.setdefault(session, set()).add(replica)
     assert all(len(where) == 1 for where in placed.values()), placed
 
@@ -237,8 +271,10 @@ def test_consistent_hash_keeps_each_session_on_one_replica(cluster: Cluster) -> 
 def test_cache_aware_keeps_a_shared_prompt_on_one_replica_and_its_cache_hits(cluster: Cluster) -> None:
     cluster.use_policy("cache_aware")
     hits_before = cluster.counters(PREFIX_HITS)
-    where = {served_by(cluster, partial(chat, cluster.router_url, question, system=SYSTEM_PROMPT))
-             for question in ("What is 2+2?", "Name a colour.", "Say hello.", "Name a fruit.", "Pick a number.")}
+    where = {
+        served_by(cluster, partial(chat, cluster.router_url, question, system=SYSTEM_PROMPT))
+        for question in ("What is 2+2?", "Name a colour.", "Say hello.", "Name a fruit.", "Pick a number.")
+    }
     assert len(where) == 1, where
     chosen = where.pop()
     hits = [b - a for a, b in zip(hits_before, cluster.counters(PREFIX_HITS), strict=True)]
@@ -248,7 +284,8 @@ def test_cache_aware_keeps_a_shared_prompt_on_one_replica_and_its_cache_hits(clu
 @pytest.mark.server
 @pytest.mark.slow
 def test_failover_a_killed_replica_costs_only_its_streams_in_flight_and_rejoins_by_itself(
-        cluster: Cluster, tmp_path) -> None:
+    cluster: Cluster, tmp_path
+) -> None:
     cluster.use_policy("round_robin")
     victim = cluster.engines[1]
     pid = victim.running_pid()
@@ -258,21 +295,48 @@ def test_failover_a_killed_replica_costs_only_its_streams_in_flight_and_rejoins_
     engine = [member for member in process.group_members(pid) if member not in (pid, api_server)]
     out = tmp_path / "load"
     load = subprocess.Popen(
-        [sys.executable, "-m", "labs.loadtest", "--base-url", f"{cluster.router_url}/v1", "--model", MODEL,
-         "--concurrency", "4", "--requests", "16", "--lengths", "fixed:32", "--warmup", "0",
-         "--scrape-interval-s", "1", "--out", str(out)],
-        cwd=ROOT, env={**cluster.env, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "labs.loadtest",
+            "--base-url",
+            f"{cluster.router_url}/v1",
+            "--model",
+            MODEL,
+            "--concurrency",
+            "4",
+            "--requests",
+            "16",
+            "--lengths",
+            "fixed:32",
+            "--warmup",
+            "0",
+            "--scrape-interval-s",
+            "1",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env={**cluster.env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        wait_until(lambda: counter(victim.base_url, SUCCESS) >= 1
-                   and counter(victim.base_url, "vllm:num_requests_running") >= 1, 300,
-                   "the victim to answer one request and be streaming another")
+        wait_until(
+            lambda: (
+                counter(victim.base_url, SUCCESS) >= 1 and counter(victim.base_url, "vllm:num_requests_running") >= 1
+            ),
+            300,
+            "the victim to answer one request and be streaming another",
+        )
         in_flight = counter(victim.base_url, "vllm:num_requests_running")
         os.kill(api_server, signal.SIGKILL)  # as the OOM killer would: its engine dies with it (kit_parent_watch)
         wait_until(lambda: not set(engine) & set(process.group_members(pid)), 5, "its engine to die with it")
         # the router's own view: out of the rotation after two failed checks, 2 s apart (+ a 2 s timeout)
-        out_after_s = wait_until(lambda: router_health(cluster, victim.base_url) == 0, 60,
-                                 "the router to mark the killed replica unhealthy")
+        out_after_s = wait_until(
+            lambda: router_health(cluster, victim.base_url) == 0, 60, "the router to mark the killed replica unhealthy"
+        )
         output, _ = load.communicate(timeout=600)
     finally:
         if load.poll() is None:
@@ -283,19 +347,28 @@ def test_failover_a_killed_replica_costs_only_its_streams_in_flight_and_rejoins_
         rows = list(csv.DictReader(handle))
     assert len(rows) == 16, output
     failed = [row for row in rows if row["outcome"] != "ok"]
-    print(f"failover: {len(rows) - len(failed)} ok, {len(failed)} failed; {in_flight:g} streams in flight on the "
-          f"killed replica; out of the rotation after {out_after_s:.1f} s; the failures: "
-          f"{[(row['outcome'], row['error']) for row in failed]}")
-    assert all("incomplete chunked read" in row["error"] or "peer closed connection" in row["error"]
-               for row in failed), failed  # streams cut mid-answer, nothing else
+    print(
+        f"failover: {len(rows) - len(failed)} ok, {len(failed)} failed; {in_flight:g} streams in flight on the "
+        f"killed replica; out of the rotation after {out_after_s:.1f} s; the failures: "
+        f"{[(row['outcome'], row['error']) for row in failed]}"
+    )
+    assert all(
+        "incomplete chunked read" in row["error"] or "peer closed connection" in row["error"] for row in failed
+    ), failed  # streams cut mid-answer, nothing else
     # Only streams the dead replica was answering fail: cut mid-answer, they cannot be replayed (the client
     # holds part of an answer). Every request not yet started there was answered by the other replica.
     assert 1 <= len(failed) <= in_flight + 1, (in_flight, failed)
     # the router takes it out of the rotation within its health-check budget: every request succeeds again
     assert all(chat(cluster.router_url, f"After {n}").status_code == 200 for n in range(4))
     # nobody restarts it: the kit's supervisor does (RESTART=on-failure), and the router takes it back
-    wait_until(lambda: router_health(cluster, victim.base_url) == 1, 600, "the supervisor to restart it and the "
-               "router to mark it healthy again")
+    wait_until(
+        lambda: router_health(cluster, victim.base_url) == 1,
+        600,
+        "the supervisor to restart it and the router to mark it healthy again",
+    )
     # a restarted replica rejoins at its first healthy check (2 s apart): round robin sends it every other one
-    wait_until(lambda: chat(cluster.router_url, "Back?").status_code == 200
-               and counter(victim.base_url, SUCCESS) > 0, 60, "the restarted replica to get requests again")
+    wait_until(
+        lambda: chat(cluster.router_url, "Back?").status_code == 200 and counter(victim.base_url, SUCCESS) > 0,
+        60,
+        "the restarted replica to get requests again",
+    )

@@ -22,8 +22,8 @@ from serve import process
 from serve.local_server import RUN_DIR
 from serve.supervisor import Record, next_step, root_cause
 from serve.vllm_command import API_SERVER_MODULE
-from tests.support.waiting import wait_until
 from tests.conftest import ROOT, bring_up, free_port, kit_env, run_bounded, run_script
+from tests.support.waiting import wait_until
 
 
 def alive(pid: int) -> bool:
@@ -35,9 +35,19 @@ def alive(pid: int) -> bool:
 
 def plant_orphan(port: int) -> tuple[int, int]:
     """A process group recorded as vLLM's on `port` whose leader died and whose child lives on: (leader, child)."""
-    leader = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; child = subprocess.Popen(['sleep', "
-                               "'600']); print(child.pid, flush=True); sys.stdin.readline()", API_SERVER_MODULE],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; child = subprocess.Popen(['sleep', "
+            "'600']); print(child.pid, flush=True); sys.stdin.readline()",
+            API_SERVER_MODULE,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert leader.stdout is not None and leader.stdin is not None
     child = int(leader.stdout.readline())
     process.PidFile(RUN_DIR / f"vllm-{port}.pid", API_SERVER_MODULE).write(leader.pid)
@@ -71,20 +81,25 @@ def test_the_policy_restarts_what_was_up_and_gives_up_on_a_loop_in_one_line() ->
     assert next_step("on-failure", 3, was_up=True, failures=4).startswith("gave up: 3 restart(s) in a row")
     assert next_step("no", 3, was_up=True, failures=1) == "not restarted (RESTART=no)"
     assert "never answered /health" in next_step("on-failure", 3, was_up=False, failures=1)
-    log = ("(APIServer pid=7) INFO 12-02 00:45:11 [launcher.py:1] Started\n"
-           "(APIServer pid=7) WARNING 12-02 00:45:11 [utils.py:1] This can cause `OSError: [Errno 24] Too many`\n"
-           "(EngineCore pid=8) ERROR 12-02 00:45:11 [core.py:1] RuntimeError: out of blocks\n"
-           "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n")
-    assert root_cause(log) == ["RuntimeError: out of blocks",
-                               "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."]
+    log = (
+        "(APIServer pid=7) INFO 12-02 00:45:11 [launcher.py:1] Started\n"
+        "(APIServer pid=7) WARNING 12-02 00:45:11 [utils.py:1] This can cause `OSError: [Errno 24] Too many`\n"
+        "(EngineCore pid=8) ERROR 12-02 00:45:11 [core.py:1] RuntimeError: out of blocks\n"
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+    )
+    assert root_cause(log) == [
+        "RuntimeError: out of blocks",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ]
 
 
 @pytest.mark.server
 @pytest.mark.slow
 def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stops_with_one_line() -> None:
     port = free_port()
-    env = kit_env(VLLM_PORT=str(port), RUNTIME="native", ENFORCE_EAGER="true", VLLM_CPU_KVCACHE_SPACE="1",
-                  RESTART_ATTEMPTS="1")
+    env = kit_env(
+        VLLM_PORT=str(port), RUNTIME="native", ENFORCE_EAGER="true", VLLM_CPU_KVCACHE_SPACE="1", RESTART_ATTEMPTS="1"
+    )
     pidfile = process.PidFile(RUN_DIR / f"vllm-{port}.pid", API_SERVER_MODULE)
     record_path = RUN_DIR / f"vllm-{port}.events.json"
     _, orphan = plant_orphan(port)
@@ -92,8 +107,10 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
     group: int | None = None
     try:
         server = bring_up(port, env, "up.sh over an orphaned group")
-        assert "still runs (a half-started server, or what a crashed one left behind): stopping it first" \
-            in server.up_output, server.up_output
+        assert (
+            "still runs (a half-started server, or what a crashed one left behind): stopping it first"
+            in server.up_output
+        ), server.up_output
         assert not alive(orphan)
         group = pidfile.pid()
         assert group is not None
@@ -105,8 +122,11 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
         seen += [api_server, *engine]
 
         # the supervisor marks a server up at its own /health poll (once a second), which can come after up.sh's
-        wait_until(lambda: (Record.load(record_path) or record).last("healthy") is not None, 30,
-                   "the supervisor to see the server healthy")
+        wait_until(
+            lambda: (Record.load(record_path) or record).last("healthy") is not None,
+            30,
+            "the supervisor to see the server healthy",
+        )
         os.kill(api_server, signal.SIGKILL)  # what the OOM killer does
         # the engine plugin's PR_SET_PDEATHSIG: gone at once, not after the supervisor's 10 s grace
         wait_until(lambda: not any(alive(pid) for pid in engine), 5, "the engine core to die with its API server")
@@ -154,8 +174,9 @@ def back_up(record_path, killed: int) -> bool:
 
 def test_a_stepped_wall_clock_does_not_make_a_live_server_look_like_a_reused_pid(tmp_path) -> None:
     """psutil's create_time moves with the wall clock (boot time + ticks); the record compares the ticks."""
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", API_SERVER_MODULE],
-                               start_new_session=True)
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", API_SERVER_MODULE], start_new_session=True
+    )
     try:
         pidfile = process.PidFile(tmp_path / "vllm.pid", API_SERVER_MODULE)
         pidfile.write(sleeper.pid)

@@ -14,8 +14,8 @@ from serve import __main__ as serve_main
 from serve.local_server import LocalServer
 from serve.native import NativeRuntime
 from serve.settings import KNOBS, Settings, SettingsError, api_key_for, refused_key_hint
-from tests.support.clone import fresh_clone
 from tests.conftest import ROOT, free_port, kit_env, run_bounded
+from tests.support.clone import fresh_clone
 
 DEFAULTS = {knob.env: knob.default for knob in KNOBS}
 NOT_HERE = "203.0.113.7"  # TEST-NET-3: documentation only, never an address of this machine
@@ -25,9 +25,14 @@ def settings(**overrides: str) -> Settings:
     return Settings.from_env({**DEFAULTS, **overrides})
 
 
-@pytest.mark.parametrize(("raw", "fix"), [("localhost:8009", "set VLLM_HOST=localhost and VLLM_PORT=8009"),
-                                          ("127.0.0.1:9000", "set VLLM_HOST=127.0.0.1 and VLLM_PORT=9000"),
-                                          ("a..b", "use an IP address")])
+@pytest.mark.parametrize(
+    ("raw", "fix"),
+    [
+        ("localhost:8009", "set VLLM_HOST=localhost and VLLM_PORT=8009"),
+        ("127.0.0.1:9000", "set VLLM_HOST=127.0.0.1 and VLLM_PORT=9000"),
+        ("a..b", "use an IP address"),
+    ],
+)
 def test_vllm_host_with_a_port_or_malformed_is_one_line(raw: str, fix: str) -> None:
     with pytest.raises(SettingsError, match=fix):
         settings(VLLM_HOST=raw)
@@ -39,8 +44,14 @@ def test_ipv6_hosts_get_bracketed_urls() -> None:
     assert settings(VLLM_HOST="0.0.0.0").base_url == "http://127.0.0.1:8009"
 
 
-@pytest.mark.parametrize(("extra", "setting"), [("--port 9000", "VLLM_PORT"), ("--host=0.0.0.0", "VLLM_HOST"),
-                                                ("--max-num-batched-tokens 512 --api-key s3cret", "VLLM_API_KEY")])
+@pytest.mark.parametrize(
+    ("extra", "setting"),
+    [
+        ("--port 9000", "VLLM_PORT"),
+        ("--host=0.0.0.0", "VLLM_HOST"),
+        ("--max-num-batched-tokens 512 --api-key s3cret", "VLLM_API_KEY"),
+    ],
+)
 def test_extra_args_may_not_override_the_kits_own_flags(extra: str, setting: str) -> None:
     with pytest.raises(SettingsError, match=f"set {setting} instead"):
         settings(VLLM_EXTRA_ARGS=extra)
@@ -59,7 +70,8 @@ def test_up_refuses_an_address_not_on_this_machine_in_one_line() -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
-        line for line in result.stderr.splitlines() if line.strip()], result.stderr
+        line for line in result.stderr.splitlines() if line.strip()
+    ], result.stderr
     assert f"VLLM_HOST={NOT_HERE} is invalid" in result.stderr
 
 
@@ -84,11 +96,19 @@ def test_the_engine_never_inherits_the_kits_vllm_port(monkeypatch: pytest.Monkey
     assert argv[argv.index("--port") + 1] == "8010"
 
 
-def test_exposure_without_a_key_is_loud_and_names_the_real_address(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    shown = SimpleNamespace(base_url="http://127.0.0.1:8009", name="native", label="vLLM", port=8009,
-                            served_model="m", log_path=tmp_path / "none.log", recap_rows=lambda started: [],
-                            picked_because="")
+def test_exposure_without_a_key_is_loud_and_names_the_real_address(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shown = SimpleNamespace(
+        base_url="http://127.0.0.1:8009",
+        name="native",
+        label="vLLM",
+        port=8009,
+        served_model="m",
+        log_path=tmp_path / "none.log",
+        recap_rows=lambda started: [],
+        picked_because="",
+    )
     serve_main.recap(settings(VLLM_HOST="0.0.0.0"), shown, None)
     out, err = capsys.readouterr()
     assert "listening on 0.0.0.0, port 8009" in out
@@ -99,8 +119,9 @@ def test_exposure_without_a_key_is_loud_and_names_the_real_address(tmp_path: Pat
     assert err == "" and out.count("listening on") == 1  # the exposed one with a key still names its address
 
 
-def test_a_key_in_a_world_readable_settings_file_is_warned_about(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_key_in_a_world_readable_settings_file_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     env = tmp_path / ".env"
     env.write_text("VLLM_PORT=8009\nVLLM_API_KEY=s3cret\n")
     env.chmod(0o644)
@@ -126,9 +147,11 @@ def test_up_writes_env_readable_by_its_owner_alone(tmp_path: Path) -> None:
 
 
 def test_the_engine_middleware_requires_the_key_on_every_route_but_probes_and_metrics(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import asyncio
     import sys
+
     monkeypatch.syspath_prepend(str(ROOT / "serve" / "engine_plugins"))
     monkeypatch.setenv("VLLM_API_KEY", "k")
     sys.modules.pop("kit_auth", None)
@@ -144,8 +167,9 @@ def test_the_engine_middleware_requires_the_key_on_every_route_but_probes_and_me
             sent.append(message)
 
         headers = [(b"authorization", authorization.encode())] if authorization else []
-        await kit_auth.RequireKeyEverywhere(app)({"type": "http", "method": "POST", "path": path,
-                                                  "headers": headers}, None, send)
+        await kit_auth.RequireKeyEverywhere(app)(
+            {"type": "http", "method": "POST", "path": path, "headers": headers}, None, send
+        )
         return sent
 
     async def status(path: str, authorization: str | None = None) -> int:

@@ -35,10 +35,12 @@ def test_up_recaps_url_model_and_kv_cache(vllm_server: Server) -> None:
 def test_up_recaps_every_auto_as_vllm_got_it(vllm_server: Server) -> None:
     resolved = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts())
     recap = " ".join(vllm_server.up_output.split())  # rich wraps long rows
-    for line in (f"dtype {resolved.dtype} ({resolved.dtype_reason})",
-                 f"threads {resolved.omp_threads} ({resolved.omp_threads_reason})",
-                 f"max num seqs {resolved.max_num_seqs} ({resolved.max_num_seqs_reason})",
-                 f"KV budget {resolved.kv_cache_space_gib} GiB ({resolved.kv_cache_space_reason})"):
+    for line in (
+        f"dtype {resolved.dtype} ({resolved.dtype_reason})",
+        f"threads {resolved.omp_threads} ({resolved.omp_threads_reason})",
+        f"max num seqs {resolved.max_num_seqs} ({resolved.max_num_seqs_reason})",
+        f"KV budget {resolved.kv_cache_space_gib} GiB ({resolved.kv_cache_space_reason})",
+    ):
         assert line in recap, recap
     log = (LOG_DIR / f"vllm-{vllm_server.port}.log").read_text()
     assert f"'max_num_seqs': {resolved.max_num_seqs}" in log  # vLLM's own echo of its arguments
@@ -62,22 +64,30 @@ def test_chat_completion_answers_with_usage(vllm_server: Server) -> None:
 
 
 def test_completions_endpoint(vllm_server: Server) -> None:
-    response = httpx.post(f"{vllm_server.api_url}/completions", timeout=120,
-                          json={"model": MODEL, "prompt": "The capital of France is", "max_tokens": 5})
+    response = httpx.post(
+        f"{vllm_server.api_url}/completions",
+        timeout=120,
+        json={"model": MODEL, "prompt": "The capital of France is", "max_tokens": 5},
+    )
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["text"]
 
 
 def test_streaming_delivers_chunks_and_usage(vllm_server: Server) -> None:
-    payload = {"model": MODEL, "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 16,
-               "stream": True, "stream_options": {"include_usage": True}}
+    payload = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Count to five."}],
+        "max_tokens": 16,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     chunks, usage = [], None
     with httpx.stream("POST", f"{vllm_server.api_url}/chat/completions", json=payload, timeout=120) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            event = json.loads(line[len("data: "):])
+            event = json.loads(line[len("data: ") :])
             if event["choices"] and event["choices"][0]["delta"].get("content"):
                 chunks.append(event["choices"][0]["delta"]["content"])
             usage = event.get("usage") or usage
@@ -99,8 +109,14 @@ def test_metrics_expose_the_three_gauges(vllm_server: Server) -> None:
 
 
 def run_client(server: Server, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "client", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=server.client_env(**env))
+    return subprocess.run(
+        [sys.executable, "-m", "client", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=server.client_env(**env),
+    )
 
 
 def test_client_streams_an_answer(vllm_server: Server) -> None:
@@ -110,8 +126,17 @@ def test_client_streams_an_answer(vllm_server: Server) -> None:
 
 
 def test_client_without_streaming_and_with_options(vllm_server: Server) -> None:
-    result = run_client(vllm_server, "--no-stream", "--max-tokens", "8", "--temperature", "0",
-                        "--system", "Answer in one word.", "What colour is the sky?")
+    result = run_client(
+        vllm_server,
+        "--no-stream",
+        "--max-tokens",
+        "8",
+        "--temperature",
+        "0",
+        "--system",
+        "Answer in one word.",
+        "What colour is the sky?",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
 

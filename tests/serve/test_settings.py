@@ -78,8 +78,16 @@ def test_keda_max_below_min_is_refused_naming_both() -> None:
         Settings.from_env({**defaults(), "KEDA_MIN_REPLICAS": "4", "KEDA_MAX_REPLICAS": "2"})
     assert str(caught.value).startswith("KEDA_MAX_REPLICAS='2' is invalid")
     assert "KEDA_MIN_REPLICAS=4" in str(caught.value)
-    equal = Settings.from_env({**defaults(), "KEDA_MIN_REPLICAS": "2", "KEDA_MAX_REPLICAS": "2",
-                               "KEDA_QUEUE_THRESHOLD": "2.5", "REPLICAS": "3", "ROUTER_POLICY": "round_robin"})
+    equal = Settings.from_env(
+        {
+            **defaults(),
+            "KEDA_MIN_REPLICAS": "2",
+            "KEDA_MAX_REPLICAS": "2",
+            "KEDA_QUEUE_THRESHOLD": "2.5",
+            "REPLICAS": "3",
+            "ROUTER_POLICY": "round_robin",
+        }
+    )
     assert (equal.keda_min_replicas, equal.keda_max_replicas, equal.keda_queue_threshold) == (2, 2, 2.5)
     assert equal.replicas == 3 and equal.router_policy == "round_robin"
 
@@ -126,8 +134,9 @@ def test_environment_wins_over_env_file(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def _copy_of_the_kit(tmp_path: Path) -> Path:
     """The tracked files of the kit in a fresh folder, sharing this checkout's light-tools venv."""
     kit = tmp_path / "kit"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     for name in files:
         if (ROOT / name).is_file():
             (kit / name).parent.mkdir(parents=True, exist_ok=True)
@@ -150,9 +159,16 @@ def test_up_creates_env_once_and_never_overwrites_it(tmp_path: Path) -> None:
     assert (kit / ".env").read_text() == "# mine\nMAX_NUM_SEQS=3\n"
 
 
-@pytest.mark.parametrize(("name", "value"), [("MAX_MODEL_LEN", "0"), ("RUNTIME", "kubernetes"),
-                                             ("DTYPE", "int4"), ("VLLM_API_KEY", "two words"),
-                                             ("VLLM_CPU_KVCACHE_SPACE", "none")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MAX_MODEL_LEN", "0"),
+        ("RUNTIME", "kubernetes"),
+        ("DTYPE", "int4"),
+        ("VLLM_API_KEY", "two words"),
+        ("VLLM_CPU_KVCACHE_SPACE", "none"),
+    ],
+)
 def test_up_sh_stops_on_a_bad_value_with_one_line(name: str, value: str) -> None:
     result = run_script("up.sh", kit_env(**{name: value}), timeout_s=120)
     assert result.returncode == 2
@@ -183,10 +199,14 @@ def test_runtime_docker_without_an_engine_says_so(tmp_path: Path) -> None:
 
 def test_every_engine_the_settings_accept_has_a_runtime_and_a_port() -> None:
     """ENGINES is validated in serve/settings.py and served through serve/runtimes.py: the two lists agree."""
-    settings = Settings.from_env({"ENGINES": ",".join(ENGINES), "VLLM_PORT": "8101", "LLAMACPP_PORT": "8102",
-                                  "LLAMA_SERVER_PORT": "8103"})
+    settings = Settings.from_env(
+        {"ENGINES": ",".join(ENGINES), "VLLM_PORT": "8101", "LLAMACPP_PORT": "8102", "LLAMA_SERVER_PORT": "8103"}
+    )
     assert list(runtimes.ENGINES) == list(ENGINES)
     built = runtimes.for_engines(dataclasses.replace(settings, runtime="native"))
-    assert [(runtime.engine, runtime.port) for runtime in built] == [("vllm", 8101), ("llamacpp", 8102),
-                                                                     ("llamaserver", 8103)]
+    assert [(runtime.engine, runtime.port) for runtime in built] == [
+        ("vllm", 8101),
+        ("llamacpp", 8102),
+        ("llamaserver", 8103),
+    ]
     assert [settings.engine_port(engine) for engine in ENGINES] == [8101, 8102, 8103]

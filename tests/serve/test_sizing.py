@@ -12,8 +12,19 @@ from pathlib import Path
 import pytest
 
 from serve.model import BUNDLED_MODEL_CONFIG, MODEL_DIR, bundled_model_facts
-from serve.sizing import (V0_BLOCK_SIZE, VLLM_CPU_OVERHEAD_BYTES, GiB, SizingError, fit_memory_cap, kv_pool,
-                          kv_space_gib_for_tokens, load_model_facts, model_facts, params_from_config, parse_memory_size)
+from serve.sizing import (
+    V0_BLOCK_SIZE,
+    VLLM_CPU_OVERHEAD_BYTES,
+    GiB,
+    SizingError,
+    fit_memory_cap,
+    kv_pool,
+    kv_space_gib_for_tokens,
+    load_model_facts,
+    model_facts,
+    params_from_config,
+    parse_memory_size,
+)
 from tests.conftest import ROOT
 
 LLAMA_8B = ROOT / "labs" / "sizing" / "examples" / "llama-3.1-8b-config.json"
@@ -32,8 +43,9 @@ def test_the_course_v0_figure() -> None:
     assert pool.max_concurrency(1024) == 22.75
 
 
-@pytest.mark.parametrize(("dtype", "blocks", "tokens", "concurrency"),
-                         [("float32", 182, 23_296, 22.75), ("bfloat16", 364, 46_592, 45.5)])
+@pytest.mark.parametrize(
+    ("dtype", "blocks", "tokens", "concurrency"), [("float32", 182, 23_296, 22.75), ("bfloat16", 364, 46_592, 45.5)]
+)
 def test_v1_cpu_blocks_of_128_follow(dtype: str, blocks: int, tokens: int, concurrency: float) -> None:
     pool = kv_pool(smollm2(), dtype, 1 * GiB)
     assert (pool.block_size, pool.num_blocks, pool.num_tokens) == (128, blocks, tokens)
@@ -57,8 +69,15 @@ def test_grouped_query_attention_uses_kv_heads() -> None:
 
 
 def test_explicit_head_dim_wins_over_hidden_by_heads() -> None:
-    gemma_like = {"num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
-                  "hidden_size": 3072, "head_dim": 256, "intermediate_size": 24576, "vocab_size": 256000}
+    gemma_like = {
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "hidden_size": 3072,
+        "head_dim": 256,
+        "intermediate_size": 24576,
+        "vocab_size": 256000,
+    }
     assert model_facts(gemma_like).head_dim == 256
     assert model_facts({**gemma_like, "head_dim": None}).head_dim == 3072 // 16
 
@@ -77,9 +96,19 @@ def test_bundled_config_copy_matches_the_prepared_model() -> None:
     assert bundled_model_facts() == smollm2()
 
 
-@pytest.mark.parametrize(("text", "expected"), [("5g", 5 * GiB), ("5G", 5 * GiB), ("5gb", 5 * GiB),
-                                                ("5GiB", 5 * GiB), ("512m", 512 << 20), ("1.5g", 3 * GiB // 2),
-                                                ("1073741824", GiB), ("2048k", 2 << 20)])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("5g", 5 * GiB),
+        ("5G", 5 * GiB),
+        ("5gb", 5 * GiB),
+        ("5GiB", 5 * GiB),
+        ("512m", 512 << 20),
+        ("1.5g", 3 * GiB // 2),
+        ("1073741824", GiB),
+        ("2048k", 2 << 20),
+    ],
+)
 def test_memory_sizes_read_as_docker_does(text: str, expected: int) -> None:
     assert parse_memory_size(text) == expected
 
@@ -111,8 +140,9 @@ def test_backwards_under_a_5g_container() -> None:
 
 @pytest.mark.parametrize(("weights", "kv_gib"), [("fp32", 0.0), ("bf16", 4.64), ("fp8", 12.12), ("int4", 15.86)])
 def test_backwards_on_a_24_gib_gpu_at_0_9(weights: str, kv_gib: float) -> None:
-    fit = fit_memory_cap(load_model_facts(LLAMA_8B), weights, int(24 * GiB * 0.9), 2 * GiB, block_size=16,
-                         whole_gib=False)
+    fit = fit_memory_cap(
+        load_model_facts(LLAMA_8B), weights, int(24 * GiB * 0.9), 2 * GiB, block_size=16, whole_gib=False
+    )
     assert round(fit.kv_budget_bytes / GiB, 2) == kv_gib
     assert fit.fits == (kv_gib > 0)
 

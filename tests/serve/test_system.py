@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from serve import machine, process, system
-from tests.support.clone import fresh_clone
 from tests.conftest import ROOT, free_port, kit_env, run_bounded
+from tests.support.clone import fresh_clone
 
 TOOL_NAMES = {"patch": ("patch",), "g++": ("g++",), "cmake": ("cmake",), "gcc": ("gcc",)}
 
@@ -81,8 +81,13 @@ def test_up_refuses_a_llamacpp_build_without_cmake(tmp_path: Path) -> None:
     """A clone that must build llama.cpp (no built wheel in its cache) on a machine without CMake."""
     clone = fresh_clone(tmp_path / "clone")
     (clone / ".venv").symlink_to(ROOT / ".venv")  # the light tools are not what this test is about
-    env = kit_env(ENGINES="llamacpp", LLAMACPP_PORT=str(free_port()), XDG_CACHE_HOME=str(tmp_path / "cache"),
-                  KIT_ENV_FILE=str(clone / ".env.example"), PATH=path_without(("cmake",), tmp_path / "bin"))
+    env = kit_env(
+        ENGINES="llamacpp",
+        LLAMACPP_PORT=str(free_port()),
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+        KIT_ENV_FILE=str(clone / ".env.example"),
+        PATH=path_without(("cmake",), tmp_path / "bin"),
+    )
     result = run_bounded(["bash", "up.sh"], env, 120, cwd=clone)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output
@@ -100,12 +105,21 @@ def test_up_says_how_to_get_python_venv_when_ensurepip_is_missing(tmp_path: Path
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().splitlines() == [
         "error: python3 cannot create virtual environments (its venv/ensurepip module is missing); install it with: "
-        "apt-get install -y python3-venv"], result.stderr
+        "apt-get install -y python3-venv"
+    ], result.stderr
 
 
-@pytest.mark.parametrize(("os_name", "arch", "ok"), [("Linux", "x86_64", True), ("Linux", "aarch64", True),
-                                                      ("Linux", "arm64", True), ("Darwin", "arm64", False),
-                                                      ("Windows", "AMD64", False), ("Linux", "ppc64le", False)])
+@pytest.mark.parametrize(
+    ("os_name", "arch", "ok"),
+    [
+        ("Linux", "x86_64", True),
+        ("Linux", "aarch64", True),
+        ("Linux", "arm64", True),
+        ("Darwin", "arm64", False),
+        ("Windows", "AMD64", False),
+        ("Linux", "ppc64le", False),
+    ],
+)
 def test_native_platforms(os_name: str, arch: str, ok: bool) -> None:
     problem = system.native_platform_problem(os_name, arch)
     assert (problem is None) is ok, problem
@@ -113,8 +127,7 @@ def test_native_platforms(os_name: str, arch: str, ok: bool) -> None:
         assert "RUNTIME=docker" in problem and os_name in problem
 
 
-def test_the_docker_tracks_host_code_runs_without_linux_apis(monkeypatch: pytest.MonkeyPatch,
-                                                             tmp_path: Path) -> None:
+def test_the_docker_tracks_host_code_runs_without_linux_apis(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """macOS has no os.sched_getaffinity, no /proc, no sysfs, and psutil has no cpu_affinity there."""
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.delattr(psutil.Process, "cpu_affinity", raising=False)
@@ -124,8 +137,9 @@ def test_the_docker_tracks_host_code_runs_without_linux_apis(monkeypatch: pytest
     assert facts.usable_cores == psutil.cpu_count() and facts.cpu_flags == frozenset()
     assert facts.memory_available_bytes > 0 and facts.physical_cores is None
 
-    sleeper = process.spawn([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "sleep.log",
-                            dict(os.environ), tmp_path)
+    sleeper = process.spawn(
+        [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "sleep.log", dict(os.environ), tmp_path
+    )
     assert process.group_members(sleeper) == [sleeper]
     assert "time.sleep(60)" in process.cmdline(sleeper)
     process.stop_group(sleeper, grace_s=5)

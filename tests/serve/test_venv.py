@@ -17,9 +17,9 @@ from serve.venv import Venv
 
 def test_the_engines_venvs_and_stamps_stay_where_earlier_installs_put_them() -> None:
     """An install an earlier kit made is found (tests/support/docker/standin.sh reads the vLLM stamp by path)."""
-    assert {venv.folder.relative_to(ROOT).as_posix(): venv.stamp.name
-            for venv in (native.VENV, llamacpp.VENV, router.VENV)} == {
-        ".kit/vllm": ".kit-installed", ".kit/llamacpp": ".kit-installed", ".kit/router": ".kit-installed"}
+    assert {
+        venv.folder.relative_to(ROOT).as_posix(): venv.stamp.name for venv in (native.VENV, llamacpp.VENV, router.VENV)
+    } == {".kit/vllm": ".kit-installed", ".kit/llamacpp": ".kit-installed", ".kit/router": ".kit-installed"}
     assert router.VENV.wanted == f"vllm-router=={router.ROUTER_VERSION}\n"  # one requirement a line
 
 

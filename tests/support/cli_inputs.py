@@ -29,10 +29,34 @@ ACCEPTS: dict[str, Callable[[float], bool]] = {
     "fraction": lambda value: 0 < value <= 1,
 }
 # what a user may type: numbers of every kind, their spellings, and text that is no number at all
-VALUES = st.one_of(st.integers().map(str), st.floats(allow_nan=True, allow_infinity=True).map(str),
-                   st.sampled_from(["inf", "-inf", "nan", "NaN", "0", "-0", "-1", "1e309", "1e-400", "0x10", "1_000",
-                                    "", " ", "١", "3.", ".5", "1e3", "12abc", "True"]),
-                   st.text(max_size=8))
+VALUES = st.one_of(
+    st.integers().map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.sampled_from(
+        [
+            "inf",
+            "-inf",
+            "nan",
+            "NaN",
+            "0",
+            "-0",
+            "-1",
+            "1e309",
+            "1e-400",
+            "0x10",
+            "1_000",
+            "",
+            " ",
+            "١",
+            "3.",
+            ".5",
+            "1e3",
+            "12abc",
+            "True",
+        ]
+    ),
+    st.text(max_size=8),
+)
 
 
 @dataclass(frozen=True)
@@ -42,7 +66,7 @@ class Case:
     flags: dict[str, str] = field(default_factory=dict)  # flag -> a key of ACCEPTS
 
 
-class Parsed(Exception):  # noqa: N818 - a signal, not an error
+class Parsed(Exception):
     def __init__(self, namespace: object) -> None:
         self.namespace = namespace
 

@@ -19,8 +19,9 @@ KIT_VARIABLES = {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPE
 
 def fresh_clone(destination: Path, source: Path = ROOT) -> Path:
     """Copy a work tree's files (tracked and new, not ignored) to `destination`; return it."""
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source, check=True,
-                           capture_output=True, text=True).stdout.split("\0")
+    names = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source, check=True, capture_output=True, text=True
+    ).stdout.split("\0")
     for name in filter(None, names):
         if (source / name).is_file():
             (destination / name).parent.mkdir(parents=True, exist_ok=True)

@@ -38,8 +38,9 @@ def is_docker_command(command: str) -> bool:
     return "RUNTIME=docker" in command or command.startswith("docker ")
 
 
-def run_doc(command: str, env: dict[str, str], timeout_s: float = 900,
-            cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def run_doc(
+    command: str, env: dict[str, str], timeout_s: float = 900, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
     """A documented command in bash (in `cwd`, a clone's root for instance); a hang fails the test and stops all
     it started (background clients too)."""
     return run_bounded(["bash", "-c", command], env, timeout_s, cwd=cwd)
@@ -55,8 +56,10 @@ EXAMPLE = re.compile(r"^```bash\n([^\n]*)\n```\n\n```text\n(.*?)^```", re.S | re
 def doc_examples(relative_path: str) -> dict[str, list[str]]:
     """One-command ```bash blocks followed directly by a ```text block: command -> the lines shown."""
     text = (ROOT / relative_path).read_text()
-    return {command.strip(): [line for line in shown.splitlines() if line.strip()]
-            for command, shown in EXAMPLE.findall(text)}
+    return {
+        command.strip(): [line for line in shown.splitlines() if line.strip()]
+        for command, shown in EXAMPLE.findall(text)
+    }
 
 
 def shows(output: str, lines: list[str]) -> list[str]:

@@ -27,8 +27,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-RECORDED_PREFIXES = ("RESOLVED_", "CPU_IMAGE_TAG", "GPU_IMAGE", "MODEL_NAME", "VLLM_PORT", "GPU_PORT", "VLLM_HOST",
-                     "QUANTIZATION", "GPU_MEMORY_UTILIZATION", "MAX_MODEL_LEN", "SWAP_SPACE")
+RECORDED_PREFIXES = (
+    "RESOLVED_",
+    "CPU_IMAGE_TAG",
+    "GPU_IMAGE",
+    "MODEL_NAME",
+    "VLLM_PORT",
+    "GPU_PORT",
+    "VLLM_HOST",
+    "QUANTIZATION",
+    "GPU_MEMORY_UTILIZATION",
+    "MAX_MODEL_LEN",
+    "SWAP_SPACE",
+)
 CONTAINER_ID = "f00dcafe1234"
 STAND_IN_ENGINE = r'''
 import http.server, sys, time
@@ -84,8 +95,13 @@ def _up(service: str) -> None:
         log.write_text("Traceback (most recent call last):\nZeroDivisionError: integer division or modulo by zero\n")
         return
     port = os.environ["GPU_PORT"] if service == "vllm-gpu" else os.environ["VLLM_PORT"]
-    engine = subprocess.Popen([sys.executable, "-c", STAND_IN_ENGINE, port, str(log)], start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    engine = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN_ENGINE, port, str(log)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
     (_state() / "container.pid").write_text(str(engine.pid))
 
 
@@ -117,7 +133,7 @@ def compose(args: list[str]) -> None:
     elif verb in ("down", "rm"):
         _down()
     elif verb == "exec":
-        print(f"ran {' '.join(args[args.index('exec') + 2:])} in {args[args.index('exec') + 1]}: success (stand-in)")
+        print(f"ran {' '.join(args[args.index('exec') + 2 :])} in {args[args.index('exec') + 1]}: success (stand-in)")
     else:
         sys.exit(f"stand-in docker: unexpected compose call {args}")
 
@@ -142,8 +158,10 @@ def main(argv: list[str]) -> None:
 def install(bin_dir: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     docker = bin_dir / "docker"
-    docker.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-                      "from fake_docker import main\nmain(sys.argv[1:])\n")
+    docker.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from fake_docker import main\nmain(sys.argv[1:])\n"
+    )
     docker.chmod(0o755)
     return docker
 

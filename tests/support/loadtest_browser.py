@@ -20,11 +20,20 @@ from pathlib import Path
 from typing import Any
 
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", "--remote-debugging-pipe")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--remote-debugging-pipe",
+)
 LOAD_TIMEOUT_S = 60.0
-IMAGES_JS = ("JSON.stringify({title: document.title, text: document.body.innerText, "
-             "images: [...document.images].map(i => ({complete: i.complete, width: i.naturalWidth}))})")
+IMAGES_JS = (
+    "JSON.stringify({title: document.title, text: document.body.innerText, "
+    "images: [...document.images].map(i => ({complete: i.complete, width: i.naturalWidth}))})"
+)
 
 
 @dataclass
@@ -51,8 +60,12 @@ class Browser:
 
         self.process = subprocess.Popen(
             [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile_dir}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            close_fds=False, preexec_fn=wire_fds_3_and_4)
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=False,
+            preexec_fn=wire_fds_3_and_4,
+        )
         os.close(to_browser_read)
         os.close(from_browser_write)
         self._buffer = b""
@@ -106,8 +119,9 @@ def errors_in(events: list[dict[str, Any]]) -> list[str]:
     for event in events:
         method, params = event.get("method"), event.get("params", {})
         if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            errors.append("console: " + " ".join(str(arg.get("value", arg.get("description")))
-                                                 for arg in params.get("args", [])))
+            errors.append(
+                "console: " + " ".join(str(arg.get("value", arg.get("description"))) for arg in params.get("args", []))
+            )
         elif method == "Runtime.exceptionThrown":
             errors.append("exception: " + json.dumps(params.get("exceptionDetails", {}))[:300])
         elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
@@ -126,8 +140,7 @@ def check_page(path: Path) -> PageCheck:
                 browser.send(f"{domain}.enable", session=session)
             browser.send("Page.navigate", {"url": path.resolve().as_uri()}, session=session)
             browser.wait_for("Page.loadEventFired")
-            result = browser.send("Runtime.evaluate", {"expression": IMAGES_JS, "returnByValue": True},
-                                  session=session)
+            result = browser.send("Runtime.evaluate", {"expression": IMAGES_JS, "returnByValue": True}, session=session)
             page = json.loads(result["result"]["value"])
             return PageCheck(page["title"], page["text"], page["images"], errors_in(browser.events))
         finally:

@@ -23,12 +23,25 @@ class Terminal:
     def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: Path, width: int = 160) -> None:
         self.socket = f"kit-tests-{os.getpid()}-{time.monotonic_ns()}"
         shell = f"{shlex.join(argv)}; echo {EXIT_MARK}$?; sleep 600"
-        self._tmux("new-session", "-d", "-x", str(width), "-y", "50", "-c", str(cwd), "bash", "-c", shell,
-                   env={**env, "TERM": "xterm-256color"})
+        self._tmux(
+            "new-session",
+            "-d",
+            "-x",
+            str(width),
+            "-y",
+            "50",
+            "-c",
+            str(cwd),
+            "bash",
+            "-c",
+            shell,
+            env={**env, "TERM": "xterm-256color"},
+        )
 
     def _tmux(self, *args: str, env: dict[str, str] | None = None) -> str:
-        result = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                                timeout=TMUX_TIMEOUT_S, env=env)
+        result = subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=TMUX_TIMEOUT_S, env=env
+        )
         if result.returncode != 0:
             pytest.fail(f"tmux {' '.join(args)} failed: {result.stderr.strip()}")
         return result.stdout

@@ -27,9 +27,25 @@ def torch_wheel() -> Path:
     """torch's CPU wheel for this Python and machine, downloaded once."""
     wheels = sorted(WHEEL_DIR.glob(f"torch-{TORCH_VERSION}-*.whl"))
     if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(WHEEL_DIR),
-                        "--index-url", DEFAULT_TORCH_INDEX_URL, "--retries", "0", f"torch=={TORCH_VERSION}"],
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--dest",
+                str(WHEEL_DIR),
+                "--index-url",
+                DEFAULT_TORCH_INDEX_URL,
+                "--retries",
+                "0",
+                f"torch=={TORCH_VERSION}",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         wheels = sorted(WHEEL_DIR.glob(f"torch-{TORCH_VERSION}-*.whl"))
     return wheels[-1]
 
@@ -52,7 +68,7 @@ def write_index(root: Path, wheels: list[Path]) -> None:
 class _Handler(SimpleHTTPRequestHandler):
     requested: list[str]
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         self.requested.append(self.path)
 
 

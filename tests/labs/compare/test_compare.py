@@ -15,16 +15,19 @@ import pytest
 
 from labs.compare.workload import MATCHED_PROMPTS, SEED_PROMPTS, matched_prompts
 from labs.results import load
-from tests.support.clone import fresh_clone, user_env
 from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server, free_port, start_llamacpp, stop_server
+from tests.support.clone import fresh_clone, user_env
 from tests.support.docs import doc_commands, run_doc
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 SMALL_N = 2
 QUEUED_OVERLAP_S = 0.05  # how far one queued answer's end may trail the next one's first token (client clocks)
 SHORT_MAX_TOKENS = "16"
-REQUEST_LINE = re.compile(r"^(vllm|llamacpp)\s+(seed sequential|matched sequential|matched concurrent)\s+#\d+\s+"
-                          r"(HTTP \d+|no answer)\s+time_total\s+[\d.]+ s", re.M)
+REQUEST_LINE = re.compile(
+    r"^(vllm|llamacpp)\s+(seed sequential|matched sequential|matched concurrent)\s+#\d+\s+"
+    r"(HTTP \d+|no answer)\s+time_total\s+[\d.]+ s",
+    re.M,
+)
 
 
 def both_env(vllm: Server, llamacpp: Server, **overrides: str) -> dict[str, str]:
@@ -32,8 +35,14 @@ def both_env(vllm: Server, llamacpp: Server, **overrides: str) -> dict[str, str]
 
 
 def compare(env: dict[str, str], *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "labs.compare", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "labs.compare", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def test_matched_prompts_cycle_the_three_and_refuse_non_positive_n() -> None:
@@ -51,22 +60,35 @@ def _tokens(record: dict) -> int:
 
 def test_both_engines_end_to_end(vllm_server: Server, llamacpp_server: Server, tmp_path: Path) -> None:
     folder = tmp_path / "results"
-    result = compare(both_env(vllm_server, llamacpp_server), "--n", str(SMALL_N), "--max-tokens",
-                     SHORT_MAX_TOKENS, "--results", str(folder))
+    result = compare(
+        both_env(vllm_server, llamacpp_server),
+        "--n",
+        str(SMALL_N),
+        "--max-tokens",
+        SHORT_MAX_TOKENS,
+        "--results",
+        str(folder),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     per_engine = len(SEED_PROMPTS) + 2 * SMALL_N
     assert len(REQUEST_LINE.findall(result.stdout)) == 2 * per_engine, result.stdout
 
     document = json.loads((folder / "comparison-results.json").read_text())
     assert [(phase["engine"], phase["mode"]) for phase in document["phases"]] == [
-        (engine, mode) for engine in ("vllm", "llamacpp")
-        for mode in ("seed sequential", "matched sequential", "matched concurrent")]
-    assert {facts["engine"]: facts["model"] for facts in document["engines"]} == {"vllm": MODEL,
-                                                                                  "llamacpp": LLAMACPP_MODEL}
+        (engine, mode)
+        for engine in ("vllm", "llamacpp")
+        for mode in ("seed sequential", "matched sequential", "matched concurrent")
+    ]
+    assert {facts["engine"]: facts["model"] for facts in document["engines"]} == {
+        "vllm": MODEL,
+        "llamacpp": LLAMACPP_MODEL,
+    }
     assert document["machine"]["usable_cores"] >= 1 and document["config"]["n"] == SMALL_N
     envelope, _ = load(folder / "comparison-results.json")
-    assert [(engine.kind, engine.model) for engine in envelope.engines] == [("vllm", MODEL),
-                                                                            ("llamacpp", LLAMACPP_MODEL)]
+    assert [(engine.kind, engine.model) for engine in envelope.engines] == [
+        ("vllm", MODEL),
+        ("llamacpp", LLAMACPP_MODEL),
+    ]
     assert envelope.command.startswith("python -m labs.compare --n") and envelope.machine.usable_cores >= 1
     for phase in document["phases"]:
         for record in phase["records"]:
@@ -75,11 +97,16 @@ def test_both_engines_end_to_end(vllm_server: Server, llamacpp_server: Server, t
     vllm_concurrent = summaries[("vllm", "matched concurrent")]
     assert vllm_concurrent["num_ok"] == SMALL_N and vllm_concurrent["output_tokens"] > 0
     for summary in summaries.values():
-        assert summary["num_ok"] + summary["num_truncated"] + summary["num_empty"] + summary["num_failed"] \
+        assert (
+            summary["num_ok"] + summary["num_truncated"] + summary["num_empty"] + summary["num_failed"]
             == summary["num_requests"]
-        ok_tokens = sum(_tokens(record) for phase in document["phases"] for record in phase["records"]
-                        if (phase["engine"], phase["mode"]) == (summary["engine"], summary["mode"])
-                        and record["outcome"] == "ok")
+        )
+        ok_tokens = sum(
+            _tokens(record)
+            for phase in document["phases"]
+            for record in phase["records"]
+            if (phase["engine"], phase["mode"]) == (summary["engine"], summary["mode"]) and record["outcome"] == "ok"
+        )
         assert summary["output_tokens"] == ok_tokens
         assert summary["output_tokens_per_s"] == pytest.approx(ok_tokens / summary["wall_s"])
     assert all(summary["tokens_source"] == "usage" for (engine, _), summary in summaries.items() if engine == "vllm")
@@ -102,8 +129,17 @@ def test_the_cut_short_option_is_counted_not_hidden(tmp_path: Path) -> None:
     stream short with HTTP 200; the lab counts it as truncated and says its scaling is not a speed-up."""
     server = start_llamacpp(LLAMACPP_INTERRUPT_REQUESTS="true")
     try:
-        result = compare(server.env, "--engines", "llamacpp", "--n", str(SMALL_N), "--max-tokens", SHORT_MAX_TOKENS,
-                         "--results", str(tmp_path / "results"))
+        result = compare(
+            server.env,
+            "--engines",
+            "llamacpp",
+            "--n",
+            str(SMALL_N),
+            "--max-tokens",
+            SHORT_MAX_TOKENS,
+            "--results",
+            str(tmp_path / "results"),
+        )
     finally:
         stop_server(server)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -125,8 +161,9 @@ def assert_one_error_line(result: subprocess.CompletedProcess[str], *fragments: 
 
 def test_unreachable_engine_is_one_line_and_measures_nothing(vllm_server: Server, tmp_path: Path) -> None:
     port = free_port()
-    result = compare({**vllm_server.env, "ENGINES": "vllm,llamacpp", "LLAMACPP_PORT": str(port)},
-                     "--results", str(tmp_path / "none"))
+    result = compare(
+        {**vllm_server.env, "ENGINES": "vllm,llamacpp", "LLAMACPP_PORT": str(port)}, "--results", str(tmp_path / "none")
+    )
     assert_one_error_line(result, f"cannot reach llamacpp at http://127.0.0.1:{port}/v1", "LLAMACPP_PORT")
     assert not (tmp_path / "none").exists()
 
@@ -146,9 +183,14 @@ def test_a_dead_engine_mid_run_keeps_the_results(tmp_path: Path) -> None:
     server = start_llamacpp()  # its own server: this test kills it
     pidfile = ROOT / ".kit" / "run" / f"llamacpp-{server.port}.pid"
     folder = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "labs.compare", "--engines", "llamacpp", "--n", "12",
-                             "--results", str(folder)], cwd=ROOT, env=server.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labs.compare", "--engines", "llamacpp", "--n", "12", "--results", str(folder)],
+        cwd=ROOT,
+        env=server.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     try:
         assert proc.stdout is not None
@@ -173,9 +215,9 @@ def test_a_dead_engine_mid_run_keeps_the_results(tmp_path: Path) -> None:
     assert (folder / "comparison-results.txt").exists() and (folder / "comparison-wall-time.png").exists()
 
 
-def test_lab_page_commands_run_verbatim_in_a_clone_with_an_untouched_env(vllm_server: Server,
-                                                                          llamacpp_server: Server,
-                                                                          tmp_path: Path) -> None:
+def test_lab_page_commands_run_verbatim_in_a_clone_with_an_untouched_env(
+    vllm_server: Server, llamacpp_server: Server, tmp_path: Path
+) -> None:
     """As a user runs the page: a fresh clone, .env made by up.sh from .env.example (ENGINES=vllm), nothing
     exported but the ports of the test's servers. `ENGINES=... bash up.sh` sets ENGINES for up.sh alone,
     so the lab's own commands must name both engines; its default run shows llama.cpp queueing (scaling about
@@ -210,6 +252,5 @@ def test_lab_page_commands_run_verbatim_in_a_clone_with_an_untouched_env(vllm_se
     assert at_8["vllm"] > 2, scalings  # vLLM batches: 3.75x at N=8 even on a loaded machine
     # down.sh stops what up.sh started; run against a fresh llama.cpp so the shared servers live on
     spare = start_llamacpp()
-    down = run_doc(commands[-1], {**user_env(free_port()), "LLAMACPP_PORT": str(spare.port)}, timeout_s=120,
-                   cwd=clone)
+    down = run_doc(commands[-1], {**user_env(free_port()), "LLAMACPP_PORT": str(spare.port)}, timeout_s=120, cwd=clone)
     assert down.returncode == 0 and f"port {spare.port} is free" in down.stdout, down.stdout

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from labs.contract.registry import CHECKS
-from tests.conftest import ROOT, Server, free_port
+from tests.conftest import Server, free_port
 from tests.labs.engine.test_page import ENGINE_PORT, start_engine
 from tests.support.docs import doc_commands, doc_examples, retarget, run_doc, shows
 
@@ -23,7 +23,7 @@ CONTRACT = "-m labs.contract"
 
 def shown_matrix() -> tuple[str, dict[str, dict[str, str]]]:
     """The page's contract command and its matrix, check -> engine -> mark, as the ```text block shows them."""
-    (command, lines), = [(command, lines) for command, lines in doc_examples(PAGE).items() if CONTRACT in command]
+    ((command, lines),) = [(command, lines) for command, lines in doc_examples(PAGE).items() if CONTRACT in command]
     engines = lines[0].split()[1:]
     return command, {line.split()[0]: dict(zip(engines, line.split()[1:], strict=True)) for line in lines[1:]}
 
@@ -35,16 +35,24 @@ def test_the_page_shows_every_check_of_the_registry_in_its_order() -> None:
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_lab_page_commands_run_and_each_engine_answers_as_the_page_says(vllm_server: Server, llamacpp_server: Server,
-                                                                        tmp_path: Path) -> None:
+def test_lab_page_commands_run_and_each_engine_answers_as_the_page_says(
+    vllm_server: Server, llamacpp_server: Server, tmp_path: Path
+) -> None:
     commands = doc_commands(PAGE)
     contract_command, expected = shown_matrix()
     assert contract_command in commands
     llama_server_port, engine_port = free_port(), free_port()
-    ports = {8009: vllm_server.port, 11434: llamacpp_server.port, LLAMA_SERVER_PORT: llama_server_port,
-             ENGINE_PORT: engine_port}
-    env = {**vllm_server.client_env(), "LLAMACPP_PORT": str(llamacpp_server.port),
-           "LLAMA_SERVER_PORT": str(llama_server_port)}
+    ports = {
+        8009: vllm_server.port,
+        11434: llamacpp_server.port,
+        LLAMA_SERVER_PORT: llama_server_port,
+        ENGINE_PORT: engine_port,
+    }
+    env = {
+        **vllm_server.client_env(),
+        "LLAMACPP_PORT": str(llamacpp_server.port),
+        "LLAMA_SERVER_PORT": str(llama_server_port),
+    }
     engine: subprocess.Popen[str] | None = None
     outputs: dict[str, subprocess.CompletedProcess[str]] = {}
     try:
@@ -69,10 +77,12 @@ def test_lab_page_commands_run_and_each_engine_answers_as_the_page_says(vllm_ser
     assert outputs[up].stdout.count("already up") == 2, outputs[up].stdout  # the session's vLLM and llama.cpp
     records = json.loads((tmp_path / "contract.json").read_text())["records"]
     marks = {"pass": "✔", "fail": "✘"}
-    changed = [f"{record['engine']} {record['check']}: the page says {expected[record['check']][record['engine']]}, "
-               f"got {marks.get(record['verdict'], record['verdict'])} ({record['evidence']})"
-               for record in records
-               if marks.get(record["verdict"], record["verdict"]) != expected[record["check"]][record["engine"]]]
+    changed = [
+        f"{record['engine']} {record['check']}: the page says {expected[record['check']][record['engine']]}, "
+        f"got {marks.get(record['verdict'], record['verdict'])} ({record['evidence']})"
+        for record in records
+        if marks.get(record["verdict"], record["verdict"]) != expected[record["check"]][record["engine"]]
+    ]
     assert changed == [], "\n".join(changed)
     assert len(records) == len(CHECKS) * len(next(iter(expected.values())))
     output = outputs[contract_command].stdout
@@ -81,8 +91,9 @@ def test_lab_page_commands_run_and_each_engine_answers_as_the_page_says(vllm_ser
 
 
 def test_bad_input_gets_one_line_naming_the_fix(tmp_path: Path) -> None:
-    unreachable = run_doc(f".venv/bin/python -m labs.contract --url http://127.0.0.1:{free_port()}/v1 --model m",
-                          None, timeout_s=60)
+    unreachable = run_doc(
+        f".venv/bin/python -m labs.contract --url http://127.0.0.1:{free_port()}/v1 --model m", None, timeout_s=60
+    )
     assert unreachable.returncode == 2 and "cannot reach" in unreachable.stderr and "--url" in unreachable.stderr
     assert "Traceback" not in unreachable.stderr
     unknown = run_doc(".venv/bin/python -m labs.contract --checks nope", None, timeout_s=60)

@@ -18,11 +18,22 @@ LIMITS = Limits(max_num_seqs=16, max_model_len=1024, kv_cache_space_gib=1)
 def v0_text(running: float = 0, waiting: float = 0, kv: float = 0.0, preemptions: float = 0) -> str:
     """Project-written exposition text in vLLM 0.9.1 (V0) format: gpu_cache_usage_perc, swap in the config."""
     labels = 'model_name="HuggingFaceTB/SmolLM2-135M-Instruct"'
-    cache_config = ",".join(['block_size="16"', 'cache_dtype="auto"', 'cpu_offload_gb="0"',
-                             'enable_prefix_caching="False"', 'gpu_memory_utilization="0.9"',
-                             'is_attention_free="False"', 'num_cpu_blocks="0"', 'num_gpu_blocks="1456"',
-                             'num_gpu_blocks_override="None"', 'sliding_window="None"', 'swap_space="4"',
-                             'swap_space_bytes="4294967296"'])
+    cache_config = ",".join(
+        [
+            'block_size="16"',
+            'cache_dtype="auto"',
+            'cpu_offload_gb="0"',
+            'enable_prefix_caching="False"',
+            'gpu_memory_utilization="0.9"',
+            'is_attention_free="False"',
+            'num_cpu_blocks="0"',
+            'num_gpu_blocks="1456"',
+            'num_gpu_blocks_override="None"',
+            'sliding_window="None"',
+            'swap_space="4"',
+            'swap_space_bytes="4294967296"',
+        ]
+    )
     return f"""# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
 # TYPE vllm:cache_config_info gauge
 vllm:cache_config_info{{{cache_config}}} 1.0
@@ -96,8 +107,9 @@ def test_waiting_with_free_slots_and_low_kv_is_prefill_not_max_num_seqs() -> Non
     assert diagnose([parse(v0_text(5, 9, 0.36))], Limits()).state == "slots"  # MAX_NUM_SEQS unknown
 
 
-@pytest.mark.parametrize(("text", "state"), [(v0_text(), "idle"), (v0_text(running=3, kv=0.1), "busy"),
-                                             (V1_DEFERRED_TEXT, "deferred")])
+@pytest.mark.parametrize(
+    ("text", "state"), [(v0_text(), "idle"), (v0_text(running=3, kv=0.1), "busy"), (V1_DEFERRED_TEXT, "deferred")]
+)
 def test_idle_busy_and_deferred(text: str, state: str) -> None:
     diagnosis = diagnose([parse(text)], LIMITS)
     assert diagnosis.state == state and diagnosis.lever is None

@@ -46,7 +46,7 @@ def http_server(metrics_text: str | None, status: int = 200) -> Iterator[str]:
     """A real HTTP server: /metrics answers `metrics_text` with `status`, or 404 like Ollama and llama.cpp's."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             found = self.path == "/metrics" and metrics_text is not None
             body = (metrics_text if found else "404 page not found").encode()
             self.send_response(status if found else 404)
@@ -75,8 +75,14 @@ FAKE_ENGINE_KV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 def doctor(*args: str, timeout_s: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
     """The doctor as a user runs it; timeout_s only catches a hang (it is not a speed goal)."""
-    return subprocess.run([sys.executable, "-m", "labs.doctor", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=kit_env(**env), timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "labs.doctor", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=kit_env(**env),
+        timeout=timeout_s,
+    )
 
 
 def test_an_engine_without_metrics_gets_one_clear_line() -> None:
@@ -102,8 +108,14 @@ def test_watch_on_a_terminal_redraws_a_live_table() -> None:
     """Under a real pseudo-terminal (util-linux `script`), --watch redraws in place instead of scrolling."""
     with http_server(v0_text(running=16, waiting=5, kv=0.97)) as url:
         command = f"{sys.executable} -m labs.doctor --url {url} --watch --duration-s 1.2 --interval-s 0.5"
-        result = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True,
-                                cwd=ROOT, env={**kit_env(**FAKE_ENGINE_KV), "COLUMNS": "120"}, timeout=60)
+        result = subprocess.run(
+            ["script", "-qec", command, "/dev/null"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**kit_env(**FAKE_ENGINE_KV), "COLUMNS": "120"},
+            timeout=60,
+        )
     assert result.returncode == 0, result.stdout
     assert "\x1b[1A" in result.stdout  # cursor-up: the table is redrawn where it was
     assert result.stdout.count("every 0.5 s (Ctrl-C stops)") >= 3
@@ -113,8 +125,17 @@ def test_watch_on_a_terminal_redraws_a_live_table() -> None:
 
 def test_watch_plots_the_timeline(tmp_path: Path) -> None:
     with http_server(v0_text(running=16, waiting=5, kv=0.97)) as url:
-        result = doctor("--url", url, "--watch", "--duration-s", "0.8", "--interval-s", "0.3", "--plot",
-                        str(tmp_path / "plots" / "timeline.png"))
+        result = doctor(
+            "--url",
+            url,
+            "--watch",
+            "--duration-s",
+            "0.8",
+            "--interval-s",
+            "0.3",
+            "--plot",
+            str(tmp_path / "plots" / "timeline.png"),
+        )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "plots" / "timeline.png").read_bytes().startswith(PNG_MAGIC)
     assert f"written to {tmp_path / 'plots' / 'timeline.png'}" in result.stdout
@@ -135,6 +156,7 @@ def test_an_unreachable_engine_is_one_line_exit_1() -> None:
 
 
 # --- The real server under a real burst ------------------------------------------------------------------
+
 
 def running_engine(server: Server) -> tuple[list[str], dict[str, str]]:
     """The live server's own command line and environment: what it really runs with, read from the process
@@ -168,7 +190,7 @@ async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, st
     takes to start: a CI run under load once saw both doctor runs start after a one-off burst had drained.
     """
     seqs = served_max_num_seqs(server)
-    assert BURST_USERS > seqs, f"the burst must outnumber MAX_NUM_SEQS={seqs}"
+    assert seqs < BURST_USERS, f"the burst must outnumber MAX_NUM_SEQS={seqs}"
     prompts = [f"Story {i}: tell me a long tale about the number {i}." for i in range(BURST_USERS)]
     async with closed_loop(server, BURST_USERS, prompts, BURST_MAX_TOKENS, BURST_ROUNDS) as failures:
         deadline = time.monotonic() + SATURATION_TIMEOUT_S
@@ -178,10 +200,22 @@ async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, st
                 break
             assert time.monotonic() < deadline, f"no request waited within {SATURATION_TIMEOUT_S} s"
             await asyncio.sleep(POLL_S)
-        one_shot = await asyncio.to_thread(doctor, "--url", server.base_url, "--samples", "2",
-                                           "--interval-s", "0.5", timeout_s=UNDER_LOAD_TIMEOUT_S)
-        watch = await asyncio.to_thread(doctor, "--url", server.base_url, "--watch", "--duration-s", "1",
-                                        "--interval-s", "0.5", "--plot", str(plot), timeout_s=UNDER_LOAD_TIMEOUT_S)
+        one_shot = await asyncio.to_thread(
+            doctor, "--url", server.base_url, "--samples", "2", "--interval-s", "0.5", timeout_s=UNDER_LOAD_TIMEOUT_S
+        )
+        watch = await asyncio.to_thread(
+            doctor,
+            "--url",
+            server.base_url,
+            "--watch",
+            "--duration-s",
+            "1",
+            "--interval-s",
+            "0.5",
+            "--plot",
+            str(plot),
+            timeout_s=UNDER_LOAD_TIMEOUT_S,
+        )
     assert not failures, f"{len(failures)} burst requests failed, e.g. {failures[0].error}"
     return snapshot, one_shot.stdout, watch.stdout
 
@@ -242,7 +276,11 @@ def test_page_commands_against_the_real_server(vllm_server: Server) -> None:
     assert idle.returncode == 0 and "diagnosis: idle" in idle.stdout, idle.stdout + idle.stderr
     argv, environ = running_engine(vllm_server)
     cache = served_cache_config(vllm_server)  # the engine's own account of its pool
-    blocks, block_size, kv_gib = int(cache["num_gpu_blocks"]), int(cache["block_size"]), environ["VLLM_CPU_KVCACHE_SPACE"]
+    blocks, block_size, kv_gib = (
+        int(cache["num_gpu_blocks"]),
+        int(cache["block_size"]),
+        environ["VLLM_CPU_KVCACHE_SPACE"],
+    )
     assert block_size == int(flag_value(argv, "--block-size"))
     assert "vLLM V1 names" in idle.stdout
     line = f"{blocks} blocks of {block_size} = {blocks * block_size:,} tokens ({kv_gib} GiB)"

@@ -29,8 +29,15 @@ START_TIMEOUT_S = 180
 
 
 def start_engine(command: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    process = subprocess.Popen(["bash", "-c", f"exec {command} --threads 1"], cwd=ROOT, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        ["bash", "-c", f"exec {command} --threads 1"],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     port = int(command.split("--port")[1].split()[0])
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -53,8 +60,11 @@ def test_lab_page_commands_run(vllm_server: Server, tmp_path: Path) -> None:
     outputs: dict[str, subprocess.CompletedProcess[str]] = {}
     try:
         for index, command in enumerate(commands):
-            actual = (retarget(command, ports).replace("results/engine/", f"{tmp_path}/")
-                      .replace(f"--port {ENGINE_PORT}", f"--port {ports[ENGINE_PORT]}"))
+            actual = (
+                retarget(command, ports)
+                .replace("results/engine/", f"{tmp_path}/")
+                .replace(f"--port {ENGINE_PORT}", f"--port {ports[ENGINE_PORT]}")
+            )
             if "-m labs.engine.server" in command:
                 engine = start_engine(actual, env)
                 continue
@@ -77,8 +87,9 @@ def test_lab_page_commands_run(vllm_server: Server, tmp_path: Path) -> None:
     assert [(run["policy"], run["max_batch_size"]) for run in study["results"]] == [("static", 4), ("continuous", 4)]
     assert "KV slots at the peak" in outputs[commands[0]].stdout
     assert (tmp_path / "study.png").stat().st_size > 0
-    prefix = json.loads((tmp_path / f"try-{commands.index(next(c for c in commands if '--prefix-caching' in c))}.json")
-                        .read_text())
+    prefix = json.loads(
+        (tmp_path / f"try-{commands.index(next(c for c in commands if '--prefix-caching' in c))}.json").read_text()
+    )
     assert all(run["prefix_hit_rate"] > 0 for run in prefix["results"])
     curl = next(command for command in commands if command.startswith("curl"))
     assert json.loads(outputs[curl].stdout)["choices"][0]["message"]["content"]

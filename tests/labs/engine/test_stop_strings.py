@@ -26,8 +26,10 @@ def test_the_answer_ends_just_before_the_first_stop_and_never_shows_part_of_it()
     assert cut.feed("x", final=True) == "cEx" and not cut.hit
 
 
-@given(st.lists(st.text(alphabet="ab, ", max_size=4), min_size=1, max_size=8),
-       st.lists(st.text(alphabet="ab, ", min_size=1, max_size=3), max_size=3))
+@given(
+    st.lists(st.text(alphabet="ab, ", max_size=4), min_size=1, max_size=8),
+    st.lists(st.text(alphabet="ab, ", min_size=1, max_size=3), max_size=3),
+)
 def test_any_split_sends_a_prefix_free_of_stops_that_ends_at_one(pieces: list[str], stop_list: list[str]) -> None:
     stops = tuple(stop_list)
     whole = "".join(pieces)
@@ -35,6 +37,6 @@ def test_any_split_sends_a_prefix_free_of_stops_that_ends_at_one(pieces: list[st
     assert whole.startswith(sent) and not any(stop in sent for stop in stops)
     assert hit == any(stop in whole for stop in stops)
     if hit:
-        assert any(whole[len(sent):].startswith(stop) for stop in stops)
+        assert any(whole[len(sent) :].startswith(stop) for stop in stops)
     else:
         assert sent == whole

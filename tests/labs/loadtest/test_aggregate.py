@@ -14,13 +14,35 @@ from labs.loadtest.aggregate import DEFINITIONS, Peaks, Summary, e2e_ms, queue_m
 from labs.loadtest.workload import LengthBand, WorkloadSpec, parse_lengths, plan
 
 
-def record(request_id: int, scheduled_s: float, sent_s: float, chunks_s: list[float], done_s: float, *,
-           status: int = 200, finish: str | None = "length", output_tokens: int | None = None,
-           max_tokens: int = 4, prompt_tokens: int = 10, error: str | None = None) -> RequestRecord:
-    return RequestRecord(request_id, max_tokens, scheduled_s, sent_s=sent_s,
-                         first_token_s=chunks_s[0] if chunks_s else None, chunk_times_s=chunks_s, done_s=done_s,
-                         status=status, finish_reason=finish, prompt_tokens=prompt_tokens,
-                         output_tokens=output_tokens, text="x" * len(chunks_s), error=error)
+def record(
+    request_id: int,
+    scheduled_s: float,
+    sent_s: float,
+    chunks_s: list[float],
+    done_s: float,
+    *,
+    status: int = 200,
+    finish: str | None = "length",
+    output_tokens: int | None = None,
+    max_tokens: int = 4,
+    prompt_tokens: int = 10,
+    error: str | None = None,
+) -> RequestRecord:
+    return RequestRecord(
+        request_id,
+        max_tokens,
+        scheduled_s,
+        sent_s=sent_s,
+        first_token_s=chunks_s[0] if chunks_s else None,
+        chunk_times_s=chunks_s,
+        done_s=done_s,
+        status=status,
+        finish_reason=finish,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        text="x" * len(chunks_s),
+        error=error,
+    )
 
 
 @pytest.fixture
@@ -106,8 +128,11 @@ def test_per_request_milliseconds_come_from_one_place(four_requests: list[Reques
 
 
 def test_metrics_peaks_over_a_series() -> None:
-    series = [MetricsSnapshot(0.0, 1, 0, 0.10, 3), MetricsSnapshot(0.5, 4, 2, None, 3),
-              MetricsSnapshot(1.0, 2, 5, 0.42, 7)]
+    series = [
+        MetricsSnapshot(0.0, 1, 0, 0.10, 3),
+        MetricsSnapshot(0.5, 4, 2, None, 3),
+        MetricsSnapshot(1.0, 2, 5, 0.42, 7),
+    ]
     peaks = Peaks.of(series)
     assert peaks == Peaks(3, 4, 5, 0.42, 4) and Peaks.of([]) is None
     assert peaks.to_dict() == {"max_running": 4, "max_waiting": 5, "max_kv_usage": 0.42, "preemptions": 4}
@@ -116,8 +141,16 @@ def test_metrics_peaks_over_a_series() -> None:
 
 
 def test_every_reported_metric_is_defined_once() -> None:
-    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "request_throughput_per_s",
-                 "output_tokens_per_s", "duration_s"):
+    for name in (
+        "ttft_ms",
+        "tpot_ms",
+        "itl_ms",
+        "e2e_ms",
+        "queue_ms",
+        "request_throughput_per_s",
+        "output_tokens_per_s",
+        "duration_s",
+    ):
         assert name in Summary.__dataclass_fields__ and DEFINITIONS[name]
     assert "first" in DEFINITIONS["tpot_ms"] and "chunk" in DEFINITIONS["itl_ms"]
 
@@ -163,24 +196,33 @@ def test_length_specs() -> None:
     assert lengths == {5, 6, 7, 8, 9}
 
 
-@pytest.mark.parametrize(("spec", "fix"), [
-    ("fixed:", "use fixed:64"), ("uniform:9", "use fixed:64"), ("mix:24", "use fixed:64"), ("zipf:3", "use fixed:64"),
-])
+@pytest.mark.parametrize(
+    ("spec", "fix"),
+    [
+        ("fixed:", "use fixed:64"),
+        ("uniform:9", "use fixed:64"),
+        ("mix:24", "use fixed:64"),
+        ("zipf:3", "use fixed:64"),
+    ],
+)
 def test_bad_length_specs_say_how_to_write_them(spec: str, fix: str) -> None:
     with pytest.raises(ValueError, match=fix):
         parse_lengths(spec)
 
 
-@pytest.mark.parametrize(("kwargs", "fix"), [
-    ({"num_requests": 0}, "at least 1 request"),
-    ({"rate_rps": -1.0}, "requests per second > 0"),
-    ({"rate_rps": None}, "set --rate .* or --concurrency"),
-    ({"concurrency": 0}, "at least 1 user"),
-    ({"arrival": "zipf"}, "choose one of poisson, bursty, regular"),
-    ({"arrival": "poisson", "burstiness": 0.5}, "use --arrival bursty"),
-    ({"arrival": "bursty", "burstiness": 0.0}, "gamma shape > 0"),
-    ({"lengths": (LengthBand(0, 4, 1.0),)}, "0 < min <= max"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "fix"),
+    [
+        ({"num_requests": 0}, "at least 1 request"),
+        ({"rate_rps": -1.0}, "requests per second > 0"),
+        ({"rate_rps": None}, "set --rate .* or --concurrency"),
+        ({"concurrency": 0}, "at least 1 user"),
+        ({"arrival": "zipf"}, "choose one of poisson, bursty, regular"),
+        ({"arrival": "poisson", "burstiness": 0.5}, "use --arrival bursty"),
+        ({"arrival": "bursty", "burstiness": 0.0}, "gamma shape > 0"),
+        ({"lengths": (LengthBand(0, 4, 1.0),)}, "0 < min <= max"),
+    ],
+)
 def test_bad_workloads_say_how_to_fix_them(kwargs: dict, fix: str) -> None:
     with pytest.raises(ValueError, match=fix):
         WorkloadSpec(**kwargs)

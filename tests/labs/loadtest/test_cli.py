@@ -14,8 +14,14 @@ QUIET_ENV = {"PATH": "/usr/bin:/bin", "KIT_ENV_FILE": str(ROOT / ".env.example")
 
 
 def loadtest(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "labs.loadtest", *args], cwd=ROOT, env=QUIET_ENV,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "labs.loadtest", *args],
+        cwd=ROOT,
+        env=QUIET_ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_an_engine_that_is_not_there_is_one_line(tmp_path: Path) -> None:
@@ -25,14 +31,17 @@ def test_an_engine_that_is_not_there_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--requests", "0"], "python -m labs.loadtest: argument --requests: '0' is not a whole number greater than 0"),
-    (["--lengths", "zipf"], "--lengths 'zipf' is invalid: use fixed:64"),
-    (["--sweep-rate", "5,x"], "--sweep-rate '5,x' is invalid: give comma-separated numbers"),
-    (["--endpoint", "vllm"], "--endpoint 'vllm' is invalid: write NAME=URL[@MODEL]"),
-    (["--prompts", "/nonexistent/prompts.txt"], "--prompts /nonexistent/prompts.txt cannot be read"),
-    (["--warmup", "-1"], "python -m labs.loadtest: argument --warmup: '-1' is not a whole number, 0 or more"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--requests", "0"], "python -m labs.loadtest: argument --requests: '0' is not a whole number greater than 0"),
+        (["--lengths", "zipf"], "--lengths 'zipf' is invalid: use fixed:64"),
+        (["--sweep-rate", "5,x"], "--sweep-rate '5,x' is invalid: give comma-separated numbers"),
+        (["--endpoint", "vllm"], "--endpoint 'vllm' is invalid: write NAME=URL[@MODEL]"),
+        (["--prompts", "/nonexistent/prompts.txt"], "--prompts /nonexistent/prompts.txt cannot be read"),
+        (["--warmup", "-1"], "python -m labs.loadtest: argument --warmup: '-1' is not a whole number, 0 or more"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_fix(args: list[str], message: str) -> None:
     result = loadtest(*args)
     assert result.returncode == 2

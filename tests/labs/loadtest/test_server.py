@@ -25,16 +25,33 @@ from tests.support.loadtest_browser import check_page
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 OUTPUTS = ("summary.json", "requests.json", "requests.csv", "summary.csv", "latency_cdf.png", "report.html")
 # What `vllm bench serve --save-result` writes (vllm/benchmarks/serve.py), in its units: s, req/s, tok/s, ms
-VLLM_BENCH_KEYS = ("model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency", "duration",
-                   "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-                   "output_throughput", "total_token_throughput",
-                   *(f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
-                     for stat in ("mean", "median", "std", "p99")))
+VLLM_BENCH_KEYS = (
+    "model_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    *(f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "std", "p99")),
+)
 
 
 def loadtest(env: dict[str, str], *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "labs.loadtest", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "labs.loadtest", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def vllm_counters(server: Server) -> dict[str, float]:
@@ -46,13 +63,25 @@ def vllm_counters(server: Server) -> dict[str, float]:
     return totals
 
 
-def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_server: Server,
-                                                                         tmp_path: Path) -> None:
+def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_server: Server, tmp_path: Path) -> None:
     before = vllm_counters(vllm_server)
     # /metrics read every 0.1 s while five 512-token answers stream for ~10 s: the series must catch one running,
     # even past a few seconds' stall of the shared machine (one froze client and server for 3.7 s of a 4 s run)
-    result = loadtest(vllm_server.client_env(), "--requests", "6", "--rate", "4", "--lengths", "mix:6@0.5,512@0.5",
-                      "--warmup", "0", "--scrape-interval-s", "0.1", "--out", str(tmp_path))
+    result = loadtest(
+        vllm_server.client_env(),
+        "--requests",
+        "6",
+        "--rate",
+        "4",
+        "--lengths",
+        "mix:6@0.5,512@0.5",
+        "--warmup",
+        "0",
+        "--scrape-interval-s",
+        "0.1",
+        "--out",
+        str(tmp_path),
+    )
     after = vllm_counters(vllm_server)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Load test" in result.stdout and f"wrote {tmp_path / 'report.html'}" in result.stdout
@@ -64,8 +93,11 @@ def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_
     assert run["endpoint"] == {"name": "engine", "api_url": vllm_server.api_url, "model": MODEL}
     numbers = run["summary"]
     requests = json.loads((tmp_path / "requests.json").read_text())
-    unwell = [{key: r[key] for key in ("outcome", "status", "error", "finish_reason", "output_tokens", "max_tokens",
-                                       "text")} for r in requests if r["outcome"] != "ok"]
+    unwell = [
+        {key: r[key] for key in ("outcome", "status", "error", "finish_reason", "output_tokens", "max_tokens", "text")}
+        for r in requests
+        if r["outcome"] != "ok"
+    ]
     assert (numbers["num_ok"], numbers["num_truncated"], numbers["num_failed"]) == (6, 0, 0), unwell
     assert len(requests) == 6 and {r["max_tokens"] for r in requests} <= {6, 512}
     # ignore_eos honoured: every answer delivered exactly what it asked for, and vLLM counted the same tokens
@@ -106,9 +138,14 @@ def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_
     assert (run["completed"], run["failed"], run["model_id"], run["num_prompts"]) == (6, 0, MODEL, 6)
     assert (run["request_rate"], run["max_concurrency"], run["burstiness"]) == (4.0, None, 1.0)
     assert (run["duration"], run["request_throughput"], run["output_throughput"]) == (
-        numbers["duration_s"], numbers["request_throughput_per_s"], numbers["output_tokens_per_s"])
-    assert (run["total_input_tokens"], run["total_output_tokens"]) == (numbers["total_prompt_tokens"],
-                                                                        numbers["total_output_tokens"])
+        numbers["duration_s"],
+        numbers["request_throughput_per_s"],
+        numbers["output_tokens_per_s"],
+    )
+    assert (run["total_input_tokens"], run["total_output_tokens"]) == (
+        numbers["total_prompt_tokens"],
+        numbers["total_output_tokens"],
+    )
     for ours, theirs in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl"), ("e2e_ms", "e2el")):
         for stat in ("mean", "median", "std", "p99"):
             assert run[f"{stat}_{theirs}_ms"] == numbers[ours][stat], (ours, stat)
@@ -125,15 +162,32 @@ def test_a_concurrency_cap_queues_on_the_client_not_inside_ttft(vllm_server: Ser
     assert all(record.first_token_s - record.sent_s < 5.0 for record in records)
 
 
-def test_sweep_side_by_side_with_llamacpp_and_the_report_in_chromium(vllm_server: Server, llamacpp_server: Server,
-                                                                     tmp_path: Path) -> None:
-    result = loadtest(vllm_server.client_env(), "--endpoint", f"vllm={vllm_server.api_url}",
-                      "--endpoint", f"llamacpp={llamacpp_server.api_url}", "--sweep-concurrency", "1,2",
-                      "--requests", "3", "--lengths", "fixed:8", "--out", str(tmp_path))
+def test_sweep_side_by_side_with_llamacpp_and_the_report_in_chromium(
+    vllm_server: Server, llamacpp_server: Server, tmp_path: Path
+) -> None:
+    result = loadtest(
+        vllm_server.client_env(),
+        "--endpoint",
+        f"vllm={vllm_server.api_url}",
+        "--endpoint",
+        f"llamacpp={llamacpp_server.api_url}",
+        "--sweep-concurrency",
+        "1,2",
+        "--requests",
+        "3",
+        "--lengths",
+        "fixed:8",
+        "--out",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     runs = json.loads((tmp_path / "summary.json").read_text())["runs"]
     assert [(run["endpoint"]["name"], run["load"]) for run in runs] == [
-        ("vllm", "1 user"), ("vllm", "2 users"), ("llamacpp", "1 user"), ("llamacpp", "2 users")]
+        ("vllm", "1 user"),
+        ("vllm", "2 users"),
+        ("llamacpp", "1 user"),
+        ("llamacpp", "2 users"),
+    ]
     assert runs[2]["endpoint"]["model"] == LLAMACPP_MODEL
     assert all(run["metrics_series"] and run["metrics_note"] is None for run in runs[:2])
     assert all(not run["metrics_series"] and "no vLLM /metrics" in run["metrics_note"] for run in runs[2:])

@@ -57,12 +57,21 @@ def check_int8_server(port: int, up_output: str) -> None:
     assert "weights int8 W8A8: 106M int8 + 29M" in up_output and "163 MB read per decode step" in up_output
     models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"]
     assert models[0]["id"] == MODEL and models[0]["root"].endswith(INT8_SUFFIX)
-    answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120, json={
-        "model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-        "max_tokens": 16, "temperature": 0}).json()
+    answer = httpx.post(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        timeout=120,
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 16,
+            "temperature": 0,
+        },
+    ).json()
     assert "Paris" in answer["choices"][0]["message"]["content"]
     log = (LOG_DIR / f"vllm-{port}.log").read_text()
     assert "Selected CPUInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8" in log
     assert "Checkpoint size: 0.2" in log  # GiB: 106M int8 + the embedding, stored in float32
-    assert json.loads((Path(models[0]["root"]) / "config.json").read_text())["quantization_config"]["format"] == \
-        "int-quantized"
+    assert (
+        json.loads((Path(models[0]["root"]) / "config.json").read_text())["quantization_config"]["format"]
+        == "int-quantized"
+    )

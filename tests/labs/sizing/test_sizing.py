@@ -25,9 +25,11 @@ from tests.conftest import ROOT, Server, free_port, kit_env, start_server, stop_
 from tests.support.docs import doc_commands, doc_examples, retarget, run_doc, shows
 from tests.support.load import closed_loop
 
+
 def sizing(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "labs.sizing", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "labs.sizing", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
 
 
 def test_command_reproduces_the_course_figure() -> None:
@@ -45,13 +47,23 @@ def test_command_refuses_a_bad_size_in_one_line() -> None:
 
 # --- Proof against the real engine: three configurations -----------------------------------------------
 
+
 def verify_server(server: Server, dtype: str, kv_gib: int) -> None:
     engine = served(server.base_url, log_path=LOG_DIR / f"vllm-{server.port}.log")
     rows = compare(bundled_model_facts(), dtype, kv_gib * GiB, engine)
     assert {row.source for row in rows} == {"/metrics", "startup log"}
     assert len(rows) == 7 and all(row.matches for row in rows), rows
-    result = sizing("verify", "--url", server.base_url, "--dtype", dtype, "--kv-gib", str(kv_gib),
-                    "--log", str(LOG_DIR / f"vllm-{server.port}.log"))
+    result = sizing(
+        "verify",
+        "--url",
+        server.base_url,
+        "--dtype",
+        dtype,
+        "--kv-gib",
+        str(kv_gib),
+        "--log",
+        str(LOG_DIR / f"vllm-{server.port}.log"),
+    )
     assert result.returncode == 0 and result.stdout.count("match") == 7, result.stdout + result.stderr
 
 
@@ -65,8 +77,14 @@ def test_prediction_equals_the_session_server(vllm_server: Server) -> None:
 @pytest.fixture(scope="module")
 def small_pool_server() -> Iterator[Server]:
     """float32 with 1 GiB: the smallest pool (23,296 tokens); 32 slots, so slots are never the limit."""
-    server = start_server(DTYPE="float32", VLLM_CPU_KVCACHE_SPACE="1", MAX_MODEL_LEN="8192", MAX_NUM_SEQS="32",
-                          BLOCK_SIZE="128", ENFORCE_EAGER="true")
+    server = start_server(
+        DTYPE="float32",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        MAX_MODEL_LEN="8192",
+        MAX_NUM_SEQS="32",
+        BLOCK_SIZE="128",
+        ENFORCE_EAGER="true",
+    )
     yield server
     stop_server(server)
 
@@ -83,8 +101,9 @@ def test_prediction_equals_a_float32_8k_server(small_pool_server: Server) -> Non
 @pytest.mark.server
 @pytest.mark.slow
 def test_prediction_equals_a_bfloat16_2gib_server() -> None:
-    server = start_server(DTYPE="bfloat16", VLLM_CPU_KVCACHE_SPACE="2", MAX_MODEL_LEN="2048", BLOCK_SIZE="128",
-                          ENFORCE_EAGER="true")
+    server = start_server(
+        DTYPE="bfloat16", VLLM_CPU_KVCACHE_SPACE="2", MAX_MODEL_LEN="2048", BLOCK_SIZE="128", ENFORCE_EAGER="true"
+    )
     try:
         engine = served(server.base_url)
         assert engine.max_model_len == 2048 and engine.cache_config["num_gpu_blocks"] == "728"
@@ -104,7 +123,24 @@ DOCTOR_TIMEOUT_S = 240  # only catches a hang: the doctor starts slowly while th
 
 def fill_prompts(count: int) -> list[str]:
     """Distinct ~2,000-token prompts: prefix caching must not share their blocks."""
-    words = "alpha beta gamma delta river mountain cloud stone tree bird fish wind rain sun moon star".split()
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "river",
+        "mountain",
+        "cloud",
+        "stone",
+        "tree",
+        "bird",
+        "fish",
+        "wind",
+        "rain",
+        "sun",
+        "moon",
+        "star",
+    ]
     rng = random.Random(0)
     return [f"{i}: " + " ".join(rng.choice(words) for _ in range(FILL_WORDS)) for i in range(count)]
 
@@ -114,8 +150,9 @@ async def fill_pool(server: Server) -> tuple[list[MetricsSnapshot], str]:
     are preempted, ask the doctor, then cancel everything. Each user sends its next prompt as soon as one
     ends, so the pool stays oversubscribed however long the doctor takes to start."""
     history: list[MetricsSnapshot] = []
-    async with closed_loop(server, FILL_USERS, fill_prompts(FILL_USERS * FILL_ROUNDS), FILL_MAX_TOKENS,
-                           FILL_ROUNDS) as failures:
+    async with closed_loop(
+        server, FILL_USERS, fill_prompts(FILL_USERS * FILL_ROUNDS), FILL_MAX_TOKENS, FILL_ROUNDS
+    ) as failures:
         deadline = time.monotonic() + FILL_TIMEOUT_S
         while time.monotonic() < deadline and not failures:
             history.append(await asyncio.to_thread(scrape, server.base_url))
@@ -124,9 +161,14 @@ async def fill_pool(server: Server) -> tuple[list[MetricsSnapshot], str]:
                 break
             await asyncio.sleep(1.0)
         doctor = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "labs.doctor", "--url", server.base_url, "--samples", "2",
-                             "--interval-s", "0.5"], capture_output=True, text=True, cwd=ROOT, env=server.env,
-            timeout=DOCTOR_TIMEOUT_S)
+            subprocess.run,
+            [sys.executable, "-m", "labs.doctor", "--url", server.base_url, "--samples", "2", "--interval-s", "0.5"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=server.env,
+            timeout=DOCTOR_TIMEOUT_S,
+        )
     assert not failures, f"{len(failures)} fill requests failed, e.g. {failures[0].error}"
     return history, doctor.stdout
 

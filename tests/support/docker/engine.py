@@ -67,8 +67,10 @@ def start() -> Engine:
     while not answers(timeout_s=5):
         if not group_members(pid) or time.monotonic() > deadline:
             stop_group(pid, grace_s=10)
-            pytest.fail(f"dockerd did not answer within {START_TIMEOUT_S} s; its log: {LOG}\n"
-                        + "\n".join(LOG.read_text(errors="replace").splitlines()[-15:]))
+            pytest.fail(
+                f"dockerd did not answer within {START_TIMEOUT_S} s; its log: {LOG}\n"
+                + "\n".join(LOG.read_text(errors="replace").splitlines()[-15:])
+            )
         time.sleep(0.5)
     return Engine(pid)
 

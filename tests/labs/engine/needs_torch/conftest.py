@@ -27,5 +27,5 @@ def model() -> SmolLM2:
 
 
 @pytest.fixture(scope="session")
-def tokenizer():  # noqa: ANN201 - a Hugging Face tokenizer
+def tokenizer():
     return AutoTokenizer.from_pretrained(MODEL_DIR)

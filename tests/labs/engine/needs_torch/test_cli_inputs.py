@@ -9,15 +9,37 @@ from hypothesis import given, settings
 from tests.support.cli_inputs import VALUES, Case, check
 
 CASES = [
-    Case("labs.engine.experiment", [], {"--requests": "positive_int", "--rate": "positive_float",
-                                        "--short-tokens": "positive_int", "--long-tokens": "positive_int",
-                                        "--block-size": "positive_int", "--num-blocks": "positive_int",
-                                        "--max-model-len": "positive_int", "--threads": "positive_int",
-                                        "--seed": "non_negative_int"}),
-    Case("labs.engine.server", [], {"--port": "tcp_port", "--max-batch": "positive_int", "--block-size": "positive_int",
-                                    "--num-blocks": "positive_int", "--threads": "positive_int"}),
-    Case("benchmarks.engine_speed", [], {"--new-tokens": "positive_int", "--repeats": "positive_int",
-                                         "--threads": "positive_int"}),
+    Case(
+        "labs.engine.experiment",
+        [],
+        {
+            "--requests": "positive_int",
+            "--rate": "positive_float",
+            "--short-tokens": "positive_int",
+            "--long-tokens": "positive_int",
+            "--block-size": "positive_int",
+            "--num-blocks": "positive_int",
+            "--max-model-len": "positive_int",
+            "--threads": "positive_int",
+            "--seed": "non_negative_int",
+        },
+    ),
+    Case(
+        "labs.engine.server",
+        [],
+        {
+            "--port": "tcp_port",
+            "--max-batch": "positive_int",
+            "--block-size": "positive_int",
+            "--num-blocks": "positive_int",
+            "--threads": "positive_int",
+        },
+    ),
+    Case(
+        "benchmarks.engine_speed",
+        [],
+        {"--new-tokens": "positive_int", "--repeats": "positive_int", "--threads": "positive_int"},
+    ),
 ]
 FLAGS = [(case, flag) for case in CASES for flag in case.flags]
 

@@ -36,7 +36,7 @@ class FakeClock:
 class FakeModel:
     """Stands in for SmolLM2: the engine needs its eos id, dtype and a (here empty) KV cache."""
 
-    class shape:  # noqa: N801 - mirrors SmolLM2.shape
+    class shape:
         eos_token_id = 2
 
     dtype = torch.float32
@@ -45,13 +45,15 @@ class FakeModel:
         return []
 
 
-def run_policy(policy: str, max_batch: int, requests: list[workload.Request]):  # noqa: ANN201
+def run_policy(policy: str, max_batch: int, requests: list[workload.Request]):
     clock = FakeClock()
     engine = Engine(EngineConfig(policy=policy, max_batch_size=max_batch), FakeModel(), clock)
 
     def fixed_cost_step(batch: ScheduledBatch) -> list[int]:
         if batch.is_prefill:
-            clock.now_s += STEP_S + PREFILL_S_PER_TOKEN * sum(seq.num_tokens - seq.num_cached_tokens for seq in batch.seqs)
+            clock.now_s += STEP_S + PREFILL_S_PER_TOKEN * sum(
+                seq.num_tokens - seq.num_cached_tokens for seq in batch.seqs
+            )
         else:
             clock.now_s += STEP_S + DECODE_S_PER_SEQ * len(batch.seqs)
         return [DUMMY_TOKEN] * len(batch.seqs)
@@ -62,7 +64,7 @@ def run_policy(policy: str, max_batch: int, requests: list[workload.Request]):  
     return summarize(engine, seqs, wall_s=0.0)
 
 
-def test_continuous_beats_static_on_ttft_and_throughput_at_every_max_batch(tokenizer) -> None:  # noqa: ANN001
+def test_continuous_beats_static_on_ttft_and_throughput_at_every_max_batch(tokenizer) -> None:
     requests = workload.build(workload.WorkloadSpec(), tokenizer)
     for max_batch in (2, 4, 8, 16, 32):
         static, continuous = run_policy("static", max_batch, requests), run_policy("continuous", max_batch, requests)
@@ -71,7 +73,7 @@ def test_continuous_beats_static_on_ttft_and_throughput_at_every_max_batch(token
         assert continuous.kv_max_len_over_paged > 2.5  # the page reports 2.8-3.6x at batch 2-16
 
 
-def test_with_uniform_lengths_static_nearly_catches_up(tokenizer) -> None:  # noqa: ANN001
+def test_with_uniform_lengths_static_nearly_catches_up(tokenizer) -> None:
     mixed = workload.build(workload.WorkloadSpec(), tokenizer)
     uniform = workload.build(workload.WorkloadSpec(lengths="uniform"), tokenizer)
 

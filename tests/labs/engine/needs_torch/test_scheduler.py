@@ -12,15 +12,24 @@ TOKEN = 7
 
 
 def setup(policy: str, max_batch: int, num_blocks: int = 64, block_size: int = 4, max_model_len: int = 64):
-    config = EngineConfig(policy=policy, max_batch_size=max_batch, block_size=block_size, num_blocks=num_blocks,
-                          max_model_len=max_model_len)
+    config = EngineConfig(
+        policy=policy,
+        max_batch_size=max_batch,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        max_model_len=max_model_len,
+    )
     pool = BlockPool(num_blocks, block_size)
     return make_scheduler(config, pool, EOS), pool
 
 
 def add(scheduler, seq_id: int, max_tokens: int, prompt_len: int = 3, ignore_eos: bool = True) -> Sequence:
-    seq = Sequence(seq_id, [10 + seq_id] * prompt_len, SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos),
-                   scheduler.block_pool.block_size)
+    seq = Sequence(
+        seq_id,
+        [10 + seq_id] * prompt_len,
+        SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos),
+        scheduler.block_pool.block_size,
+    )
     scheduler.add(seq)
     return seq
 
