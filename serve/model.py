@@ -73,7 +73,8 @@ def int8_dir(source: Path) -> Path:
 
 # QUANTIZATION=auto serves int8 natively where the CPU has this flag: there int8 W8A8 gave 1.16x and 1.21x the
 # float weights' output tok/s at 1 and 16 users for +0.89% perplexity (AVX-512 + BF16, labs/quantization.md),
-# and 1.39x / 1.23x on an AVX-512 + AMX machine; on an AVX2-only CPU it is not measured yet, so auto keeps float.
+# and 1.39x / 1.23x on an AVX-512 + AMX machine; on an AVX2-only CPU int8 was 0.40x and 0.73x the float32 weights
+# (oneDNN's AVX2 int8 path is slower than its float one there), so auto keeps float.
 INT8_AUTO_FLAG = "avx512f"
 
 
@@ -90,7 +91,7 @@ def quantization_for(settings: Settings, runtime: str, machine: Machine | None =
         )
     if INT8_AUTO_FLAG in (machine or detect()).cpu_flags:
         return "int8", "auto: int8 W8A8 on a CPU with AVX-512 (faster, +0.9% perplexity: labs/quantization.md)"
-    return "none", "auto: the float weights on a CPU without AVX-512 (int8 is not measured there yet)"
+    return "none", "auto: the float weights on a CPU without AVX-512 (int8 is slower there: labs/quantization.md)"
 
 
 def served_weights_dir(settings: Settings) -> Path:

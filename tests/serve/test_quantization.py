@@ -37,7 +37,7 @@ def test_auto_is_int8_natively_on_avx512_and_the_float_weights_elsewhere(tmp_pat
     assert quantization_for(settings(), "native", AMX)[0] == "int8"
     assert quantization_for(settings(), "native", AVX2) == (
         "none",
-        "auto: the float weights on a CPU without AVX-512 (int8 is not measured there yet)",
+        "auto: the float weights on a CPU without AVX-512 (int8 is slower there: labs/quantization.md)",
     )
     for runtime in ("docker", "docker-gpu"):
         assert quantization_for(settings(), runtime, AVX512_BF16)[0] == "none"
