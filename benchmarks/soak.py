@@ -121,21 +121,29 @@ def groups_rss_mib(servers: Sequence[LocalRuntime]) -> dict[str, float]:
     return result
 
 
-def strays(servers: Sequence[LocalRuntime]) -> list[str]:
-    """Processes run from this checkout (cwd ROOT) that are not in a recorded group, this benchmark aside."""
+def checkout_processes() -> dict[int, float]:
+    """Live processes run from this checkout (cwd ROOT), by pid, with their start times."""
+    found = {}
+    for proc in psutil.process_iter(["pid", "cwd", "status", "create_time"]):
+        if proc.info["cwd"] == str(ROOT) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found[proc.pid] = proc.info["create_time"]
+    return found
+
+
+def strays(servers: Sequence[LocalRuntime], before: dict[int, float]) -> list[str]:
+    """Processes run from this checkout (cwd ROOT) since the soak began that are not in its servers' recorded
+    groups, this benchmark aside. What ran before it (another server of this checkout, the test suite's
+    dockerd) is not the soak's to judge."""
     groups = {runtime.running_pid() for runtime in servers}
     mine = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
     found = []
-    for proc in psutil.process_iter(["pid", "cwd", "status", "name"]):
+    for pid, started in checkout_processes().items():
+        if pid in mine or before.get(pid) == started:
+            continue
         try:
-            if (
-                proc.info["cwd"] == str(ROOT)
-                and proc.pid not in mine
-                and proc.info["status"] != psutil.STATUS_ZOMBIE
-                and os.getpgid(proc.pid) not in groups
-            ):
-                found.append(f"{proc.pid} {process.cmdline(proc.pid)[:80]}")
-        except (psutil.Error, ProcessLookupError):
+            if os.getpgid(pid) not in groups:
+                found.append(f"{pid} {process.cmdline(pid)[:80]}")
+        except ProcessLookupError:
             continue
     return found
 
@@ -203,6 +211,7 @@ def main() -> None:
     args = parser.parse_args()
     base = dataclasses.replace(Settings.load(), runtime="native", replicas=2, restart="on-failure")
     settings = dataclasses.replace(base, port=process.free_port_run("127.0.0.1", 4))
+    before = checkout_processes()
     started = runtimes.vllm_runtimes(settings)
     engines = [runtime for runtime in started[:-1] if isinstance(runtime, NativeRuntime)]
     servers = [runtime for runtime in started if isinstance(runtime, LocalRuntime)]
@@ -218,7 +227,7 @@ def main() -> None:
         time.sleep(5)  # aborts reach the engines' gauges
         after = {runtime.label: gauges(runtime.base_url) for runtime in engines}
         end = groups_rss_mib(servers)
-        stray = strays(servers)
+        stray = strays(servers, before)
     total = tally.completed + tally.hung_up + len(tally.cut) + len(tally.other)
     print(
         f"\n{total} requests in {load_s:.0f} s of load: {tally.completed} completed, {tally.hung_up} aborted by "
