@@ -45,8 +45,9 @@ def test_the_page_serves_int8_beside_float_and_measures_what_it_costs(tmp_path: 
     assert reference["weights"] in ("bfloat16", "float32") and int8["weights"] == "int8 W8A8"
     assert int8["mb_per_step"] < 0.7 * reference["mb_per_step"]
     assert reference["perplexity"]["num_tokens"] == int8["perplexity"]["num_tokens"] > 20_000
-    # The recipe measured +0.9%: a broken scale or layout gives tens of percent, or thousands.
-    assert int8["perplexity"]["value"] < 1.02 * reference["perplexity"]["value"]
+    # The recipe measured +0.9% (bfloat16, AVX-512) and +3.4% (float32, AVX2; labs/quantization.md): a broken scale
+    # or layout gives tens of percent, or thousands.
+    assert int8["perplexity"]["value"] < 1.05 * reference["perplexity"]["value"], (reference, int8)
     assert reference["agreement"]["num_identical"] == reference["agreement"]["num_prompts"] == 7
     sizing = next(out for command, out in outputs.items() if "labs.sizing" in command)
     assert "weights 8.46 GiB (int8)" in sizing and "VLLM_CPU_KVCACHE_SPACE=5" in sizing
