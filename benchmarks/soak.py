@@ -9,8 +9,10 @@ one replica's API server and then the other replica's engine core SIGKILLed; the
 - no process of the kit (cwd = this checkout) outside the recorded process groups (no orphans);
 - the resident memory of each group within RSS_BOUND of where it stood after warm-up.
 
-Replica A's API server dies at --kill-after-s; replica B's engine core once A answers again (two replicas down
-at once would be a different test: the router then has nowhere to send). Load stops --settle-s after B is back.
+Replica A's API server dies at --kill-after-s; replica B's engine core once A answers again and the router
+routes to it again (its own gauges: A healthy, A's circuit closed). Two replicas out of the router's rotation at
+once would be a different test: it then has nowhere to send, and answers 503. Load stops --settle-s after B is
+back.
 
     nice -n 15 .venv/bin/python -m benchmarks.soak --users 48 --kill-after-s 30
 """
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.replicas import measure, plain_messages, running
 from client.metrics import scrape
@@ -36,6 +39,7 @@ from serve import process, runtimes
 from serve.cli import KitArgumentParser, positive_int
 from serve.local_server import LocalRuntime
 from serve.native import NativeRuntime
+from serve.router import RouterRuntime
 from serve.settings import ROOT, Settings
 
 RSS_BOUND = 1.25  # a group's RSS at the end over the same group's after warm-up (a fresh replica included)
@@ -159,6 +163,32 @@ def wait_healthy_again(runtime: LocalRuntime, old_pid: int | None) -> float:
         time.sleep(1)
 
 
+def in_rotation(router: RouterRuntime, replica_url: str) -> bool:
+    """Whether the router would send `replica_url` a request now: healthy by its checks and its circuit closed.
+
+    vllm-router's own gauges: vllm_router_worker_health (1 healthy) and vllm_router_cb_state (0 closed, 1 open,
+    2 half-open; absent until the circuit first changes).
+    """
+    text = httpx.get(f"{router.metrics_url}/metrics", timeout=5.0).text
+    value = {"vllm_router_worker_health": 0.0, "vllm_router_cb_state": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in value and sample.labels.get("worker") == replica_url:
+                value[sample.name] = sample.value
+    return value["vllm_router_worker_health"] == 1 and value["vllm_router_cb_state"] == 0
+
+
+def wait_in_rotation(router: RouterRuntime, replica: LocalRuntime) -> float:
+    started = time.monotonic()
+    while not in_rotation(router, replica.base_url):
+        if time.monotonic() - started > RECOVERY_TIMEOUT_S:
+            raise SystemExit(
+                f"the router did not take {replica.label} back in {RECOVERY_TIMEOUT_S:g} s: see {router.log_path}"
+            )
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
 def kill(runtime: LocalRuntime, what: str, tally: Tally, kills: list[float]) -> int | None:
     """SIGKILL the replica's API server or its engine core; the API server's pid (the one that will change)."""
     record = runtime.server.record()
@@ -183,7 +213,12 @@ def kill(runtime: LocalRuntime, what: str, tally: Tally, kills: list[float]) -> 
 
 
 async def soak(
-    settings: Settings, engines: Sequence[LocalRuntime], users: int, kill_after_s: float, settle_s: float
+    settings: Settings,
+    engines: Sequence[LocalRuntime],
+    router: RouterRuntime,
+    users: int,
+    kill_after_s: float,
+    settle_s: float,
 ) -> tuple[Tally, float]:
     tally, stop = Tally(), asyncio.Event()
     kills: list[float] = []  # when each SIGKILL was sent (perf_counter)
@@ -194,6 +229,8 @@ async def soak(
     old = kill(first, "api server", tally, kills)
     back_s = await asyncio.to_thread(wait_healthy_again, first, old)
     print(f"{time.strftime('%H:%M:%S')} {first.label} healthy again {back_s:.0f} s after the kill", flush=True)
+    rejoined_s = await asyncio.to_thread(wait_in_rotation, router, first)
+    print(f"{time.strftime('%H:%M:%S')} the router routes to {first.label} again, {rejoined_s:.0f} s later", flush=True)
     old = kill(second, "engine core", tally, kills)
     back_s = await asyncio.to_thread(wait_healthy_again, second, old)
     print(f"{time.strftime('%H:%M:%S')} {second.label} healthy again {back_s:.0f} s after the kill", flush=True)
@@ -215,6 +252,8 @@ def main() -> None:
     started = runtimes.vllm_runtimes(settings)
     engines = [runtime for runtime in started[:-1] if isinstance(runtime, NativeRuntime)]
     servers = [runtime for runtime in started if isinstance(runtime, LocalRuntime)]
+    router = started[-1]
+    assert isinstance(router, RouterRuntime)
     with running(started):
         measure(settings, settings.base_url, 4, plain_messages(8), 32)  # warm-up: every replica has served
         print(
@@ -223,7 +262,7 @@ def main() -> None:
             flush=True,
         )
         warm = groups_rss_mib(servers)
-        tally, load_s = asyncio.run(soak(settings, engines, args.users, args.kill_after_s, args.settle_s))
+        tally, load_s = asyncio.run(soak(settings, engines, router, args.users, args.kill_after_s, args.settle_s))
         time.sleep(5)  # aborts reach the engines' gauges
         after = {runtime.label: gauges(runtime.base_url) for runtime in engines}
         end = groups_rss_mib(servers)

@@ -108,8 +108,8 @@ async def stream_chat(
                     break  # [DONE] ends the stream; a server may drop the connection right after it
             else:
                 _consume(pending.decode(), record)
-    except httpx.HTTPError as exc:
-        record.error = f"{exc.__class__.__name__}: {exc}"[:500]
+    except httpx.HTTPError as exc:  # a timeout's own text is often empty: the time it took says which wait it was
+        record.error = f"{exc.__class__.__name__} after {time.perf_counter() - record.sent_s:.1f} s: {exc}"[:500]
     finally:
         record.done_s = time.perf_counter()
     return record

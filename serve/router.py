@@ -40,7 +40,14 @@ START_TIMEOUT_S = 120  # it waits for every replica's /health itself, after they
 HEALTH_CHECK_INTERVAL_S = 2
 HEALTH_FAILURE_THRESHOLD = 2
 HEALTH_SUCCESS_THRESHOLD = 1  # a restarted replica rejoins at its first healthy answer
-HEALTH_CHECK_TIMEOUT_S = 2
+# A dead replica fails its check at once (connection refused, or a 5xx from an API server whose engine core is
+# gone); the timeout is for a live one that is slow to answer (2 cores, the other replica compiling after a
+# restart): its default, 5 s, where 2 s once took both replicas out of the rotation under a soak's load.
+HEALTH_CHECK_TIMEOUT_S = 5
+# The router's circuit breaker opens on a replica after 10 failed requests (its default) and then sends it none
+# for this long, healthy or not; its default (60 s) kept a replica the supervisor had already restarted out of
+# the rotation for most of a minute. The health checks above are the failover; the breaker sheds a burst.
+CIRCUIT_OPEN_S = 10
 
 
 def install() -> bool:
@@ -128,6 +135,8 @@ class RouterRuntime(LocalRuntime):
             str(HEALTH_SUCCESS_THRESHOLD),
             "--health-check-timeout-secs",
             str(HEALTH_CHECK_TIMEOUT_S),
+            "--cb-timeout-duration-secs",
+            str(CIRCUIT_OPEN_S),
             "--worker-startup-check-interval",
             "1",
         ]

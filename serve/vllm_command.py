@@ -111,16 +111,8 @@ def resolve(
         threads, threads_reason = machine.cores - 1, f"binding {bind_reason}"
     else:
         threads, threads_reason = resolve_threads(settings, machine)
-    cores = machine.usable_cores
-    if facts is None:
-        seqs = settings.max_num_seqs or auto_seqs(cores)
-        seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else auto_seqs_reason(cores)
-        kv = settings.kv_cache_space_gib or UNSIZED_KV_GIB
-        kv_reason = (
-            "set in VLLM_CPU_KVCACHE_SPACE"
-            if settings.kv_cache_space_gib
-            else f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default"
-        )
+
+    def resolved(max_num_seqs: int, max_num_seqs_reason: str, kv_gib: int, kv_reason: str) -> Resolved:
         return Resolved(
             dtype=dtype,
             dtype_reason=dtype_reason,
@@ -128,13 +120,24 @@ def resolve(
             omp_threads_reason=threads_reason,
             omp_threads_bind=bind,
             omp_threads_bind_reason=bind_reason,
-            max_num_seqs=seqs,
-            max_num_seqs_reason=seqs_reason,
+            max_num_seqs=max_num_seqs,
+            max_num_seqs_reason=max_num_seqs_reason,
             block_size=blocks,
             block_size_reason=blocks_reason,
             kv_block_size=kv_block_size,
-            kv_cache_space_gib=kv,
+            kv_cache_space_gib=kv_gib,
             kv_cache_space_reason=kv_reason,
+        )
+
+    cores = machine.usable_cores
+    if facts is None:  # the model unknown: MAX_NUM_SEQS and the KV budget as set, or their unsized defaults
+        return resolved(
+            settings.max_num_seqs or auto_seqs(cores),
+            "set in MAX_NUM_SEQS" if settings.max_num_seqs else auto_seqs_reason(cores),
+            settings.kv_cache_space_gib or UNSIZED_KV_GIB,
+            "set in VLLM_CPU_KVCACHE_SPACE"
+            if settings.kv_cache_space_gib
+            else f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default",
         )
     if memory_cap_bytes is None:
         memory_cap_bytes = int(machine.memory_available_bytes * AUTO_KV_MEMORY_SHARE)
@@ -149,21 +152,7 @@ def resolve(
         settings.kv_cache_space_gib,
         kv_block_size,
     )
-    return Resolved(
-        dtype=dtype,
-        dtype_reason=dtype_reason,
-        omp_threads=threads,
-        omp_threads_reason=threads_reason,
-        omp_threads_bind=bind,
-        omp_threads_bind_reason=bind_reason,
-        max_num_seqs=plan.max_num_seqs,
-        max_num_seqs_reason=plan.max_num_seqs_reason,
-        block_size=blocks,
-        block_size_reason=blocks_reason,
-        kv_block_size=kv_block_size,
-        kv_cache_space_gib=plan.kv_space_gib,
-        kv_cache_space_reason=plan.kv_space_reason,
-    )
+    return resolved(plan.max_num_seqs, plan.max_num_seqs_reason, plan.kv_space_gib, plan.kv_space_reason)
 
 
 def parse_version(text: str) -> tuple[int, int]:

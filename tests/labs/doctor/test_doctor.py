@@ -38,6 +38,7 @@ BURST_MAX_TOKENS = 512
 BURST_ROUNDS = 100  # requests per user: more than the test ever waits for (it cancels the rest)
 SATURATION_TIMEOUT_S = 90.0
 POLL_S = 0.25
+WATCH_TRIES = 3
 UNDER_LOAD_TIMEOUT_S = 240  # the doctor while the burst saturates the machine
 
 
@@ -188,34 +189,45 @@ async def saturate(server: Server, plot: Path) -> tuple[MetricsSnapshot, str, st
 
     Each user sends its next request as soon as one ends, so the batch stays full however long the doctor
     takes to start: a CI run under load once saw both doctor runs start after a one-off burst had drained.
+    Each doctor run starts once the gauges say the batch is full; a watch that still caught none of it (a CI
+    run's three samples all read 1 running, 31 waiting while the starved test process read 32 finished
+    streams) is run again, WATCH_TRIES times at most.
     """
     seqs = served_max_num_seqs(server)
     assert seqs < BURST_USERS, f"the burst must outnumber MAX_NUM_SEQS={seqs}"
     prompts = [f"Story {i}: tell me a long tale about the number {i}." for i in range(BURST_USERS)]
-    async with closed_loop(server, BURST_USERS, prompts, BURST_MAX_TOKENS, BURST_ROUNDS) as failures:
+
+    async def full() -> MetricsSnapshot:
         deadline = time.monotonic() + SATURATION_TIMEOUT_S
         while True:
             snapshot = await asyncio.to_thread(scrape, server.base_url)
             if snapshot.waiting > 0 and snapshot.running >= seqs:
-                break
+                return snapshot
             assert time.monotonic() < deadline, f"no request waited within {SATURATION_TIMEOUT_S} s"
             await asyncio.sleep(POLL_S)
+
+    async with closed_loop(server, BURST_USERS, prompts, BURST_MAX_TOKENS, BURST_ROUNDS) as failures:
+        snapshot = await full()
         one_shot = await asyncio.to_thread(
             doctor, "--url", server.base_url, "--samples", "2", "--interval-s", "0.5", timeout_s=UNDER_LOAD_TIMEOUT_S
         )
-        watch = await asyncio.to_thread(
-            doctor,
-            "--url",
-            server.base_url,
-            "--watch",
-            "--duration-s",
-            "1",
-            "--interval-s",
-            "0.5",
-            "--plot",
-            str(plot),
-            timeout_s=UNDER_LOAD_TIMEOUT_S,
-        )
+        for _ in range(WATCH_TRIES):
+            await full()
+            watch = await asyncio.to_thread(
+                doctor,
+                "--url",
+                server.base_url,
+                "--watch",
+                "--duration-s",
+                "2",
+                "--interval-s",
+                "0.5",
+                "--plot",
+                str(plot),
+                timeout_s=UNDER_LOAD_TIMEOUT_S,
+            )
+            if f"running {seqs} " in watch.stdout:
+                break
     assert not failures, f"{len(failures)} burst requests failed, e.g. {failures[0].error}"
     return snapshot, one_shot.stdout, watch.stdout
 
