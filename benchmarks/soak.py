@@ -25,12 +25,12 @@ import os
 import random
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import psutil
-from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.replicas import measure, plain_messages, running
 from client.metrics import scrape
@@ -39,7 +39,7 @@ from serve import process, runtimes
 from serve.cli import KitArgumentParser, positive_int
 from serve.local_server import LocalRuntime
 from serve.native import NativeRuntime
-from serve.router import RouterRuntime
+from serve.router import RouterRuntime, worker_gauges
 from serve.settings import ROOT, Settings
 
 RSS_BOUND = 1.25  # a group's RSS at the end over the same group's after warm-up (a fresh replica included)
@@ -152,41 +152,37 @@ def strays(servers: Sequence[LocalRuntime], before: dict[int, float]) -> list[st
     return found
 
 
-def wait_healthy_again(runtime: LocalRuntime, old_pid: int | None) -> float:
+def wait_until(done: Callable[[], bool], what: str, log: Path, poll_s: float) -> float:
+    """Seconds until `done()`; after RECOVERY_TIMEOUT_S, exits saying `what` did not happen and where to look."""
     started = time.monotonic()
-    while True:
-        record = runtime.server.record()
-        if record is not None and record.server_pid != old_pid and runtime.healthy():
-            return time.monotonic() - started
+    while not done():
         if time.monotonic() - started > RECOVERY_TIMEOUT_S:
-            raise SystemExit(f"{runtime.label} did not come back in {RECOVERY_TIMEOUT_S:g} s: see {runtime.log_path}")
-        time.sleep(1)
+            raise SystemExit(f"{what} in {RECOVERY_TIMEOUT_S:g} s: see {log}")
+        time.sleep(poll_s)
+    return time.monotonic() - started
 
 
-def in_rotation(router: RouterRuntime, replica_url: str) -> bool:
-    """Whether the router would send `replica_url` a request now: healthy by its checks and its circuit closed.
+def wait_healthy_again(runtime: LocalRuntime, old_pid: int | None) -> float:
+    def back() -> bool:
+        record = runtime.server.record()
+        return record is not None and record.server_pid != old_pid and runtime.healthy()
 
-    vllm-router's own gauges: vllm_router_worker_health (1 healthy) and vllm_router_cb_state (0 closed, 1 open,
-    2 half-open; absent until the circuit first changes).
-    """
-    text = httpx.get(f"{router.metrics_url}/metrics", timeout=5.0).text
-    value = {"vllm_router_worker_health": 0.0, "vllm_router_cb_state": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in value and sample.labels.get("worker") == replica_url:
-                value[sample.name] = sample.value
-    return value["vllm_router_worker_health"] == 1 and value["vllm_router_cb_state"] == 0
+    return wait_until(back, f"{runtime.label} did not come back", runtime.log_path, 1.0)
+
+
+def in_rotation(router: RouterRuntime, replica: LocalRuntime) -> bool:
+    """Whether the router would send `replica` a request now: healthy by its checks and its circuit closed."""
+    gauges = worker_gauges(router.metrics_url, replica.base_url)
+    return gauges.get("vllm_router_worker_health") == 1 and gauges.get("vllm_router_cb_state", 0) == 0
 
 
 def wait_in_rotation(router: RouterRuntime, replica: LocalRuntime) -> float:
-    started = time.monotonic()
-    while not in_rotation(router, replica.base_url):
-        if time.monotonic() - started > RECOVERY_TIMEOUT_S:
-            raise SystemExit(
-                f"the router did not take {replica.label} back in {RECOVERY_TIMEOUT_S:g} s: see {router.log_path}"
-            )
-        time.sleep(0.5)
-    return time.monotonic() - started
+    return wait_until(
+        lambda: in_rotation(router, replica),
+        f"the router did not take {replica.label} back",
+        router.log_path,
+        0.5,
+    )
 
 
 def kill(runtime: LocalRuntime, what: str, tally: Tally, kills: list[float]) -> int | None:

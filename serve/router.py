@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import os
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from serve import system
 from serve.local_server import LOG_DIR, LocalRuntime, LocalServer
 from serve.progress import run_logged
@@ -48,6 +51,19 @@ HEALTH_CHECK_TIMEOUT_S = 5
 # for this long, healthy or not; its default (60 s) kept a replica the supervisor had already restarted out of
 # the rotation for most of a minute. The health checks above are the failover; the breaker sheds a burst.
 CIRCUIT_OPEN_S = 10
+
+
+def worker_gauges(metrics_url: str, worker_url: str) -> dict[str, float]:
+    """The router's own per-replica gauges for `worker_url`, by name, from its Prometheus endpoint:
+    vllm_router_worker_health (1 healthy, 0 not) and vllm_router_cb_state (0 closed, 1 open, 2 half-open; absent
+    until that replica's circuit first changes)."""
+    text = httpx.get(f"{metrics_url}/metrics", timeout=5.0).text
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("worker") == worker_url
+    }
 
 
 def install() -> bool:

@@ -27,7 +27,7 @@ from serve import process, replicas, runtimes
 from serve.local_server import RUN_DIR
 from serve.machine import Machine
 from serve.native import NativeRuntime
-from serve.router import RouterRuntime
+from serve.router import RouterRuntime, worker_gauges
 from serve.settings import Settings, SettingsError
 from serve.sizing import GiB
 from tests.conftest import MODEL, ROOT, kit_env, run_bounded, run_script
@@ -134,16 +134,8 @@ def counter(base_url: str, name: str) -> float:
 
 def router_health(cluster: Cluster, worker_url: str) -> float | None:
     """vllm_router_worker_health for one replica, from the router's own Prometheus endpoint."""
-    text = httpx.get(f"{cluster.settings.url_for(replicas.metrics_port(cluster.settings))}/metrics", timeout=5).text
-    return next(
-        (
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "vllm_router_worker_health" and sample.labels.get("worker") == worker_url
-        ),
-        None,
-    )
+    metrics_url = cluster.settings.url_for(replicas.metrics_port(cluster.settings))
+    return worker_gauges(metrics_url, worker_url).get("vllm_router_worker_health")
 
 
 def all_workers_routable(router_url: str) -> bool:
