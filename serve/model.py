@@ -76,6 +76,7 @@ def int8_dir(source: Path) -> Path:
 # and 1.39x / 1.23x on an AVX-512 + AMX machine; on an AVX2-only CPU int8 was 0.40x and 0.73x the float32 weights
 # (oneDNN's AVX2 int8 path is slower than its float one there), so auto keeps float.
 INT8_AUTO_FLAG = "avx512f"
+AMX_FLAG = "amx_tile"  # vLLM 0.32 then serves int8 with its AMX kernel (check_cpu_sgl_kernel): bfloat16 only
 
 
 def quantization_for(settings: Settings, runtime: str, machine: Machine | None = None) -> tuple[str, str]:
@@ -89,7 +90,10 @@ def quantization_for(settings: Settings, runtime: str, machine: Machine | None =
             "none",
             "auto: int8 is measured on the bundled model only; set QUANTIZATION=int8 to quantize MODEL_PATH's",
         )
-    if INT8_AUTO_FLAG in (machine or detect()).cpu_flags:
+    flags = (machine or detect()).cpu_flags
+    if settings.dtype == "float32" and AMX_FLAG in flags:
+        return "none", "auto: the float weights, as DTYPE=float32 asks (the AMX int8 kernel takes bfloat16 only)"
+    if INT8_AUTO_FLAG in flags:
         return "int8", "auto: int8 W8A8 on a CPU with AVX-512 (faster, +0.9% perplexity: labs/quantization.md)"
     return "none", "auto: the float weights on a CPU without AVX-512 (int8 is slower there: labs/quantization.md)"
 

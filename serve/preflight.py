@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from serve.machine import Machine, detect
-from serve.model import quantization_for, served_model_facts
+from serve.model import AMX_FLAG, quantization_for, served_model_facts
 from serve.progress import console
 from serve.settings import CPU_QUANTIZATIONS, Settings, SettingsError
 from serve.sizing import (
@@ -39,7 +39,6 @@ from serve.vllm_command import Resolved, parse_version
 
 CONTAINER_RUNTIMES = ("docker",)  # capped by MEMORY_LIMIT
 GPU_RUNTIMES = ("docker-gpu",)  # KV pool set by GPU memory utilization, not VLLM_CPU_KVCACHE_SPACE
-AMX_FLAG = "amx_tile"  # vLLM 0.32 then serves int8 with its AMX kernel (check_cpu_sgl_kernel)
 V1_ON_CPU_SINCE = (0, 10)  # the CPU image's vLLM before this runs V0, with 16-token blocks
 
 

@@ -35,6 +35,11 @@ def test_auto_is_int8_natively_on_avx512_and_the_float_weights_elsewhere(tmp_pat
     assert settings().quantization == "auto"
     assert quantization_for(settings(), "native", AVX512_BF16)[0] == "int8"
     assert quantization_for(settings(), "native", AMX)[0] == "int8"
+    assert quantization_for(settings(DTYPE="float32"), "native", AVX512_BF16)[0] == "int8"  # float32 activations
+    assert quantization_for(settings(DTYPE="float32"), "native", AMX) == (  # AMX's int8 kernel: bfloat16 only
+        "none",
+        "auto: the float weights, as DTYPE=float32 asks (the AMX int8 kernel takes bfloat16 only)",
+    )
     assert quantization_for(settings(), "native", AVX2) == (
         "none",
         "auto: the float weights on a CPU without AVX-512 (int8 is slower there: labs/quantization.md)",
@@ -72,7 +77,7 @@ def test_a_misspelt_quantization_is_refused_with_the_values() -> None:
 def test_what_a_runtime_cannot_serve_is_refused_in_one_line(
     value: str, runtime: str, machine: Machine, dtype: str, refusal: str
 ) -> None:
-    problem = quantization_problem(settings(QUANTIZATION=value), dtype, runtime, machine)
+    problem = quantization_problem(settings(QUANTIZATION=value, DTYPE=dtype), dtype, runtime, machine)
     assert problem is not None and "\n" not in problem
     assert re.search(refusal, problem), problem
 
@@ -86,10 +91,11 @@ def test_what_a_runtime_cannot_serve_is_refused_in_one_line(
         ("awq", "docker-gpu", AVX2, "auto"),
         ("none", "native", AMX, "float32"),
         ("auto", "native", AVX2, "float32"),
+        ("auto", "native", AMX, "float32"),
     ],
 )
 def test_what_a_runtime_can_serve_passes(value: str, runtime: str, machine: Machine, dtype: str) -> None:
-    assert quantization_problem(settings(QUANTIZATION=value), dtype, runtime, machine) is None
+    assert quantization_problem(settings(QUANTIZATION=value, DTYPE=dtype), dtype, runtime, machine) is None
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
