@@ -220,17 +220,8 @@ class LlamaServerRuntime(GgufRuntime):
         self.settings = settings
         self.port = settings.llama_server_port
         self.slots = settings.llama_server_slots
-        self.server = LocalServer(
-            "llama-server",
-            "llamaserver",
-            str(BINARY),
-            settings.host,
-            self.port,
-            "LLAMA_SERVER_PORT",
-            settings.url_for(self.port),
-            health_path=HEALTH_PATH,
-            restart=settings.restart,
-            restart_attempts=settings.restart_attempts,
+        self.server = LocalServer.of(
+            settings, "llama-server", "llamaserver", str(BINARY), self.port, "LLAMA_SERVER_PORT", HEALTH_PATH
         )
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:

@@ -189,17 +189,8 @@ class LlamaCppRuntime(GgufRuntime):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.port = settings.llamacpp_port
-        self.server = LocalServer(
-            "llama.cpp",
-            "llamacpp",
-            SERVER_MODULE,
-            settings.host,
-            self.port,
-            "LLAMACPP_PORT",
-            settings.url_for(self.port),
-            health_path=HEALTH_PATH,
-            restart=settings.restart,
-            restart_attempts=settings.restart_attempts,
+        self.server = LocalServer.of(
+            settings, "llama.cpp", "llamacpp", SERVER_MODULE, self.port, "LLAMACPP_PORT", HEALTH_PATH
         )
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from serve import process, supervisor
 from serve.health import SLOW_NOT_HUNG, is_healthy, wait_healthy
 from serve.progress import StepFailed, console, tail
-from serve.settings import ROOT, STATE_DIR, SettingsError
+from serve.settings import ROOT, STATE_DIR, Settings, SettingsError
 
 LOG_DIR = STATE_DIR / "logs"
 RUN_DIR = STATE_DIR / "run"
@@ -51,6 +51,31 @@ class LocalServer:
     health_path: str = "/health"
     restart: str = "on-failure"  # RESTART, applied by serve/supervisor.py
     restart_attempts: int = 3  # RESTART_ATTEMPTS
+
+    @classmethod
+    def of(
+        cls,
+        settings: Settings,
+        label: str,
+        name: str,
+        marker: str,
+        port: int,
+        port_setting: str,
+        health_path: str = "/health",
+    ) -> LocalServer:
+        """The server on `port` of VLLM_HOST, restarted as RESTART and RESTART_ATTEMPTS say."""
+        return cls(
+            label,
+            name,
+            marker,
+            settings.host,
+            port,
+            port_setting,
+            settings.url_for(port),
+            health_path=health_path,
+            restart=settings.restart,
+            restart_attempts=settings.restart_attempts,
+        )
 
     @property
     def pidfile(self) -> process.PidFile:

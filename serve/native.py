@@ -277,17 +277,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         else:
             self.label = f"vLLM replica {share.index}/{share.count}"
             port_setting = f"VLLM_PORT (replica {share.index} listens on VLLM_PORT+{self.port - settings.port})"
-        self.server = LocalServer(
-            self.label,
-            "vllm",
-            API_SERVER_MODULE,
-            settings.host,
-            self.port,
-            port_setting,
-            settings.url_for(self.port),
-            restart=settings.restart,
-            restart_attempts=settings.restart_attempts,
-        )
+        self.server = LocalServer.of(settings, self.label, "vllm", API_SERVER_MODULE, self.port, port_setting)
 
     def system_needs(self) -> list[system.Tool]:
         problem = system.native_platform_problem()

@@ -87,17 +87,7 @@ class RouterRuntime(LocalRuntime):
         self.port = settings.port
         self.replica_urls = replica_urls
         self.metrics_port = metrics_port
-        self.server = LocalServer(
-            "vllm-router",
-            "router",
-            MARKER,
-            settings.host,
-            settings.port,
-            "VLLM_PORT",
-            settings.base_url,
-            restart=settings.restart,
-            restart_attempts=settings.restart_attempts,
-        )
+        self.server = LocalServer.of(settings, "vllm-router", "router", MARKER, settings.port, "VLLM_PORT")
 
     @property
     def served_model(self) -> str:
@@ -116,14 +106,9 @@ class RouterRuntime(LocalRuntime):
     def preflight(self) -> None:
         """The replicas' preflight judged the engines; the router needs its two ports free."""
         self.server.ensure_port_free()
-        LocalServer(
-            "router metrics",
-            "router-metrics",
-            MARKER,
-            self.settings.host,
-            self.metrics_port,
-            f"VLLM_PORT (+{self.metrics_port - self.port}, the router's metrics)",
-            self.metrics_url,
+        metrics_setting = f"VLLM_PORT (+{self.metrics_port - self.port}, the router's metrics)"
+        LocalServer.of(
+            self.settings, "router metrics", "router-metrics", MARKER, self.metrics_port, metrics_setting
         ).ensure_port_free()
 
     def command(self) -> tuple[list[str], dict[str, str]]:
