@@ -7,12 +7,21 @@ documented ports to the servers the harness started, run each command, and check
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import ROOT, run_bounded
+import httpx
+import pytest
+
+from tests.conftest import ROOT, free_port, run_bounded
 
 BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
+ENGINE_PORT = 8012  # the teaching engine's server on labs/engine.md and labs/contract.md
+ENGINE_SERVER = "-m labs.engine.server"
+ENGINE_START_TIMEOUT_S = 180
 
 
 def doc_commands(relative_path: str) -> list[str]:
@@ -44,6 +53,58 @@ def run_doc(
     """A documented command in bash (in `cwd`, a clone's root for instance); a hang fails the test and stops all
     it started (background clients too)."""
     return run_bounded(["bash", "-c", command], env, timeout_s, cwd=cwd)
+
+
+def start_engine(command: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """The teaching engine's server command in the background (the page's "in another terminal"), once healthy."""
+    process = subprocess.Popen(
+        ["bash", "-c", f"exec {command} --threads 1"],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    port = int(command.split("--port")[1].split()[0])
+    deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    process.kill()
+    pytest.fail(f"{command} did not become healthy in {ENGINE_START_TIMEOUT_S} s")
+
+
+def run_page(
+    commands: list[str], env: dict[str, str], ports: dict[int, int], sized: Callable[[int, str, str], str]
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """A page's commands in order, retargeted to `ports` and cut down by sized(index, command, retargeted); each
+    must exit 0. The teaching engine's server command is started in the background on a free port instead of
+    ENGINE_PORT, and stopped once the rest have run. Returns each documented command's result."""
+    engine_port = free_port()
+    engine: subprocess.Popen[str] | None = None
+    outputs: dict[str, subprocess.CompletedProcess[str]] = {}
+    try:
+        for index, command in enumerate(commands):
+            actual = retarget(command, {**ports, ENGINE_PORT: engine_port}).replace(
+                f"--port {ENGINE_PORT}", f"--port {engine_port}"
+            )
+            if ENGINE_SERVER in command:
+                engine = start_engine(actual, env)
+                continue
+            actual = sized(index, command, actual)
+            result = run_doc(actual, env, timeout_s=600)
+            assert result.returncode == 0, f"{actual}\n{result.stdout}\n{result.stderr}"
+            outputs[command] = result
+    finally:
+        if engine is not None:
+            engine.send_signal(signal.SIGINT)
+            engine.wait(timeout=30)
+    return outputs
 
 
 def all_doc_files() -> list[Path]:

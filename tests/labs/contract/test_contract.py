@@ -5,16 +5,13 @@ matrix is the one the page shows: an engine that changes behaviour (an upgrade) 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from labs.contract.registry import CHECKS
 from tests.conftest import Server, free_port
-from tests.labs.engine.test_page import ENGINE_PORT, start_engine
-from tests.support.docs import doc_commands, doc_examples, retarget, run_doc, shows
+from tests.support.docs import doc_commands, doc_examples, run_doc, run_page, shows
 
 PAGE = "labs/contract.md"
 LLAMA_SERVER_PORT = 8089
@@ -41,35 +38,20 @@ def test_lab_page_commands_run_and_each_engine_answers_as_the_page_says(
     commands = doc_commands(PAGE)
     contract_command, expected = shown_matrix()
     assert contract_command in commands
-    llama_server_port, engine_port = free_port(), free_port()
-    ports = {
-        8009: vllm_server.port,
-        11434: llamacpp_server.port,
-        LLAMA_SERVER_PORT: llama_server_port,
-        ENGINE_PORT: engine_port,
-    }
+    llama_server_port = free_port()
+    ports = {8009: vllm_server.port, 11434: llamacpp_server.port, LLAMA_SERVER_PORT: llama_server_port}
     env = {
         **vllm_server.client_env(),
         "LLAMACPP_PORT": str(llamacpp_server.port),
         "LLAMA_SERVER_PORT": str(llama_server_port),
     }
-    engine: subprocess.Popen[str] | None = None
-    outputs: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def sized(index: int, command: str, actual: str) -> str:
+        return f"{actual} --out {tmp_path}" if CONTRACT in command else actual
+
     try:
-        for command in commands:
-            actual = retarget(command, ports).replace(f"--port {ENGINE_PORT}", f"--port {engine_port}")
-            if "-m labs.engine.server" in command:
-                engine = start_engine(actual, env)
-                continue
-            if CONTRACT in command:
-                actual += f" --out {tmp_path}"
-            result = run_doc(actual, env, timeout_s=600)
-            assert result.returncode == 0, f"{actual}\n{result.stdout}\n{result.stderr}"
-            outputs[command] = result
+        outputs = run_page(commands, env, ports, sized)
     finally:
-        if engine is not None:
-            engine.send_signal(signal.SIGINT)
-            engine.wait(timeout=30)
         # only the llama-server the page's up.sh started: vLLM and llama.cpp are the session's
         run_doc("ENGINES=llamaserver bash down.sh", env, timeout_s=120)
 
