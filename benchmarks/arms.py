@@ -14,16 +14,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from serve import llama_server
-from serve.llama_server import LlamaServerRuntime
-from serve.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
-from serve.machine import detect
-from serve.model import served_model_facts
-from serve.native import NativeRuntime
-from serve.process import free_port
-from serve.settings import KNOBS, Settings, load_env
-from serve.sizing import V1_CPU_BLOCK_SIZE
-from serve.vllm_command import Resolved, resolve, resolve_threads
+from serve.config.machine import detect
+from serve.config.model import served_model_facts
+from serve.config.settings import KNOBS, Settings, load_env
+from serve.config.sizing import V1_CPU_BLOCK_SIZE
+from serve.config.vllm_command import Resolved, resolve, resolve_threads
+from serve.engines import llama_server
+from serve.engines.llama_server import LlamaServerRuntime
+from serve.engines.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
+from serve.engines.native import NativeRuntime
+from serve.processes.process import free_port
 
 ENGINES = ("vllm", "llamacpp", "llamaserver")
 LLAMACPP_SEQUENCES_PER_STEP = 1  # its server runs one request at a time; the others wait
@@ -77,7 +77,10 @@ BUILTIN_ARMS = {
     ),
     "float": Arm("float", "vllm", (("QUANTIZATION", "none"),), "the kit's defaults with the float weights"),
     "int8": Arm(
-        "int8", "vllm", (("QUANTIZATION", "int8"),), "the kit's defaults with int8 W8A8 weights (serve/quantize.py)"
+        "int8",
+        "vllm",
+        (("QUANTIZATION", "int8"),),
+        "the kit's defaults with int8 W8A8 weights (serve/install/quantize.py)",
     ),
     "float-2threads": Arm(
         "float-2threads",

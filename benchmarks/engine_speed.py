@@ -20,8 +20,8 @@ from labs.engine.engine import Engine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES
 from labs.engine.sequence import SamplingParams
-from serve.cli import KitArgumentParser, positive_int
-from serve.model import MODEL_DIR
+from serve.config.model import MODEL_DIR
+from ui.cli import KitArgumentParser, positive_int
 
 GOAL_RATIO = 0.70
 PROMPT = "Explain in a few sentences why a serving engine batches requests."

@@ -27,12 +27,12 @@ from pathlib import Path
 from rich.table import Table
 
 from labs.results import Envelope, command_line, write
-from serve.cli import KitArgumentParser
-from serve.process import free_port, stop_group
-from serve.progress import console, err_console
-from serve.settings import ROOT
+from serve.config.settings import ROOT
+from serve.processes.process import free_port, stop_group
 from tests.support.clone import fresh_clone, stock_pip, user_env
 from tests.support.torch_index import serve_index, torch_wheel, write_index
+from ui.cli import KitArgumentParser
+from ui.progress import console, err_console
 
 STEP_LINE = re.compile(r"✓ (?P<title>.+) \((?P<seconds>\d+) s\)$")
 GOAL_S = 180.0

@@ -24,9 +24,9 @@ from client.endpoint import Endpoint, EndpointError
 from labs.loadtest.aggregate import summarize
 from labs.loadtest.runner import run_load
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
-from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
-from serve.model import MODEL_DIR
-from serve.native import VENV as VLLM_VENV
+from serve.config.model import MODEL_DIR
+from serve.engines.native import VENV as VLLM_VENV
+from ui.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
 
 GOAL_RATIO_TOLERANCE = 0.10
 BENCH_TIMEOUT_S = 900

@@ -24,9 +24,9 @@ from client.endpoint import Endpoint
 from labs.loadtest.aggregate import Summary, summarize
 from labs.loadtest.runner import run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
-from serve.cli import KitArgumentParser, positive_float, positive_int
-from serve.process import free_port
-from serve.settings import ROOT
+from serve.config.settings import ROOT
+from serve.processes.process import free_port
+from ui.cli import KitArgumentParser, positive_float, positive_int
 
 GOAL_REQUESTS_PER_S = 500.0
 SUSTAINED_FRACTION = 0.95  # achieved >= 95% of offered counts as sustained

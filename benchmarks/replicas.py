@@ -31,12 +31,13 @@ import psutil
 from client.metrics import MetricsSnapshot, combine, scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.aggregate import Summary, summarize
-from serve import process, runtimes
-from serve.cli import KitArgumentParser, positive_int
-from serve.native import NativeRuntime
-from serve.router import RouterRuntime
-from serve.runtime import Runtime
-from serve.settings import Settings
+from serve.config.settings import Settings
+from serve.engines import runtimes
+from serve.engines.native import NativeRuntime
+from serve.engines.router import RouterRuntime
+from serve.engines.runtime import Runtime
+from serve.processes import process
+from ui.cli import KitArgumentParser, positive_int
 
 T = TypeVar("T")
 OVERHEAD_GOAL_TOK_S_LOSS = 0.05

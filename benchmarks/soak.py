@@ -35,12 +35,13 @@ import psutil
 from benchmarks.replicas import measure, plain_messages, running
 from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
-from serve import process, runtimes
-from serve.cli import KitArgumentParser, positive_int
-from serve.local_server import LocalRuntime
-from serve.native import NativeRuntime
-from serve.router import RouterRuntime, worker_gauges
-from serve.settings import ROOT, Settings
+from serve.config.settings import ROOT, Settings
+from serve.engines import runtimes
+from serve.engines.native import NativeRuntime
+from serve.engines.router import RouterRuntime, worker_gauges
+from serve.processes import process
+from serve.processes.local_server import LocalRuntime
+from ui.cli import KitArgumentParser, positive_int
 
 RSS_BOUND = 1.25  # a group's RSS at the end over the same group's after warm-up (a fresh replica included)
 HANG_UP_SHARE = 0.2

@@ -42,9 +42,9 @@ from client.endpoint import Endpoint, EndpointError
 from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.results import Envelope, MeasuredEngine, ResultsError, command_line, load, write
-from serve.cli import KitArgumentParser, positive_int, positive_ints
-from serve.progress import StepFailed, console, fail
-from serve.settings import ROOT, SettingsError
+from serve.config.settings import ROOT, SettingsError
+from ui.cli import KitArgumentParser, positive_int, positive_ints
+from ui.progress import StepFailed, console, fail
 
 DEFAULT_USERS = "1,16"
 DEFAULT_WINDOW_S = 8.0

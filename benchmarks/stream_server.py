@@ -16,7 +16,7 @@ import contextlib
 import json
 import os
 
-from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, tcp_port
+from ui.cli import KitArgumentParser, non_negative_float, non_negative_int, tcp_port
 
 CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}\n\n'
 HEADERS = (

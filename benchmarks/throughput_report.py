@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt
 from rich.table import Table
 
 from labs.results import ResultsError, load
-from serve.cli import KitArgumentParser
-from serve.progress import console, fail
+from ui.cli import KitArgumentParser
+from ui.progress import console, fail
 
 GB = 1e9
 PLOT_SIZE_IN = (11.0, 4.2)

@@ -14,7 +14,7 @@ import openai
 
 from client.chat import chat, stream_reply
 from client.endpoint import Endpoint, EndpointError
-from serve.cli import KitArgumentParser, non_negative_float, positive_int
+from ui.cli import KitArgumentParser, non_negative_float, positive_int
 
 STOPPED = 130  # Ctrl-C, as a shell reports it
 NO_KEY = "EMPTY"  # the SDK insists on a key; engines without one ignore it

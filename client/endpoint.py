@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from serve.settings import api_key_for, load_env, refused_key_hint
+from serve.config.settings import api_key_for, load_env, refused_key_hint
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8009/v1"
 MODELS_TIMEOUT_S = 10.0
@@ -80,7 +80,7 @@ class Endpoint:
         url_source: str = "OPENAI_BASE_URL",
         model_source: str = "MODEL",
     ) -> Endpoint:
-        """An engine at a given URL, with the key the kit sends there (serve.settings.api_key_for)."""
+        """An engine at a given URL, with the key the kit sends there (serve.config.settings.api_key_for)."""
         env = load_env() if env is None else env
         base_url = base_url.rstrip("/")
         key, key_source = api_key_for(base_url, env)

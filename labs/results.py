@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from serve.machine import detect
+from serve.config.machine import detect
 
 SCHEMA_VERSION = 1  # raise it when a field changes meaning or goes away; `load` refuses other versions
 ENVELOPE_KEY = "envelope"
@@ -65,7 +65,7 @@ def _cpu_model() -> str:
 
 @dataclass(frozen=True, slots=True)
 class MachineFacts:
-    """The machine the numbers came from, as serve/machine.py detects it (cores this process may use)."""
+    """The machine the numbers came from, as serve/config/machine.py detects it (cores this process may use)."""
 
     cpu_model: str
     usable_cores: int

@@ -9,13 +9,16 @@ from pathlib import Path
 
 from rich.table import Table
 
-from serve import env_check, process, replicas, runtimes, system
-from serve.cli import KitArgumentParser
-from serve.local_server import RUN_DIR, LocalRuntime, condition
-from serve.progress import StepFailed, console, fail, warn
-from serve.runtime import Runtime, Started
-from serve.settings import Settings, SettingsError, env_file
-from serve.vllm_command import Resolved
+from serve.config import env_check
+from serve.config.settings import Settings, SettingsError, env_file
+from serve.config.vllm_command import Resolved
+from serve.engines import replicas, runtimes
+from serve.engines.runtime import Runtime, Started
+from serve.install import system
+from serve.processes import process
+from serve.processes.local_server import RUN_DIR, LocalRuntime, condition
+from ui.cli import KitArgumentParser
+from ui.progress import StepFailed, console, fail, warn
 
 
 def recap(settings: Settings, runtime: Runtime, started: Started | None) -> None:

@@ -20,7 +20,7 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 
 if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-  fix="$(python3 serve/system.py)"  # apt-get or dnf, as for every other missing program (serve/system.py)
+  fix="$(python3 serve/install/system.py)"  # apt-get or dnf, as for every other missing program (serve/install/system.py)
   echo "error: python3 cannot create virtual environments (its venv/ensurepip module is missing); install it with: $fix" >&2
   exit 2
 fi
@@ -38,5 +38,5 @@ spec="."
 [ "$extra" = "test" ] && spec=".[test]"
 echo "Installing the light tools into $venv (openai, httpx, rich, matplotlib ...) ..." >&2
 # uv (pip installs it first) with your pip configuration handed over, or pip where uv cannot honour it all
-python3 serve/pip_config.py "$venv/bin/python" -e "$spec" >&2
+python3 serve/install/pip_config.py "$venv/bin/python" -e "$spec" >&2
 echo "$hash $extra" >"$stamp"

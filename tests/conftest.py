@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from serve.process import free_port, stop_group
-from serve.settings import BUNDLED_MODEL_NAME, KNOBS
+from serve.config.settings import BUNDLED_MODEL_NAME, KNOBS
+from serve.processes.process import free_port, stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = BUNDLED_MODEL_NAME

@@ -15,7 +15,10 @@ import jsonschema
 import pytest
 import yaml
 
-from serve.docker import (
+from serve.config.machine import detect
+from serve.config.settings import KNOBS, Settings, load_env
+from serve.config.vllm_command import vllm_args, vllm_env
+from serve.engines.docker import (
     CONTAINER_HOST,
     CONTAINER_PORT,
     CPU,
@@ -26,9 +29,6 @@ from serve.docker import (
     image_vllm_version,
     resolve_for_container,
 )
-from serve.machine import detect
-from serve.settings import KNOBS, Settings, load_env
-from serve.vllm_command import vllm_args, vllm_env
 from tests.conftest import ROOT
 
 SCHEMA = Path(__file__).parent / "data" / "compose-spec" / "compose-spec.json"
@@ -210,7 +210,9 @@ def test_every_compose_variable_is_a_knob_with_its_default_or_a_resolved_value()
     references = REFERENCE.findall(json.dumps(yaml.safe_load(COMPOSE.read_text())))  # values, not comments
     assert references
     for name, default in references:
-        assert name in exported, f"${{{name}}} in compose.yaml is neither a knob nor exported by serve/docker.py"
+        assert name in exported, (
+            f"${{{name}}} in compose.yaml is neither a knob nor exported by serve/engines/docker.py"
+        )
         if name in knobs:
             assert default == knobs[name], f"${{{name}:-{default}}} disagrees with .env.example ({knobs[name]})"
         else:
@@ -260,7 +262,7 @@ def test_readme_flags_table_matches_the_knobs_env_example_and_compose() -> None:
         assert name in knobs, f"{name} in the README's flags table is not a knob"
         assert unquote(default) == knobs[name].default, f"{name}: the table says {default}"
         assert f"{name}={knobs[name].default}" in env_example
-        assert why == knobs[name].why, f"{name}: the table's why differs from serve/settings.py"
+        assert why == knobs[name].why, f"{name}: the table's why differs from serve/config/settings.py"
         for option in re.findall(r"`(--[\w-]+)`", flag):
             assert any(option in command.split() for command in commands.values()), f"{option} is in no service"
     in_compose = {name for name, _ in REFERENCE.findall(json.dumps(yaml.safe_load(COMPOSE.read_text())))}

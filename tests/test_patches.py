@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serve.settings import KNOBS, STATE_DIR
+from serve.config.settings import KNOBS, STATE_DIR
 from tests.conftest import ROOT
 
 APPLY = ROOT / "patches" / "apply.sh"

@@ -22,10 +22,10 @@ from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_l
 from labs.compare.run import check, engine_died, http_client, run_phase, warm_up
 from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, phases, targets
 from labs.results import command_line
-from serve.cli import KitArgumentParser
-from serve.llamacpp import LLAMACPP_VERSION
-from serve.progress import console, err_console, fail
-from serve.settings import ROOT, Settings, SettingsError, engine_list
+from serve.config.settings import ROOT, Settings, SettingsError, engine_list
+from serve.engines.llamacpp import LLAMACPP_VERSION
+from ui.cli import KitArgumentParser
+from ui.progress import console, err_console, fail
 
 RESULTS_DIR = ROOT / "results"
 

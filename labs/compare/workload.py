@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from itertools import cycle, islice
 
 from client.endpoint import Endpoint
-from serve.llamacpp import MODEL_ALIAS
-from serve.settings import Settings, load_env
+from serve.config.settings import Settings, load_env
+from serve.engines.llamacpp import MODEL_ALIAS
 
 MAX_TOKENS = 48
 DEFAULT_N = 3

@@ -20,9 +20,9 @@ from labs.contract.probe import MAX_TOKENS, CheckRecord
 from labs.contract.registry import CHECKS, run_all
 from labs.contract.report import difference_lines, matrix_lines, write_html, write_results
 from labs.results import Envelope, MeasuredEngine, command_line
-from serve.cli import KitArgumentParser
-from serve.progress import console, fail
-from serve.settings import ROOT, Settings, SettingsError, engine_list, load_env
+from serve.config.settings import ROOT, Settings, SettingsError, engine_list, load_env
+from ui.cli import KitArgumentParser
+from ui.progress import console, fail
 
 RESULTS_DIR = ROOT / "results"
 

@@ -25,12 +25,12 @@ from client.endpoint import Endpoint, EndpointError
 from client.metrics import MetricsSnapshot, NoMetrics, combine, scrape
 from labs.doctor import replicas
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
-from serve.cli import KitArgumentParser, positive_float, positive_int
-from serve.machine import detect
-from serve.model import bundled_model_facts
-from serve.progress import console, fail
-from serve.settings import Settings, SettingsError
-from serve.vllm_command import resolve
+from serve.config.machine import detect
+from serve.config.model import bundled_model_facts
+from serve.config.settings import Settings, SettingsError
+from serve.config.vllm_command import resolve
+from ui.cli import KitArgumentParser, positive_float, positive_int
+from ui.progress import console, fail
 
 NO_METRICS_EXIT = 3
 MODELS_TIMEOUT_S = 5.0

@@ -15,10 +15,10 @@ from rich.table import Table
 
 from client.metrics import MetricsSnapshot
 from labs.doctor.diagnosis import Limits
-from serve.native import NativeRuntime
-from serve.replicas import metrics_port, replica_ports
-from serve.runtimes import vllm_runtimes
-from serve.settings import Settings
+from serve.config.settings import Settings
+from serve.engines.native import NativeRuntime
+from serve.engines.replicas import metrics_port, replica_ports
+from serve.engines.runtimes import vllm_runtimes
 
 IMBALANCE_RATIO = 2.0
 IMBALANCE_MIN_REQUESTS = 4

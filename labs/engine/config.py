@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from serve.cli import positive_int
+from ui.cli import positive_int
 
 POLICIES = ("static", "continuous")
 DTYPES = ("float32", "bfloat16")

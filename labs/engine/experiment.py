@@ -34,9 +34,9 @@ from labs.engine.report import print_report, summarize
 from labs.engine.sequence import SamplingParams, Sequence
 from labs.engine.study import BatchingResult, write_study
 from labs.results import Envelope, MeasuredEngine, command_line
-from serve.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
-from serve.model import MODEL_DIR
-from serve.settings import ROOT
+from serve.config.model import MODEL_DIR
+from serve.config.settings import ROOT
+from ui.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
 
 DEFAULT_OUT = ROOT / "results" / "engine" / "study.json"
 REPORT_WIDTH_CHARS = 120  # when writing to a file or pipe: wide enough for the tables

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 
 from labs.engine.study import BatchingResult, Study, load_study
 from labs.results import ResultsError
-from serve.cli import KitArgumentParser
+from ui.cli import KitArgumentParser
 
 POLICY_STYLES = {"static": "o--", "continuous": "s-"}
 FIGURE_SIZE_IN = (15, 4.5)

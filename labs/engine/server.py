@@ -29,8 +29,8 @@ from labs.engine.model_runner import DTYPES as TORCH_DTYPES
 from labs.engine.openai_requests import GenerationRequest, parse_chat, parse_completion
 from labs.engine.openai_shapes import DONE_EVENT, ChatAnswer, RequestError, TextAnswer, model_list
 from labs.engine.stop_strings import StopStrings, until_stop
-from serve.cli import KitArgumentParser, tcp_port
-from serve.model import BUNDLED_MODEL_NAME, MODEL_DIR
+from serve.config.model import BUNDLED_MODEL_NAME, MODEL_DIR
+from ui.cli import KitArgumentParser, tcp_port
 
 SERVED_MODEL_NAME = BUNDLED_MODEL_NAME
 DEFAULT_PORT = 8012

@@ -30,9 +30,9 @@ from labs.loadtest.workload import (
     read_prompts,
 )
 from labs.results import Envelope, MeasuredEngine, command_line
-from serve.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
-from serve.replicas import replica_ports
-from serve.settings import Settings, SettingsError, load_env
+from serve.config.settings import Settings, SettingsError, load_env
+from serve.engines.replicas import replica_ports
+from ui.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
 
 DEFAULT_OUT = Path("results/loadtest")
 URL_SOURCE = "--base-url/OPENAI_BASE_URL"

@@ -26,12 +26,12 @@ from labs.quantization.quality import (
     perplexity,
     tokenize,
 )
-from serve.cli import KitArgumentParser, positive_int
-from serve.machine import detect
-from serve.progress import console, fail
-from serve.settings import Settings, SettingsError, load_env
-from serve.sizing import SizingError, load_model_facts
-from serve.vllm_command import resolve_dtype
+from serve.config.machine import detect
+from serve.config.settings import Settings, SettingsError, load_env
+from serve.config.sizing import SizingError, load_model_facts
+from serve.config.vllm_command import resolve_dtype
+from ui.cli import KitArgumentParser, positive_int
+from ui.progress import console, fail
 
 DEFAULT_OUT = Path("results") / "quantization.json"
 

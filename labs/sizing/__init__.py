@@ -1,10 +1,10 @@
 """KV-cache sizing, as a library and a command (`python -m labs.sizing`).
 
-The computation lives in serve/sizing.py, because the preflight that up.sh runs needs it too and data
+The computation lives in serve/config/sizing.py, because the preflight that up.sh runs needs it too and data
 flows settings -> serve -> labs; this package re-exports it and adds the command and the live check.
 """
 
-from serve.sizing import (
+from serve.config.sizing import (
     GiB,
     KvPool,
     MemoryFit,

@@ -12,13 +12,10 @@ from rich.table import Table
 from client.endpoint import EndpointError
 from client.metrics import NoMetrics
 from labs.sizing.verify import compare, served
-from serve.cli import KitArgumentParser, fraction, non_negative_float, positive_float, positive_int
-from serve.local_server import LOG_DIR
-from serve.machine import detect
-from serve.model import bundled_model_facts
-from serve.progress import console, fail
-from serve.settings import Settings, SettingsError
-from serve.sizing import (
+from serve.config.machine import detect
+from serve.config.model import bundled_model_facts
+from serve.config.settings import Settings, SettingsError
+from serve.config.sizing import (
     KV_DTYPE_BYTES,
     V0_BLOCK_SIZE,
     V1_CPU_BLOCK_SIZE,
@@ -34,7 +31,10 @@ from serve.sizing import (
     load_model_facts,
     parse_memory_size,
 )
-from serve.vllm_command import resolve
+from serve.config.vllm_command import resolve
+from serve.processes.local_server import LOG_DIR
+from ui.cli import KitArgumentParser, fraction, non_negative_float, positive_float, positive_int
+from ui.progress import console, fail
 
 FIRST_LENGTH_TOKENS = 512  # the fit table's shortest max_model_len; each next row doubles it
 SHOWN_LENGTHS = 9

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from client.endpoint import Endpoint, EndpointError
 from client.metrics import scrape
-from serve.health import kv_cache_report
-from serve.sizing import GiB, ModelFacts, kv_pool
+from serve.config.sizing import GiB, ModelFacts, kv_pool
+from serve.processes.health import kv_cache_report
 
 CONCURRENCY_DECIMALS = 2  # vLLM's startup log prints the concurrency with two decimals
 

@@ -58,7 +58,7 @@ def test_bad_input_is_one_line_naming_the_fix() -> None:
         text=True,
         timeout=120,
     )
-    # the kit's promise for a bad argument (serve/cli.py): exit status 2, one line on stderr naming the fix
+    # the kit's promise for a bad argument (ui/cli.py): exit status 2, one line on stderr naming the fix
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stdout == "" and result.stderr == (
         "error: python -m benchmarks.step_profile: argument --users: '0,16': give whole numbers > 0 separated by "

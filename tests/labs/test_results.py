@@ -20,7 +20,7 @@ from labs.results import (
     load,
     write,
 )
-from serve.machine import detect
+from serve.config.machine import detect
 from tests.conftest import ROOT
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from serve.docker import CPU, GPU, compose_env, container_command, resolve_for_container
-from serve.machine import Machine
-from serve.model import bundled_model_facts
-from serve.settings import KNOBS, Settings
-from serve.sizing import AUTO_SEQS_CAP, SEQS_PER_CORE, GiB, kv_pool
-from serve.vllm_command import resolve, vllm_args, vllm_env
+from serve.config.machine import Machine
+from serve.config.model import bundled_model_facts
+from serve.config.settings import KNOBS, Settings
+from serve.config.sizing import AUTO_SEQS_CAP, SEQS_PER_CORE, GiB, kv_pool
+from serve.config.vllm_command import resolve, vllm_args, vllm_env
+from serve.engines.docker import CPU, GPU, compose_env, container_command, resolve_for_container
 from tests.serve.test_preflight import LLAMA_8B
 
 SMOL = bundled_model_facts()

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from serve import process
-from serve.compose import project_name
-from serve.sizing import parse_memory_size
+from serve.config.sizing import parse_memory_size
+from serve.engines.compose import project_name
+from serve.processes import process
 from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, run_bounded, run_script
 from tests.support.docker.engine import Engine
 from tests.support.docs import doc_commands, retarget, run_doc

@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from serve import __main__ as serve_main
-from serve import process
-from serve.compose import ComposeUnavailable, find, project_name
-from serve.docker import CPU, compose_env, resolve_for_container
-from serve.machine import detect
-from serve.settings import Settings
+from serve.config.machine import detect
+from serve.config.settings import Settings
+from serve.engines.compose import ComposeUnavailable, find, project_name
+from serve.engines.docker import CPU, compose_env, resolve_for_container
+from serve.processes import process
 from tests.conftest import ROOT, free_port, kit_env, run_bounded, run_script
 from tests.support.docker.engine import Engine
 from tests.support.docs import doc_commands
@@ -196,7 +196,7 @@ def test_a_container_that_dies_at_start_shows_its_log_and_is_removed(docker_engi
 
 def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: Engine, standin_image: str) -> None:
     cap_bytes = 1024**3
-    script = "import json; from serve.machine import detect; print(json.dumps(detect().memory_available_bytes))"
+    script = "import json; from serve.config.machine import detect; print(json.dumps(detect().memory_available_bytes))"
     result = subprocess.run(
         [
             "docker",

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serve import process
-from serve.compose import project_name
-from serve.docker import COMPOSE_FILE
-from serve.local_server import RUN_DIR
-from serve.vllm_command import API_SERVER_MODULE
+from serve.config.vllm_command import API_SERVER_MODULE
+from serve.engines.compose import project_name
+from serve.engines.docker import COMPOSE_FILE
+from serve.processes import process
+from serve.processes.local_server import RUN_DIR
 from tests.conftest import ROOT, free_port, kit_env
 from tests.support.docs import doc_commands, is_docker_command, retarget, run_doc
 from tests.support.fake_docker import install

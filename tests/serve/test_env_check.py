@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from serve import env_check
-from serve.native import VENV as VLLM_VENV
-from serve.native import NativeRuntime
-from serve.settings import KNOBS, Settings
+from serve.config import env_check
+from serve.config.settings import KNOBS, Settings
+from serve.engines.native import VENV as VLLM_VENV
+from serve.engines.native import NativeRuntime
 from tests.conftest import ROOT, kit_env, run_script
 
 DEFAULTS = {knob.env: knob.default for knob in KNOBS}

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from serve.model import quantization_for
-from serve.native import TORCH_VERSION
-from serve.process import free_port
-from serve.settings import Settings
+from serve.config.model import quantization_for
+from serve.config.settings import Settings
+from serve.engines.native import TORCH_VERSION
+from serve.processes.process import free_port
 from tests.conftest import kit_env, run_bounded
 from tests.support.clone import fresh_clone, stock_pip, user_env
 from tests.support.docs import doc_commands, run_doc

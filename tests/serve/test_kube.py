@@ -23,9 +23,10 @@ import pytest
 import yaml
 from kubernetes_validate.utils import ValidationError, all_versions
 
-from serve import kube, kube_spec
-from serve.settings import ROOT, Settings
-from serve.tracks import CPU, GPU, container_command
+from serve.config.settings import ROOT, Settings
+from serve.engines.tracks import CPU, GPU, container_command
+from serve.kube import __main__ as kube
+from serve.kube import spec as kube_spec
 from tests.conftest import kit_env
 from tests.support.docs import BASH_BLOCK, doc_examples, run_doc, shows
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serve import process
-from serve.local_server import RUN_DIR
-from serve.model import MODEL_DIR
-from serve.vllm_command import API_SERVER_MODULE
+from serve.config.model import MODEL_DIR
+from serve.config.vllm_command import API_SERVER_MODULE
+from serve.processes import process
+from serve.processes.local_server import RUN_DIR
 from tests.conftest import MODEL, ROOT, free_port, kit_env, run_script, start_server, stop_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

@@ -13,10 +13,11 @@ import pytest
 
 from benchmarks.arms import BUILTIN_ARMS, arm_settings
 from client.stream import RequestRecord, chat_payload, stream_chat
-from serve import llama_server, process
-from serve.llama_server import LlamaServerRuntime
-from serve.llamacpp import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS
-from serve.settings import CACHE_DIR, KNOBS, Settings, SettingsError
+from serve.config.settings import CACHE_DIR, KNOBS, Settings, SettingsError
+from serve.engines import llama_server
+from serve.engines.llama_server import LlamaServerRuntime
+from serve.engines.llamacpp import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS
+from serve.processes import process
 from tests.conftest import LLAMACPP_MODEL, ROOT, free_port, kit_env, run_script
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

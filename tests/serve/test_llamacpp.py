@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from client.stream import RequestRecord, chat_payload, stream_chat
-from serve.settings import Settings, SettingsError
+from serve.config.settings import Settings, SettingsError
 from tests.conftest import LLAMACPP_MODEL, ROOT, Server, free_port, kit_env, run_script, start_llamacpp
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

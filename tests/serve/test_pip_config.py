@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serve.pip_config import PipConfig
+from serve.install.pip_config import PipConfig
 
 
 def pip_config_list(config_file: Path, **env: str) -> str:

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from serve.docker import GPU
-from serve.docker import resolve_for_container as resolve_for_gpu
-from serve.local_server import LOG_DIR, RUN_DIR
-from serve.machine import Machine
-from serve.model import bundled_model_facts
-from serve.preflight import GPU_RUNTIMES, Verdict, block_size_for, check
-from serve.settings import KNOBS, Settings, SettingsError
-from serve.sizing import V1_CPU_BLOCK_SIZE, GiB, ModelFacts, SizingError, load_model_facts, parse_memory_size
-from serve.vllm_command import resolve
+from serve.config.machine import Machine
+from serve.config.model import bundled_model_facts
+from serve.config.preflight import GPU_RUNTIMES, Verdict, block_size_for, check
+from serve.config.settings import KNOBS, Settings, SettingsError
+from serve.config.sizing import V1_CPU_BLOCK_SIZE, GiB, ModelFacts, SizingError, load_model_facts, parse_memory_size
+from serve.config.vllm_command import resolve
+from serve.engines.docker import GPU
+from serve.engines.docker import resolve_for_container as resolve_for_gpu
+from serve.processes.local_server import LOG_DIR, RUN_DIR
 from tests.conftest import ROOT, free_port, kit_env, run_script
 
 SMOL = bundled_model_facts()

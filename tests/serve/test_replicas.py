@@ -23,13 +23,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from client.metrics import MetricsSnapshot
 from labs.doctor import replicas as doctor_replicas
-from serve import process, replicas, runtimes
-from serve.local_server import RUN_DIR
-from serve.machine import Machine
-from serve.native import NativeRuntime
-from serve.router import RouterRuntime, worker_gauges
-from serve.settings import Settings, SettingsError
-from serve.sizing import GiB
+from serve.config.machine import Machine
+from serve.config.settings import Settings, SettingsError
+from serve.config.sizing import GiB
+from serve.engines import replicas, runtimes
+from serve.engines.native import NativeRuntime
+from serve.engines.router import RouterRuntime, worker_gauges
+from serve.processes import process
+from serve.processes.local_server import RUN_DIR
 from tests.conftest import MODEL, ROOT, kit_env, run_bounded, run_script
 from tests.support.waiting import wait_until
 

@@ -1,5 +1,5 @@
 """Crashes on the native runtime: no orphans (stop and status act on the recorded process group), the restart
-policy (serve/supervisor.py), and `status` telling a crash from a stop.
+policy (serve/processes/supervisor.py), and `status` telling a crash from a stop.
 
 One real vLLM (eager, a 1 GiB KV budget) goes through it all: an orphaned group planted on its port first,
 a SIGKILL of its API server (restarted by the kit), then a crash loop (its port taken while it restarts).
@@ -18,10 +18,10 @@ import sys
 import psutil
 import pytest
 
-from serve import process
-from serve.local_server import RUN_DIR
-from serve.supervisor import Record, next_step, root_cause
-from serve.vllm_command import API_SERVER_MODULE
+from serve.config.vllm_command import API_SERVER_MODULE
+from serve.processes import process
+from serve.processes.local_server import RUN_DIR
+from serve.processes.supervisor import Record, next_step, root_cause
 from tests.conftest import ROOT, bring_up, free_port, kit_env, run_bounded, run_script
 from tests.support.waiting import wait_until
 

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from serve import __main__ as serve_main
-from serve.local_server import LocalServer
-from serve.native import NativeRuntime
-from serve.settings import KNOBS, Settings, SettingsError, api_key_for, refused_key_hint
+from serve.config.settings import KNOBS, Settings, SettingsError, api_key_for, refused_key_hint
+from serve.engines.native import NativeRuntime
+from serve.processes.local_server import LocalServer
 from tests.conftest import ROOT, free_port, kit_env, run_bounded
 from tests.support.clone import fresh_clone
 

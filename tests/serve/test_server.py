@@ -10,12 +10,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from serve.local_server import LOG_DIR
-from serve.machine import detect
-from serve.model import bundled_model_facts
-from serve.settings import Settings
-from serve.sizing import GiB, kv_pool
-from serve.vllm_command import resolve
+from serve.config.machine import detect
+from serve.config.model import bundled_model_facts
+from serve.config.settings import Settings
+from serve.config.sizing import GiB, kv_pool
+from serve.config.vllm_command import resolve
+from serve.processes.local_server import LOG_DIR
 from tests.conftest import MODEL, ROOT, Server, run_script
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

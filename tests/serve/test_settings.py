@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from serve import runtimes
-from serve.settings import ENGINES, KNOBS, ROOT, Settings, SettingsError, load_env
+from serve.config.settings import ENGINES, KNOBS, ROOT, Settings, SettingsError, load_env
+from serve.engines import runtimes
 from tests.conftest import free_port, kit_env, run_script
 
 BAD_VALUES = [
@@ -198,7 +198,7 @@ def test_runtime_docker_without_an_engine_says_so(tmp_path: Path) -> None:
 
 
 def test_every_engine_the_settings_accept_has_a_runtime_and_a_port() -> None:
-    """ENGINES is validated in serve/settings.py and served through serve/runtimes.py: the two lists agree."""
+    """ENGINES is validated in serve/config/settings.py and served through serve/engines/runtimes.py: the two agree."""
     settings = Settings.from_env(
         {"ENGINES": ",".join(ENGINES), "VLLM_PORT": "8101", "LLAMACPP_PORT": "8102", "LLAMA_SERVER_PORT": "8103"}
     )

@@ -1,4 +1,4 @@
-"""KV sizing's arithmetic (serve/sizing.py): the course's V0 figure, V1's real numbers, memory sizes, fits.
+"""KV sizing's arithmetic (serve/config/sizing.py): the course's V0 figure, V1's real numbers, memory sizes, fits.
 
 Pure: no engine. The sizing command and its predictions checked against live vLLM servers are
 tests/labs/sizing/test_sizing.py.
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from serve.model import BUNDLED_MODEL_CONFIG, MODEL_DIR, bundled_model_facts
-from serve.sizing import (
+from serve.config.model import BUNDLED_MODEL_CONFIG, MODEL_DIR, bundled_model_facts
+from serve.config.sizing import (
     V0_BLOCK_SIZE,
     VLLM_CPU_OVERHEAD_BYTES,
     GiB,

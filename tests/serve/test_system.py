@@ -11,7 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serve import machine, process, system
+from serve.config import machine
+from serve.install import system
+from serve.processes import process
 from tests.conftest import ROOT, free_port, kit_env, run_bounded
 from tests.support.clone import fresh_clone
 

@@ -1,4 +1,4 @@
-"""The one venv installer (serve/venv.py): a venv is trusted only with today's stamp, written last."""
+"""The one venv installer (serve/install/venv.py): a venv is trusted only with today's stamp, written last."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from serve import llamacpp, native, router
-from serve.progress import StepFailed
-from serve.settings import ROOT
-from serve.venv import Venv
+from serve.config.settings import ROOT
+from serve.engines import llamacpp, native, router
+from serve.install.venv import Venv
+from ui.progress import StepFailed
 
 
 def test_the_engines_venvs_and_stamps_stay_where_earlier_installs_put_them() -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from serve.cli import KitArgumentParser
+from ui.cli import KitArgumentParser
 
 ACCEPTS: dict[str, Callable[[float], bool]] = {
     "positive_int": lambda value: isinstance(value, int) and value > 0,

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from serve.settings import KNOBS, ROOT
+from serve.config.settings import KNOBS, ROOT
 
 # what a developer's shell may export that a user's clone must not see: its own .env decides
 KIT_VARIABLES = {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY", "KIT_ENV_FILE"}

@@ -17,8 +17,8 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from serve.native import TORCH_VERSION
-from serve.settings import DEFAULT_TORCH_INDEX_URL, ROOT
+from serve.config.settings import DEFAULT_TORCH_INDEX_URL, ROOT
+from serve.engines.native import TORCH_VERSION
 
 WHEEL_DIR = ROOT / ".kit" / "cache" / "torch-index"
 

@@ -25,8 +25,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from client.metrics import MetricsSnapshot, NoMetrics, scrape
-from serve.process import PidFile
-from serve.vllm_command import API_SERVER_MODULE
+from serve.config.vllm_command import API_SERVER_MODULE
+from serve.processes.process import PidFile
 from tests.conftest import ROOT, Server, kit_env
 from tests.labs.doctor.test_diagnosis import v0_text
 from tests.support.docs import doc_commands, doc_examples, retarget, run_doc, shows

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from labs import results
-from serve.local_server import LOG_DIR
-from serve.model import INT8_SUFFIX
+from serve.config.model import INT8_SUFFIX
+from serve.processes.local_server import LOG_DIR
 from tests.conftest import MODEL, free_port, kit_env
 from tests.support.docs import doc_commands, retarget, run_doc
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from serve.process import group_members, spawn, stop_group
+from serve.processes.process import group_members, spawn, stop_group
 from tests.conftest import ROOT
 
 LOG = ROOT / ".kit" / "logs" / "dockerd-tests.log"

@@ -21,7 +21,7 @@ repository="vllm-lab-kit/vllm-cpu-standin"
 cache=.kit/cache/standin
 rootfs="$cache/rootfs"
 venv_python=.kit/vllm/bin/python
-model="$(.venv/bin/python -c "from serve.model import MODEL_DIR; print(MODEL_DIR)")"
+model="$(.venv/bin/python -c "from serve.config.model import MODEL_DIR; print(MODEL_DIR)")"
 hub_repo="models--HuggingFaceTB--SmolLM2-135M-Instruct"
 packages=python3,python3-dev,python-is-python3,wget,ca-certificates,patch,g++,libssl3,libgomp1,libnuma1
 # debootstrap's mirror: DEBIAN_MIRROR, else the first Debian archive this machine's apt already uses

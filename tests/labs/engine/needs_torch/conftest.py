@@ -14,7 +14,7 @@ import torch
 from transformers import AutoTokenizer
 
 from labs.engine.model import SmolLM2
-from serve.model import MODEL_DIR
+from serve.config.model import MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[4]
 TEST_THREADS = 1  # these tests share two cores with everything else; one thread avoids OpenMP stalls

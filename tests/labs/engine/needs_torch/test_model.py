@@ -10,7 +10,7 @@ from labs.engine.config import EngineConfig
 from labs.engine.engine import Engine
 from labs.engine.sequence import SamplingParams
 from labs.engine.workload import SHARED_SYSTEM_PROMPT, chat_token_ids
-from serve.model import MODEL_DIR
+from serve.config.model import MODEL_DIR
 
 NEW_TOKENS = 20
 PROMPTS = (

@@ -15,7 +15,7 @@ import pytest
 
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.engine.server import SERVED_MODEL_NAME
-from serve.process import free_port
+from serve.processes.process import free_port
 from tests.labs.engine.needs_torch.conftest import ROOT, TEST_THREADS
 
 START_TIMEOUT_S = 120

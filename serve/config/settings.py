@@ -1,0 +1,651 @@
+"""The one source of settings for every runtime, the client and the labs.
+
+Each setting is one field of `Settings`, declared with its variable, default, parser and why (KNOBS lists them).
+Precedence, lowest first: those defaults < `.env` (or `.env.example` when there is no `.env`)
+< the process environment, exactly as Docker Compose does, so `export VLLM_PORT=8010` retargets
+everything. `${VAR:-default}` references inside `.env` are resolved with the environment winning too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from dotenv.main import DotEnv
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV_FILE = ROOT / ".env"
+ENV_EXAMPLE = ROOT / ".env.example"
+STATE_DIR = ROOT / ".kit"
+# Built artifacts worth keeping across clones of the kit on one machine (like pip's own cache);
+# a bare machine simply builds what is missing.
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-lab-kit"
+
+RUNTIMES = ("auto", "native", "docker", "docker-gpu")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit ships and serves by default
+# llamacpp: the Ollama-class llama.cpp server (serve/engines/llamacpp.py); llamaserver: llama.cpp's own C++ server with
+# parallel slots (serve/engines/llama_server.py)
+ENGINES = ("vllm", "llamacpp", "llamaserver")
+# auto: int8 natively where it was measured to win (serve/config/model.py), else none; none: the float weights;
+# int8: the CPU track's int8 W8A8 checkpoint, prepared natively (serve/install/quantize.py); awq/gptq/fp8: the
+# GPU track's
+QUANTIZATIONS = ("auto", "none", "int8", "awq", "gptq", "fp8")
+CPU_QUANTIZATIONS = ("none", "int8")
+# vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
+RESTART_POLICIES = ("no", "on-failure")  # serve/processes/supervisor.py applies them to every native server
+ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
+IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
+DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
+INDEX_URL = re.compile(r"^(https?|file)://\S+$")
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+# api_server flags the kit passes from its settings: set in VLLM_EXTRA_ARGS they would override them unseen.
+KIT_OWNED_FLAGS = {
+    "--host": ("VLLM_HOST", "the kit binds and reaches the server there"),
+    "--port": ("VLLM_PORT", "the kit waits for /health and points the client there"),
+    "--api-key": ("VLLM_API_KEY", "the kit passes it in the environment; on the command line `ps` shows it"),
+}
+MAX_SERVER_SLOTS = 256  # vLLM's own cap on sequences in one batch (max_num_seqs)
+CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A setting is wrong; the message names the variable, the bad value and the fix."""
+
+
+def _bad(name: str, raw: str, fix: str) -> SettingsError:
+    return SettingsError(f"{name}={raw!r} is invalid: {fix}")
+
+
+def positive_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a whole number greater than 0") from None
+    if value <= 0:
+        raise _bad(name, raw, "use a whole number greater than 0")
+    return value
+
+
+def non_negative_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a whole number, 0 or more") from None
+    if value < 0:
+        raise _bad(name, raw, "use a whole number, 0 or more")
+    return value
+
+
+def tcp_port(name: str, raw: str) -> int:
+    value = positive_int(name, raw)
+    if value > 65535:
+        raise _bad(name, raw, "use a TCP port between 1 and 65535")
+    return value
+
+
+def choice(*options: str) -> Callable[[str, str], str]:
+    def parse(name: str, raw: str) -> str:
+        if raw not in options:
+            raise _bad(name, raw, f"use one of {', '.join(options)}")
+        return raw
+
+    return parse
+
+
+def auto_or_positive_int(name: str, raw: str) -> int | None:
+    """A whole number > 0, or None for `auto` (resolved against the machine at start)."""
+    return None if raw == "auto" else positive_int(name, raw)
+
+
+def auto_or_whole_gib(name: str, raw: str) -> int | None:
+    """Whole GiB (vLLM reads VLLM_CPU_KVCACHE_SPACE with int() and dies on '1.5'), or None for `auto`."""
+    if raw == "auto":
+        return None
+    try:
+        value = positive_number(name, raw)
+    except SettingsError:
+        raise _bad(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2") from None
+    if not value.is_integer():
+        whole = sorted({max(1, math.floor(value)), math.ceil(value)})
+        raise _bad(
+            name,
+            raw,
+            "vLLM reads it as whole GiB (int()) and would die at start; use auto or "
+            f"{' or '.join(str(gib) for gib in whole)}",
+        )
+    return int(value)
+
+
+def positive_number(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a number greater than 0") from None
+    if not value > 0 or value == float("inf"):
+        raise _bad(name, raw, "use a number greater than 0")
+    return value
+
+
+def non_negative_number(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a number, 0 or more") from None
+    if not value >= 0 or value == float("inf"):
+        raise _bad(name, raw, "use a number, 0 or more")
+    return value
+
+
+def thread_binding(name: str, raw: str) -> str:
+    if raw in ("auto", "nobind") or CPU_LIST.match(raw):
+        return raw
+    raise _bad(name, raw, "use auto, nobind, or a CPU list such as 0-1 (ranks separated by |)")
+
+
+def bearer_key(name: str, raw: str) -> str:
+    if any(ch.isspace() for ch in raw):
+        raise _bad(name, raw, "an API key must not contain spaces, tabs or newlines; remove them")
+    return raw
+
+
+def boolean(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise _bad(name, raw, "use true or false")
+
+
+def index_url(name: str, raw: str) -> str:
+    """A pip index URL (PEP 503 "simple" layout), or empty for none."""
+    if raw and not INDEX_URL.match(raw):
+        raise _bad(
+            name,
+            raw,
+            "use an index URL such as https://download.pytorch.org/whl/cpu (http, https or "
+            "file), or leave it empty to use only your pip configuration",
+        )
+    return raw.rstrip("/")
+
+
+def model_folder(name: str, raw: str) -> Path | None:
+    """A local Hugging Face model folder (config.json, weights, tokenizer), or None for the bundled model."""
+    if not raw:
+        return None
+    folder = Path(raw).expanduser()
+    if not (folder / "config.json").is_file():
+        raise _bad(
+            name,
+            raw,
+            "no config.json there: point it at a Hugging Face model folder (config.json, "
+            "*.safetensors, tokenizer files), or leave it empty for the bundled SmolLM2",
+        )
+    return folder.resolve()
+
+
+def text(name: str, raw: str) -> str:
+    if not raw.strip():
+        raise _bad(name, raw, "it must not be empty")
+    return raw
+
+
+def bind_host(name: str, raw: str) -> str:
+    """An address or host name to bind: 127.0.0.1, ::1, 0.0.0.0, localhost; never address:port."""
+    if not raw.strip() or any(ch.isspace() for ch in raw):
+        raise _bad(name, raw, "use an address to bind, such as 127.0.0.1 (or 0.0.0.0 to expose it)")
+    bare = raw.removeprefix("[").removesuffix("]")
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        pass
+    address, colon, port_text = raw.rpartition(":")
+    if colon:
+        raise _bad(
+            name,
+            raw,
+            f"it is an address to bind, without a port: set {name}={address or '127.0.0.1'} "
+            f"and VLLM_PORT={port_text or 8009}",
+        )
+    if not HOST_NAME.match(raw):
+        raise _bad(name, raw, "use an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name such as localhost")
+    return raw
+
+
+def server_slots(name: str, raw: str) -> int:
+    """llama-server's parallel slots: each holds a MAX_MODEL_LEN context, so thousands would not fit in memory."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_SERVER_SLOTS:
+        raise _bad(
+            name,
+            raw,
+            f"use a whole number of parallel slots from 1 to {MAX_SERVER_SLOTS}, e.g. 4 "
+            "(1 queues requests as Ollama does by default)",
+        )
+    return value
+
+
+def engine_list(name: str, raw: str) -> tuple[str, ...]:
+    engines = tuple(part.strip() for part in raw.split(",") if part.strip())
+    unknown = [engine for engine in engines if engine not in ENGINES]
+    if not engines or unknown or len(set(engines)) != len(engines):
+        raise _bad(
+            name,
+            raw,
+            f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
+            "e.g. vllm or vllm,llamacpp or vllm,llamacpp,llamaserver",
+        )
+    return engines
+
+
+def image_version_tag(name: str, raw: str) -> str:
+    """An image tag that starts with the vLLM version it ships, e.g. 0.9.1-oe2403lts."""
+    if not IMAGE_VERSION_TAG.match(raw):
+        raise _bad(name, raw, "use a tag that starts with its vLLM version, such as 0.9.1-oe2403lts")
+    return raw
+
+
+def base_image(name: str, raw: str) -> str:
+    """An image repository, optionally with a tag that starts with its vLLM version (repo:0.32.0-standin)."""
+    repository, _, tag = raw.rpartition(":") if ":" in raw.rsplit("/", 1)[-1] else (raw, "", "")
+    if not repository.strip() or any(ch.isspace() for ch in raw) or (tag and not IMAGE_VERSION_TAG.match(tag)):
+        raise _bad(
+            name,
+            raw,
+            "use an image repository such as openeuler/vllm-cpu (its tag is CPU_IMAGE_TAG), or "
+            "repository:tag with a tag that starts with its vLLM version",
+        )
+    return raw
+
+
+def pinned_image(name: str, raw: str) -> str:
+    tag = raw.rsplit(":", 1)[1] if ":" in raw.rsplit("/", 1)[-1] else ""
+    if not tag or tag == "latest" or any(ch.isspace() for ch in raw):
+        raise _bad(name, raw, "pin a tag, such as vllm/vllm-openai:v0.11.0 (latest changes under you)")
+    return raw
+
+
+def fraction(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, "use a fraction greater than 0 and at most 1, such as 0.90") from None
+    if not 0 < value <= 1:
+        raise _bad(name, raw, "use a fraction greater than 0 and at most 1, such as 0.90")
+    return value
+
+
+def quantization_method(name: str, raw: str) -> str:
+    """One of QUANTIZATIONS; empty is `none` (the float weights)."""
+    if (raw or "none") not in QUANTIZATIONS:
+        raise _bad(
+            name,
+            raw,
+            "use auto, none (the float weights), int8 (the CPU track's int8 checkpoint), or awq, "
+            "gptq, fp8 (the GPU track's)",
+        )
+    return raw or "none"
+
+
+def arg_list(name: str, raw: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:
+        raise _bad(name, raw, f"quote it as you would in a shell ({exc})") from None
+
+
+def api_server_flags(name: str, raw: str) -> tuple[str, ...]:
+    """More api_server flags, except those the kit sets from its own settings (they would silently win)."""
+    args = arg_list(name, raw)
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in KIT_OWNED_FLAGS:
+            setting, why = KIT_OWNED_FLAGS[flag]
+            raise _bad(name, raw, f"remove {flag} and set {setting} instead ({why})")
+    return args
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One setting: its variable, its Settings field, its default, how to parse it, and why it exists."""
+
+    env: str
+    field: str
+    default: str  # as `.env` writes it, parsed like any other value
+    parse: Callable[[str, str], Any]
+    why: str
+
+
+def setting(env: str, default: str, parse: Callable[[str, str], T], why: str) -> T:
+    """Declare a Settings field read from the variable `env`: `parse(env, raw)` turns its text into the field's type
+    (or raises SettingsError naming the fix) and `why` is its one line in .env.example and the README."""
+    if not callable(parse):  # a parser named like a field declared above it would be that field here
+        raise TypeError(f"{env}: {parse!r} is not a parser")
+    return field(metadata={"env": env, "default": default, "parse": parse, "why": why})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Every setting of the kit, each declared once: its variable, its default, its parser and why it exists.
+    KNOBS lists them in this order, which is also .env.example's and the README's."""
+
+    runtime: str = setting(
+        "RUNTIME",
+        "auto",
+        choice(*RUNTIMES),
+        "auto = Docker when an engine with compose is usable, else the native venv",
+    )
+    model_name: str = setting(
+        "MODEL_NAME",
+        BUNDLED_MODEL_NAME,
+        text,
+        "the name clients ask for (--served-model-name); Docker tracks load it from the hub",
+    )
+    model_path: Path | None = setting(  # None: the bundled model
+        "MODEL_PATH",
+        "",
+        model_folder,
+        "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)",
+    )
+    host: str = setting(
+        "VLLM_HOST", "127.0.0.1", bind_host, "bind address; 127.0.0.1 keeps the engine private to this machine"
+    )
+    port: int = setting("VLLM_PORT", "8009", tcp_port, "the port of the OpenAI-compatible /v1 API")
+    dtype: str = setting(
+        "DTYPE", "auto", choice(*DTYPES), "auto = bfloat16 where the CPU has BF16 instructions, else float32"
+    )
+    max_model_len: int = setting(
+        "MAX_MODEL_LEN", "1024", positive_int, "longest prompt+answer in tokens; every sequence may grow to it"
+    )
+    max_num_seqs: int | None = setting(  # None: auto
+        "MAX_NUM_SEQS",
+        "auto",
+        auto_or_positive_int,
+        "most sequences decoded together in one batch; auto = 16 per core, cut to what the KV pool holds",
+    )
+    block_size: int | None = setting(  # None: auto
+        "BLOCK_SIZE",
+        "auto",
+        auto_or_positive_int,
+        "tokens per KV-cache block (--block-size); auto = 32 on vLLM V1's CPU backend (its own default is 128), "
+        "else vLLM's default",
+    )
+    swap_space_gib: int = setting(
+        "SWAP_SPACE",
+        "4",
+        non_negative_int,
+        "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)",
+    )
+    kv_cache_space_gib: int | None = setting(  # None: auto
+        "VLLM_CPU_KVCACHE_SPACE",
+        "auto",
+        auto_or_whole_gib,
+        "GiB of RAM for the KV cache, whole; auto = room for MAX_NUM_SEQS full-length sequences, "
+        "within the memory free",
+    )
+    omp_threads: int | None = setting(  # None: auto
+        "OMP_THREADS",
+        "auto",
+        auto_or_positive_int,
+        "OpenMP threads where vLLM does not bind them (nobind, llama.cpp); auto = the cores this process may use",
+    )
+    omp_threads_bind: str = setting(
+        "VLLM_CPU_OMP_THREADS_BIND",
+        "auto",
+        thread_binding,
+        "auto = vLLM's: one thread per core, one core left to the frontend (nobind on 1 core or in Docker); "
+        "nobind lets all OMP_THREADS compute",
+    )
+    openblas_threads: int = setting(
+        "OPENBLAS_NUM_THREADS", "1", positive_int, "keeps BLAS from spawning threads that fight the OpenMP ones"
+    )
+    mkl_threads: int = setting("MKL_NUM_THREADS", "1", positive_int, "same as OPENBLAS_NUM_THREADS, for MKL")
+    api_key: str = setting(
+        "VLLM_API_KEY", "", bearer_key, "when set, /v1 requires 'Authorization: Bearer <key>' (empty = no key)"
+    )
+    enforce_eager: bool = setting(
+        "ENFORCE_EAGER", "false", boolean, "true skips torch.compile: starts faster, decodes slower"
+    )
+    v1_multiprocessing: bool = setting(
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "true",
+        boolean,
+        "false runs the model in the engine-core process: one Python start fewer, slower batches",
+    )
+    torch_index_url: str = setting(
+        "TORCH_INDEX_URL",
+        DEFAULT_TORCH_INDEX_URL,
+        index_url,
+        "native: where torch's CPU build comes from (PyPI has none); empty = your pip configuration only",
+    )
+    extra_args: tuple[str, ...] = setting(
+        "VLLM_EXTRA_ARGS", "", api_server_flags, "more api_server flags, appended as they are"
+    )
+    start_timeout_s: int = setting(
+        "START_TIMEOUT", "900", positive_int, "seconds to wait for /health; the first start compiles for minutes"
+    )
+    restart: str = setting(
+        "RESTART",
+        "on-failure",
+        choice(*RESTART_POLICIES),
+        "native: restart a server or replica that dies after it was up, with back-off (as Compose's restart: does); "
+        "no = leave it down",
+    )
+    restart_attempts: int = setting(
+        "RESTART_ATTEMPTS",
+        "3",
+        non_negative_int,
+        "native: restarts in a row that never reach /health before the kit gives up (a crash loop)",
+    )
+    cpu_limit: float = setting("CPU_LIMIT", "4", positive_number, "CPUs the Docker CPU container may use")
+    memory_limit: str = setting(
+        "MEMORY_LIMIT", "5g", text, "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)"
+    )
+    cpu_image_tag: str = setting(
+        "CPU_IMAGE_TAG",
+        "0.9.1-oe2403lts",
+        image_version_tag,
+        "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM)",
+    )
+    cpu_base_image: str = setting(  # the repository only: a tag given with it moved to cpu_image_tag
+        "CPU_BASE_IMAGE",
+        "openeuler/vllm-cpu",
+        base_image,
+        "the image Dockerfile.cpu builds on (with CPU_IMAGE_TAG); a tag given here wins (the tests' stand-in)",
+    )
+    gpu_image: str = setting(
+        "GPU_IMAGE",
+        "vllm/vllm-openai:v0.11.0",
+        pinned_image,
+        "the GPU track's image, pinned so a rebuild serves the same vLLM",
+    )
+    gpu_port: int = setting("GPU_PORT", "8000", tcp_port, "port of the GPU track's /v1 API")
+    gpu_memory_utilization: float = setting(
+        "GPU_MEMORY_UTILIZATION",
+        "0.90",
+        fraction,
+        "share of GPU memory vLLM takes for weights + KV cache (the rest stays free)",
+    )
+    quantization: str = setting(
+        "QUANTIZATION",
+        "auto",
+        quantization_method,
+        "auto = int8 W8A8 natively on a CPU with AVX-512, else none (the float weights); int8 on the CPU track; "
+        "GPU track: awq/gptq (4-bit) or fp8 (Hopper/Ada)",
+    )
+    ollama_image: str = setting(
+        "OLLAMA_IMAGE", "ollama/ollama:0.12.3", pinned_image, "the ollama compose profile's image, pinned"
+    )
+    engines: tuple[str, ...] = setting(
+        "ENGINES",
+        "vllm",
+        engine_list,
+        "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both",
+    )
+    llamacpp_port: int = setting(
+        "LLAMACPP_PORT",
+        "11434",
+        tcp_port,
+        "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no change; "
+        "Ollama's own /api routes are not served)",
+    )
+    llamacpp_interrupt_requests: bool = setting(
+        "LLAMACPP_INTERRUPT_REQUESTS",
+        "false",
+        boolean,
+        "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
+        "llama-cpp-python's own default: a new request cuts the running stream short",
+    )
+    llama_server_port: int = setting(
+        "LLAMA_SERVER_PORT", "8089", tcp_port, "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)"
+    )
+    llama_server_slots: int = setting(
+        "LLAMA_SERVER_SLOTS",
+        "4",
+        server_slots,
+        "requests llama-server decodes together, batched continuously (-np, like OLLAMA_NUM_PARALLEL; 4 was "
+        "Ollama's own before v0.10); each slot gets MAX_MODEL_LEN tokens of context",
+    )
+    replicas: int = setting(
+        "REPLICAS",
+        "1",
+        positive_int,
+        "vLLM engines serving the model; above 1 vllm-router spreads requests over them (ROUTER_POLICY)",
+    )
+    router_policy: str = setting(
+        "ROUTER_POLICY",
+        "cache_aware",
+        choice(*ROUTER_POLICIES),
+        "how vllm-router picks a replica; cache_aware (its default) sends a prompt where its longest prefix went, "
+        "so a chat's turns and a shared system prompt reuse one replica's prefix cache",
+    )
+    keda_min_replicas: int = setting(
+        "KEDA_MIN_REPLICAS",
+        "1",
+        positive_int,
+        "Kubernetes: fewest engine replicas KEDA keeps (not 0: with no engine, no vllm:num_requests_waiting wakes one)",
+    )
+    keda_max_replicas: int = setting(
+        "KEDA_MAX_REPLICAS", "3", positive_int, "Kubernetes: most engine replicas KEDA scales to (the course's 1 -> 3)"
+    )
+    keda_queue_threshold: float = setting(
+        "KEDA_QUEUE_THRESHOLD",
+        "5",
+        positive_number,
+        "Kubernetes: requests waiting per replica (vllm:num_requests_waiting) above which KEDA adds one",
+    )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Parse every knob; the first bad value raises SettingsError naming it."""
+        values = {knob.field: knob.parse(knob.env, env.get(knob.env, knob.default).strip()) for knob in KNOBS}
+        if ":" in values["cpu_base_image"].rsplit("/", 1)[-1]:  # repository:tag pins the tag too
+            values["cpu_base_image"], values["cpu_image_tag"] = values["cpu_base_image"].rsplit(":", 1)
+        if values["keda_max_replicas"] < values["keda_min_replicas"]:
+            raise _bad(
+                "KEDA_MAX_REPLICAS",
+                str(values["keda_max_replicas"]),
+                f"it is below KEDA_MIN_REPLICAS={values['keda_min_replicas']}; raise it or lower KEDA_MIN_REPLICAS",
+            )
+        return cls(**values)
+
+    @classmethod
+    def load(cls) -> Settings:
+        return cls.from_env(load_env())
+
+    @property
+    def base_url(self) -> str:
+        """Where clients on this machine reach the engine (0.0.0.0 binds are reached on loopback)."""
+        return self.url_for(self.port)
+
+    def engine_port(self, engine: str) -> int:
+        """The port users reach an engine of ENGINES on (`up` and `down` lock it while they work)."""
+        return {"vllm": self.port, "llamacpp": self.llamacpp_port, "llamaserver": self.llama_server_port}[engine]
+
+    def url_for(self, port: int) -> str:
+        """http://host:port for an engine bound to VLLM_HOST (0.0.0.0 binds are reached on loopback)."""
+        reach = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://[{reach}]:{port}" if ":" in reach else f"http://{reach}:{port}"
+
+    @property
+    def exposed(self) -> bool:
+        """True when the engine listens beyond this machine's loopback."""
+        if self.host == "localhost":
+            return False
+        try:
+            return not ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a host name: whatever it resolves to, not known to be private
+            return True
+
+
+KNOBS: tuple[Knob, ...] = tuple(
+    Knob(field=item.name, **item.metadata) for item in fields(Settings) if "env" in item.metadata
+)
+
+
+def env_file() -> Path:
+    """KIT_ENV_FILE if set (the tests point it at .env.example), else .env, else .env.example."""
+    if os.environ.get("KIT_ENV_FILE"):
+        return Path(os.environ["KIT_ENV_FILE"])
+    return ENV_FILE if ENV_FILE.exists() else ENV_EXAMPLE
+
+
+def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The key to send to `url` and the variable it came from.
+
+    The kit's own engines (loopback or VLLM_HOST, on VLLM_PORT, LLAMACPP_PORT or LLAMA_SERVER_PORT) get
+    VLLM_API_KEY: a real OpenAI key exported in the shell must not be sent there. Any other URL gets
+    OPENAI_API_KEY, else VLLM_API_KEY. (None, "") when neither is set.
+    """
+    kit_key, openai_key = env.get("VLLM_API_KEY") or None, env.get("OPENAI_API_KEY") or None
+    parts = urlsplit(url)
+    kit_hosts = {"127.0.0.1", "localhost", "::1", env.get("VLLM_HOST", "127.0.0.1")}
+    kit_ports = {
+        env.get(knob.env, knob.default)
+        for knob in KNOBS
+        if knob.env in ("VLLM_PORT", "LLAMACPP_PORT", "LLAMA_SERVER_PORT")
+    }
+    try:
+        port = str(parts.port or "")
+    except ValueError:
+        port = ""
+    if kit_key and parts.hostname in kit_hosts and port in kit_ports:
+        return kit_key, "VLLM_API_KEY"
+    if openai_key:
+        return openai_key, "OPENAI_API_KEY"
+    return (kit_key, "VLLM_API_KEY") if kit_key else (None, "")
+
+
+def refused_key_hint(url: str, source: str) -> str:
+    """One line for a 401: which variable's key was sent, and which variable each kind of engine reads."""
+    sent = f"the key from {source}" if source else "no key"
+    return (
+        f"{url} refused the request ({sent} was sent): the kit's engines take VLLM_API_KEY (the key up.sh "
+        "started them with), other engines OPENAI_API_KEY"
+    )
+
+
+def load_env(path: Path | None = None) -> dict[str, str]:
+    """`.env` merged under the process environment, with `${VAR:-default}` resolved env-first."""
+    path = path or env_file()
+    merged: dict[str, str] = {}
+    if path.exists():
+        values = DotEnv(path, interpolate=True, override=False).dict()
+        merged.update({key: value for key, value in values.items() if value is not None})
+    merged.update(os.environ)
+    return merged

@@ -1,0 +1,158 @@
+"""The router in front of REPLICAS vLLM engines: PyPI's vllm-router (the vLLM project's Rust router) in its own venv.
+
+Everything lives under `.kit/` (ignored by git):
+    .kit/router/                         the venv (vllm-router: a Rust extension behind a small Python launcher)
+    .kit/run/router-PORT.pid, .kit/logs/router-PORT.log
+
+It listens on VLLM_PORT, where a single engine would: clients, labs and tests do not change. Its policy is
+ROUTER_POLICY. The engines stay on loopback-or-VLLM_HOST ports VLLM_PORT+1..+N (serve/engines/replicas.py), and its
+Prometheus endpoint (it always opens one) on VLLM_PORT+N+1, on VLLM_HOST too.
+
+Failover, as configured here: a replica whose /health fails HEALTH_FAILURE_THRESHOLD checks in a row, one
+every HEALTH_CHECK_INTERVAL_S, is taken out of the rotation; a request whose connection to a replica fails is
+retried on another (the router's retries); a stream already cut mid-answer is not replayed (the client has
+part of an answer: only it can decide to ask again).
+"""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from serve.config.settings import STATE_DIR, Settings
+from serve.config.vllm_command import Resolved
+from serve.engines.runtime import Started
+from serve.install import system
+from serve.install.venv import Venv
+from serve.processes.local_server import LOG_DIR, LocalRuntime, LocalServer
+from ui.progress import run_logged
+
+ROUTER_VERSION = "0.1.17"
+REQUIREMENT = f"vllm-router=={ROUTER_VERSION}"
+INSTALL_LOG = LOG_DIR / "install-router.log"
+VENV = Venv(STATE_DIR / "router", "router", (REQUIREMENT,), INSTALL_LOG)
+LAUNCHER_MODULE = "vllm_router.launch_router"  # what the `vllm-router` script runs; a module does not pin
+# the venv's path in a shebang, so the venv keeps working where .kit is reached through another path
+MARKER = "router"  # in its command line: the launcher module, then the title it sets itself (vllm::router)
+START_TIMEOUT_S = 120  # it waits for every replica's /health itself, after they are up: seconds
+# Taken out of the rotation after this many failed /health checks in a row, one every interval: a dead replica
+# gets requests for at most HEALTH_CHECK_INTERVAL_S x HEALTH_FAILURE_THRESHOLD (+ the check's timeout), and
+# those the router's retries send elsewhere. Its defaults (60 s x 3) leave a dead replica in for minutes.
+HEALTH_CHECK_INTERVAL_S = 2
+HEALTH_FAILURE_THRESHOLD = 2
+HEALTH_SUCCESS_THRESHOLD = 1  # a restarted replica rejoins at its first healthy answer
+# A dead replica fails its check at once (connection refused, or a 5xx from an API server whose engine core is
+# gone); the timeout is for a live one that is slow to answer (2 cores, the other replica compiling after a
+# restart): its default, 5 s, where 2 s once took both replicas out of the rotation under a soak's load.
+HEALTH_CHECK_TIMEOUT_S = 5
+# The router's circuit breaker opens on a replica after 10 failed requests (its default) and then sends it none
+# for this long, healthy or not; its default (60 s) kept a replica the supervisor had already restarted out of
+# the rotation for most of a minute. The health checks above are the failover; the breaker sheds a burst.
+CIRCUIT_OPEN_S = 10
+
+
+def worker_gauges(metrics_url: str, worker_url: str) -> dict[str, float]:
+    """The router's own per-replica gauges for `worker_url`, by name, from its Prometheus endpoint:
+    vllm_router_worker_health (1 healthy, 0 not) and vllm_router_cb_state (0 closed, 1 open, 2 half-open; absent
+    until that replica's circuit first changes)."""
+    text = httpx.get(f"{metrics_url}/metrics", timeout=5.0).text
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("worker") == worker_url
+    }
+
+
+def install() -> bool:
+    """Create the router's venv and install the pinned vllm-router unless the stamp says it is done."""
+    return VENV.install(
+        lambda: run_logged(
+            f"Installing {REQUIREMENT} (a Rust router, one wheel)", [*VENV.pip, "install", REQUIREMENT], INSTALL_LOG
+        )
+    )
+
+
+class RouterRuntime(LocalRuntime):
+    """vllm-router on VLLM_PORT, spreading requests over the replicas' URLs with ROUTER_POLICY."""
+
+    engine = "vllm"
+    label = "vllm-router"
+    name = "router"
+
+    def __init__(self, settings: Settings, replica_urls: list[str], metrics_port: int) -> None:
+        self.settings = settings
+        self.port = settings.port
+        self.replica_urls = replica_urls
+        self.metrics_port = metrics_port
+        self.server = LocalServer.of(settings, "vllm-router", "router", MARKER, settings.port, "VLLM_PORT")
+
+    @property
+    def served_model(self) -> str:
+        return self.settings.model_name
+
+    @property
+    def metrics_url(self) -> str:
+        return self.settings.url_for(self.metrics_port)
+
+    def system_needs(self) -> list[system.Tool]:
+        return []
+
+    def install(self) -> None:
+        install()
+
+    def preflight(self) -> None:
+        """The replicas' preflight judged the engines; the router needs its two ports free."""
+        self.server.ensure_port_free()
+        metrics_setting = f"VLLM_PORT (+{self.metrics_port - self.port}, the router's metrics)"
+        LocalServer.of(
+            self.settings, "router metrics", "router-metrics", MARKER, self.metrics_port, metrics_setting
+        ).ensure_port_free()
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        argv = [
+            str(VENV.python),
+            "-m",
+            LAUNCHER_MODULE,
+            "--host",
+            self.settings.host,
+            "--port",
+            str(self.port),
+            "--worker-urls",
+            *self.replica_urls,
+            "--policy",
+            self.settings.router_policy,
+            "--prometheus-host",
+            self.settings.host,
+            "--prometheus-port",
+            str(self.metrics_port),
+            "--health-check-interval-secs",
+            str(HEALTH_CHECK_INTERVAL_S),
+            "--health-failure-threshold",
+            str(HEALTH_FAILURE_THRESHOLD),
+            "--health-success-threshold",
+            str(HEALTH_SUCCESS_THRESHOLD),
+            "--health-check-timeout-secs",
+            str(HEALTH_CHECK_TIMEOUT_S),
+            "--cb-timeout-duration-secs",
+            str(CIRCUIT_OPEN_S),
+            "--worker-startup-check-interval",
+            "1",
+        ]
+        return argv, {**os.environ}
+
+    def start(self, resolved: Resolved | None = None) -> Started:  # no `auto` plan of its own
+        self.server.ensure_port_free()
+        install()
+        argv, env = self.command()
+        pid, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it starts in seconds")
+        return Started(pid, waited, None)
+
+    def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
+        return [
+            ("policy", f"{self.settings.router_policy} (ROUTER_POLICY)"),
+            ("replicas", ", ".join(self.replica_urls)),
+            ("router metrics", f"{self.metrics_url}/metrics"),
+        ]

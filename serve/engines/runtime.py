@@ -1,0 +1,159 @@
+"""The one shape of every engine the kit serves: what `python -m serve up|down|status|install` drives.
+
+vLLM on the native venv or in a compose service, llama.cpp's server: each is a `Runtime`. `up`, `down`,
+`status` and `install` loop over the runtimes of ENGINES (serve/engines/runtimes.py) and never ask which is which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from serve.config import preflight
+from serve.config.model import quantization_for, served_model_facts
+from serve.config.settings import Settings
+from serve.config.sizing import ModelFacts
+from serve.config.vllm_command import Resolved
+from serve.install import system
+from serve.processes.health import kv_cache_report
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    pid: int
+    seconds_to_healthy: float
+    resolved: Resolved | None  # the `auto` settings as vLLM got them; None for an engine without any
+
+
+class Runtime(Protocol):
+    """One engine on one port, started, checked and stopped by this kit."""
+
+    engine: str  # its name in ENGINES: "vllm", "llamacpp"
+    label: str  # what users call it: "vLLM", "llama.cpp"
+    name: str  # how it runs: "native", "docker", "docker-gpu", "llama.cpp"
+    port: int
+    picked_because: str  # why RUNTIME=auto chose this runtime (serve/engines/runtimes.py); "" when it was asked for
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def log_path(self) -> Path:
+        """The engine's own output."""
+        ...
+
+    @property
+    def served_model(self) -> str:
+        """The model name clients ask for."""
+        ...
+
+    def system_needs(self) -> list[system.Tool]:
+        """Programs this machine must have before install or start (MissingTools for a platform it cannot run on)."""
+        ...
+
+    def install(self) -> None:
+        """What `python -m serve install` readies ahead of the first start: venv, model. Nothing for an image."""
+        ...
+
+    def preflight(self) -> Resolved | None:
+        """Refuse (SettingsError) a configuration it could not start with; the plan `start` then takes."""
+        ...
+
+    def running_pid(self) -> int | None: ...
+
+    def healthy(self) -> bool: ...
+
+    def start(self, resolved: Resolved | None = None) -> Started:
+        """Start and wait until it answers; on failure it is stopped and its log shown (StepFailed)."""
+        ...
+
+    def stop(self, quiet: bool = False) -> bool:
+        """Stop what this kit started; False if nothing was running."""
+        ...
+
+    def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
+        """Rows the recap after `up` adds for this engine (`started` is None when it was already up)."""
+        ...
+
+
+class VllmRuntime:
+    """What the native and Docker runtimes share: the engine is vLLM, its `auto` settings are resolved into
+    a plan, and the preflight judges that plan before anything starts."""
+
+    engine = "vllm"
+    label = "vLLM"
+    name: str
+    picked_because = ""
+    log_path: Path
+
+    if TYPE_CHECKING:  # read-only here: the native runtime is given its settings, Docker's caps CPU_LIMIT in them
+
+        @property
+        def settings(self) -> Settings: ...
+
+    @property
+    def served_model(self) -> str:
+        return self.settings.model_name
+
+    def resolve(self) -> Resolved:
+        """Every `auto` setting as this runtime will start with it."""
+        raise NotImplementedError
+
+    def preflight(self) -> Resolved:
+        resolved = self.resolve()
+        preflight.run(self.settings, resolved, self.name)  # refuses (exit 2) what vLLM could not start with
+        return resolved
+
+    def where_rows(self) -> list[tuple[str, str]]:
+        """Rows about where it runs (a container's caps); none for a local process."""
+        return []
+
+    def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
+        rows = self.where_rows()
+        resolved = started.resolved if started is not None else None
+        if resolved is not None:
+            rows += resolved_rows(resolved)
+            facts = served_model_facts(self.settings, self.name)
+            if facts is not None and resolved.dtype != "auto":  # the GPU track's auto: the checkpoint's own
+                rows.append(
+                    ("weights", weights_row(facts, resolved.dtype, quantization_for(self.settings, self.name)[1]))
+                )
+        report = kv_cache_report(self.log_path.read_text(errors="replace")) if self.log_path.exists() else None
+        if report is not None:
+            rows.append(
+                (
+                    "KV cache",
+                    f"{report.tokens:,} tokens; max concurrency {report.max_concurrency:g}x "
+                    f"at {report.max_model_len:,} tokens per request",
+                )
+            )
+        return rows
+
+
+def weights_row(facts: ModelFacts, dtype: str, why: str) -> str:
+    """Which weights are served, why, and what a decode step reads of them (it reads every one)."""
+    size = f"{facts.weight_bytes(dtype) / 1e6:,.0f} MB read per decode step"
+    if facts.num_int8_params:
+        float_params = facts.num_params - facts.num_int8_params
+        return (
+            f"int8 W8A8: {facts.num_int8_params / 1e6:.0f}M int8 + {float_params / 1e6:.0f}M {dtype} "
+            f"parameters, {size} ({why})"
+        )
+    return f"{dtype}: {facts.num_params / 1e6:.0f}M parameters, {size} ({why})"
+
+
+def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:
+    """The `auto` settings as vLLM got them, each with its reason."""
+    rows = [("dtype", f"{resolved.dtype} ({resolved.dtype_reason})")]
+    threads = f"{resolved.omp_threads} ({resolved.omp_threads_reason})"
+    if resolved.omp_threads_bind != "auto":  # else the reason above is the binding's
+        threads += f", binding {resolved.omp_threads_bind} ({resolved.omp_threads_bind_reason})"
+    rows.append(("threads", threads))
+    if resolved.max_num_seqs is not None:
+        rows.append(("max num seqs", f"{resolved.max_num_seqs} ({resolved.max_num_seqs_reason})"))
+    if resolved.block_size is not None:
+        rows.append(("block size", f"{resolved.block_size} tokens ({resolved.block_size_reason})"))
+    if resolved.kv_cache_space_gib is not None:
+        rows.append(("KV budget", f"{resolved.kv_cache_space_gib} GiB ({resolved.kv_cache_space_reason})"))
+    return rows

@@ -1,0 +1,199 @@
+"""Which runtimes serve ENGINES, and for vLLM which one: RUNTIME=auto picks Docker only when an engine with
+Compose (v2 or v1) answers; REPLICAS above 1 is N native engines behind vllm-router (serve/engines/replicas.py).
+
+What `up` started is recorded (.kit/run/vllm-PORT.runtime), so that with RUNTIME=auto, `down` and `status`
+act on the runtime that started it instead of deciding again: a Docker engine started after a native `up`
+must not make `down` look in Docker and leave vLLM holding the port. With no record (an older kit's `up`, a
+cleared .kit/run), `down` looks at both the native pidfile and, when an engine answers, the Docker container:
+guessing one would leave the other running (vllm_to_stop).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from serve.config.model import MODEL_DIR
+from serve.config.settings import Settings, SettingsError
+from serve.engines import compose, replicas
+from serve.engines.docker import CPU, TRACKS, DockerRuntime
+from serve.engines.llama_server import LlamaServerRuntime
+from serve.engines.llamacpp import LlamaCppRuntime
+from serve.engines.native import NativeRuntime
+from serve.engines.router import RouterRuntime
+from serve.engines.runtime import Runtime
+from serve.processes.local_server import RUN_DIR
+
+DOCKER_PROBE_TIMEOUT_S = 15
+AUTO_CHOICES = ("native", CPU.runtime)  # what RUNTIME=auto may pick, so what a record may say
+
+
+def find_docker() -> compose.Compose:
+    """The Compose to drive when `docker info` answers and a Compose does; else ComposeUnavailable saying why."""
+    docker = shutil.which("docker")
+    if docker is None:
+        raise compose.ComposeUnavailable("the docker command is not installed")
+    try:
+        result = subprocess.run([docker, "info"], capture_output=True, text=True, timeout=DOCKER_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise compose.ComposeUnavailable(f"`docker info` did not answer in {DOCKER_PROBE_TIMEOUT_S} s") from None
+    if result.returncode != 0:
+        first = (result.stderr or result.stdout).strip().splitlines()[:1]
+        raise compose.ComposeUnavailable(f"`docker info` failed ({first[0] if first else f'exit {result.returncode}'})")
+    return compose.find(docker)
+
+
+def docker_unusable_reason() -> str | None:
+    """None when a Docker engine and a Compose (plugin or docker-compose >= 1.28) both answer, else what failed."""
+    try:
+        find_docker()
+    except compose.ComposeUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def record_path(settings: Settings) -> Path:
+    return RUN_DIR / f"vllm-{settings.port}.runtime"
+
+
+def record(settings: Settings, runtime: Runtime) -> None:
+    """Remember which runtime `up` started on VLLM_PORT (only the ones RUNTIME=auto could have picked)."""
+    if runtime.engine == "vllm" and runtime.name in AUTO_CHOICES:
+        record_path(settings).parent.mkdir(parents=True, exist_ok=True)
+        record_path(settings).write_text(runtime.name + "\n")
+
+
+def recorded(settings: Settings) -> str | None:
+    path = record_path(settings)
+    name = path.read_text().strip() if path.exists() else None
+    return name if name in AUTO_CHOICES else None
+
+
+def forget(settings: Settings, runtime: Runtime) -> None:
+    if runtime.engine == "vllm" and recorded(settings) == runtime.name:
+        record_path(settings).unlink(missing_ok=True)
+
+
+def select(settings: Settings) -> Runtime:
+    """RUNTIME as set; `auto` is the runtime recorded as having started VLLM_PORT's vLLM, else decided now. With
+    `auto`, the runtime says why it was picked (`picked_because`: the start line and the recap show it)."""
+    choice, why = settings.runtime, ""
+    previous = recorded(settings) if choice == "auto" else None
+    if previous is not None:
+        choice, why = previous, f"the runtime the last up started on port {settings.port} (.kit/run/)"
+    runtime: Runtime
+    if choice == "native":
+        runtime = NativeRuntime(settings)
+        runtime.picked_because = why
+        return runtime
+    try:
+        found = find_docker()
+    except compose.ComposeUnavailable as exc:
+        if choice == "auto":
+            runtime = NativeRuntime(settings)
+            runtime.picked_because = f"no Docker to use: {exc}"
+            return runtime
+        how = "started it" if settings.runtime == "auto" else "is asked for"
+        raise SettingsError(
+            f"RUNTIME={choice} is invalid here: it {how}, and it needs a Docker engine with "
+            f"Compose (the docker compose plugin, or docker-compose 1.28+), but {exc}. "
+            "Start Docker, or set RUNTIME=native"
+        ) from None
+    runtime = DockerRuntime(settings, TRACKS[CPU.runtime if choice == "auto" else choice], found)
+    if settings.runtime == "auto":
+        runtime.picked_because = why or (
+            f"a Docker engine answers `docker info` and {found.label} is installed; "
+            "RUNTIME=native bash up.sh serves without Docker"
+        )
+    return runtime
+
+
+def vllm_runtimes(settings: Settings) -> list[Runtime]:
+    """vLLM as RUNTIME says; with REPLICAS=N > 1, N native replicas and the router on VLLM_PORT, in start order."""
+    if settings.replicas == 1:
+        return [select(settings)]
+    if settings.runtime not in ("native", "auto"):
+        raise SettingsError(
+            f"REPLICAS={settings.replicas} is invalid with RUNTIME={settings.runtime}: the kit runs "
+            "replicas natively only (for Kubernetes: python -m serve.kube); set RUNTIME=native "
+            "or REPLICAS=1"
+        )
+    ports = replicas.replica_ports(settings)
+    engines: list[Runtime] = [
+        NativeRuntime(settings, share, port) for share, port in zip(replicas.shares(settings), ports, strict=True)
+    ]
+    return [
+        *engines,
+        RouterRuntime(settings, [settings.url_for(port) for port in ports], replicas.metrics_port(settings)),
+    ]
+
+
+def vllm_installs(settings: Settings) -> list[Runtime]:
+    """The native vLLM venv and model, whatever RUNTIME says; the router's venv too when REPLICAS > 1."""
+    if settings.replicas == 1:
+        return [NativeRuntime(settings)]
+    return [NativeRuntime(settings), RouterRuntime(settings, [], replicas.metrics_port(settings))]
+
+
+def vllm_to_stop(settings: Settings) -> list[Runtime]:
+    """What `down` stops for vLLM: the runtimes of vllm_runtimes, except for RUNTIME=auto on a port with no
+    record of what `up` started there: then the native server and, when an engine answers, the Docker CPU
+    container, both (down stops what runs of either and says which). Docker first: down goes in reverse (a
+    router before its replicas), so the native server stops first; a container's stop waits for the port,
+    which a native server would hold."""
+    if settings.runtime != "auto" or settings.replicas != 1 or recorded(settings) is not None:
+        return vllm_runtimes(settings)
+    native = NativeRuntime(settings)
+    try:
+        found = find_docker()
+    except compose.ComposeUnavailable:
+        return [native]
+    return [DockerRuntime(settings, CPU, found), native]
+
+
+# Every engine ENGINES may name, in the order `up` starts them: its runtimes for these settings.
+ENGINES: dict[str, Callable[[Settings], list[Runtime]]] = {
+    "vllm": vllm_runtimes,
+    "llamacpp": lambda settings: [LlamaCppRuntime(settings)],
+    "llamaserver": lambda settings: [LlamaServerRuntime(settings)],
+}
+# What `python -m serve install` readies.
+INSTALLS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_installs}
+# What `python -m serve down` stops.
+STOPS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_to_stop}
+
+
+def for_engines(
+    settings: Settings, factories: dict[str, Callable[[Settings], list[Runtime]]] = ENGINES
+) -> list[Runtime]:
+    """The runtimes of the engines in ENGINES, in start order."""
+    return [
+        runtime for engine, factory in factories.items() if engine in settings.engines for runtime in factory(settings)
+    ]
+
+
+def stop_each(started: list[Runtime], remove_volumes: bool = False) -> list[Runtime]:
+    """Stop each runtime, the last started first; the ones that were running. With `remove_volumes`, a native
+    server looked at beside the Docker track (RUNTIME=auto with no record) is stopped as it is; alone, it
+    is refused (it has no volumes)."""
+    beside_docker = any(isinstance(runtime, DockerRuntime) for runtime in started)
+    stopped = []
+    for runtime in reversed(started):
+        plain = beside_docker and not isinstance(runtime, DockerRuntime)
+        if runtime.stop() if plain else stop(runtime, remove_volumes):
+            stopped.append(runtime)
+    return stopped
+
+
+def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:
+    """Stop what this kit started; `remove_volumes` also drops the Docker tracks' model cache."""
+    if not remove_volumes:
+        return runtime.stop()
+    if not isinstance(runtime, DockerRuntime):
+        raise SettingsError(
+            f"RUNTIME={runtime.name} has no Docker volumes to remove (--volumes is for "
+            f"RUNTIME=docker|docker-gpu; the native model lives in {MODEL_DIR})"
+        )
+    return runtime.stop(remove_volumes=True)
