@@ -23,9 +23,9 @@ from serve.engines import llama_server
 from serve.engines.llama_server import LlamaServerRuntime
 from serve.engines.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
 from serve.engines.native import NativeRuntime
+from serve.engines.runtimes import ENGINES
 from serve.processes.process import free_port
 
-ENGINES = ("vllm", "llamacpp", "llamaserver")
 LLAMACPP_SEQUENCES_PER_STEP = 1  # its server runs one request at a time; the others wait
 SLOTS = "LLAMA_SERVER_SLOTS"
 RESERVED_CPUS = "VLLM_CPU_NUM_OF_RESERVED_CPU"  # vLLM's own: 0 binds its compute threads to every core

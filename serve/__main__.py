@@ -129,21 +129,21 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
     """Stop the engines in ENGINES on the configured ports (the router before its replicas, all the replicas
     the last `up` started); name any other one of ours still running."""
     settings = replicas.as_started(settings)
-    for engine, factory in runtimes.STOPS.items():
-        started = factory(settings)
-        if engine not in settings.engines:
+    for engine in runtimes.ENGINES.values():
+        started = engine.for_job("stops", settings)
+        if engine.name not in settings.engines:
             for runtime in started:
                 if runtime.running_pid() is not None:
                     console.print(
                         f"{runtime.label} still runs on port {runtime.port} (not in ENGINES="
-                        f"{','.join(settings.engines)}); stop it with ENGINES={engine} bash down.sh"
+                        f"{','.join(settings.engines)}); stop it with ENGINES={engine.name} bash down.sh"
                     )
             continue
         stopped = runtimes.stop_each(started, remove_volumes)
         for runtime in started:
             runtimes.forget(settings, runtime)  # nothing of it runs now
         report_stopped(started, stopped)
-        if engine == "vllm":
+        if engine.name == "vllm":
             replicas.forget(settings)
     return 0
 
@@ -193,7 +193,7 @@ def status(settings: Settings) -> int:
 
 def prepare(settings: Settings) -> int:
     """Install every engine in ENGINES (tests/run.sh asks for all), the native vLLM whatever RUNTIME says."""
-    engines = runtimes.for_engines(settings, runtimes.INSTALLS)
+    engines = runtimes.for_engines(settings, "installs")
     check_system(engines)
     for runtime in engines:
         runtime.install()
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.load()
         if args.command not in ("up", "down"):
             return COMMANDS[args.command](settings)
-        ports = [settings.engine_port(engine) for engine in settings.engines]
+        ports = [runtimes.ENGINES[engine].port(settings) for engine in settings.engines]
         with process.port_lock(RUN_DIR, ports, console.print):
             if args.command == "down":
                 return down(settings, remove_volumes=args.volumes)

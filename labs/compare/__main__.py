@@ -23,7 +23,7 @@ from labs.compare.run import check, engine_died, http_client, run_phase, warm_up
 from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, phases, targets
 from labs.results import command_line
 from serve.config.settings import ROOT, Settings, SettingsError, engine_list
-from serve.engines.llamacpp import LLAMACPP_VERSION
+from serve.engines.runtimes import ENGINES
 from ui.cli import KitArgumentParser
 from ui.progress import console, err_console, fail
 
@@ -73,14 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def engine_settings(settings: Settings) -> dict[str, str]:
     """What the kit starts each engine with (as configured here; a server started otherwise may differ)."""
-    return {
-        "vllm": f"(as configured: DTYPE={settings.dtype}, MAX_NUM_SEQS={settings.max_num_seqs or 'auto'}, "
-        f"VLLM_CPU_OMP_THREADS_BIND={settings.omp_threads_bind})",
-        "llamacpp": f"(as configured: llama-cpp-python {LLAMACPP_VERSION}, Q4_1 GGUF, "
-        f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()})",
-        "llamaserver": f"(as configured: llama.cpp's llama-server from llama-cpp-python {LLAMACPP_VERSION}'s "
-        f"source, Q4_1 GGUF, LLAMA_SERVER_SLOTS={settings.llama_server_slots})",
-    }
+    return {name: f"(as configured: {engine.configured(settings)})" for name, engine in ENGINES.items()}
 
 
 def print_request(engine: str, mode: str, record: RequestRecord) -> None:

@@ -7,7 +7,7 @@ from itertools import cycle, islice
 
 from client.endpoint import Endpoint
 from serve.config.settings import Settings, load_env
-from serve.engines.llamacpp import MODEL_ALIAS
+from serve.engines.runtimes import ENGINES
 
 MAX_TOKENS = 48
 DEFAULT_N = 3
@@ -60,18 +60,19 @@ def phases(n: int) -> tuple[Phase, ...]:
 
 def targets(settings: Settings, engines: tuple[str, ...] | None = None) -> tuple[Endpoint, ...]:
     """The configured engines (ENGINES), each at its configured port, with the key the kit sends there."""
-    where = {
-        "vllm": (settings.base_url, settings.model_name, "VLLM_PORT"),
-        "llamacpp": (settings.url_for(settings.llamacpp_port), MODEL_ALIAS, "LLAMACPP_PORT"),
-        "llamaserver": (settings.url_for(settings.llama_server_port), MODEL_ALIAS, "LLAMA_SERVER_PORT"),
-    }
     env = load_env()
     endpoints = []
-    for engine in engines or settings.engines:
-        root_url, model, port_setting = where[engine]
+    for name in engines or settings.engines:
+        engine = ENGINES[name]
         endpoints.append(
             Endpoint.at(
-                engine, f"{root_url}/v1", model, env, kind=engine, url_source=port_setting, model_source=MODEL_SOURCE
+                name,
+                f"{engine.base_url(settings)}/v1",
+                engine.served_model(settings),
+                env,
+                kind=name,
+                url_source=engine.port_setting,
+                model_source=MODEL_SOURCE,
             )
         )
     return tuple(endpoints)

@@ -573,10 +573,6 @@ class Settings:
         """Where clients on this machine reach the engine (0.0.0.0 binds are reached on loopback)."""
         return self.url_for(self.port)
 
-    def engine_port(self, engine: str) -> int:
-        """The port users reach an engine of ENGINES on (`up` and `down` lock it while they work)."""
-        return {"vllm": self.port, "llamacpp": self.llamacpp_port, "llamaserver": self.llama_server_port}[engine]
-
     def url_for(self, port: int) -> str:
         """http://host:port for an engine bound to VLLM_HOST (0.0.0.0 binds are reached on loopback)."""
         reach = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host

@@ -36,7 +36,7 @@ from serve.engines.llamacpp import (
     Install,
     pip_detail,
 )
-from serve.engines.runtime import Started
+from serve.engines.runtime import Engine, Started
 from serve.processes import process
 from serve.processes.health import is_healthy
 from serve.processes.local_server import LOG_DIR, LocalServer
@@ -260,3 +260,16 @@ class LlamaServerRuntime(GgufRuntime):
             ),
             ("binary", str(BINARY)),
         ]
+
+
+ENGINE = Engine(
+    "llamaserver",
+    "LLAMA_SERVER_PORT",
+    port=lambda settings: settings.llama_server_port,
+    served_model=lambda settings: MODEL_ALIAS,
+    configured=lambda settings: (
+        f"llama.cpp's llama-server from llama-cpp-python {LLAMACPP_VERSION}'s source, Q4_1 GGUF, "
+        f"LLAMA_SERVER_SLOTS={settings.llama_server_slots}"
+    ),
+    runtimes=lambda settings: [LlamaServerRuntime(settings)],
+)

@@ -24,7 +24,7 @@ from serve.config.machine import detect
 from serve.config.model import MODEL_PACKAGE, gguf_in
 from serve.config.settings import CACHE_DIR, STATE_DIR, Settings
 from serve.config.vllm_command import Resolved, resolve_threads
-from serve.engines.runtime import Started
+from serve.engines.runtime import Engine, Started
 from serve.install import system
 from serve.install.venv import Venv
 from serve.processes.local_server import LOG_DIR, LocalRuntime, LocalServer
@@ -232,3 +232,16 @@ class LlamaCppRuntime(GgufRuntime):
             + " (LLAMACPP_INTERRUPT_REQUESTS)"
         )
         return [("threads", str(self.threads())), ("requests", requests)]
+
+
+ENGINE = Engine(
+    "llamacpp",
+    "LLAMACPP_PORT",
+    port=lambda settings: settings.llamacpp_port,
+    served_model=lambda settings: MODEL_ALIAS,
+    configured=lambda settings: (
+        f"llama-cpp-python {LLAMACPP_VERSION}, Q4_1 GGUF, "
+        f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()}"
+    ),
+    runtimes=lambda settings: [LlamaCppRuntime(settings)],
+)

@@ -6,9 +6,10 @@ vLLM on the native venv or in a compose service, llama.cpp's server: each is a `
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from serve.config import preflight
 from serve.config.model import quantization_for, served_model_facts
@@ -157,3 +158,29 @@ def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:
     if resolved.kv_cache_space_gib is not None:
         rows.append(("KV budget", f"{resolved.kv_cache_space_gib} GiB ({resolved.kv_cache_space_reason})"))
     return rows
+
+
+Job = Literal["runtimes", "installs", "stops"]
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """One engine ENGINES may name, declared once beside its runtimes (serve/engines/runtimes.py collects them):
+    where clients reach it, what it serves, how it is configured, and the runtimes `up`, `install` and `down` drive.
+    The comparison lab and the benchmarks read it too; a new engine is one module declaring one of these."""
+
+    name: str  # its name in ENGINES: "vllm", "llamacpp"
+    port_setting: str  # the setting that moves it: "VLLM_PORT"
+    port: Callable[[Settings], int]
+    served_model: Callable[[Settings], str]  # the model name clients ask for
+    configured: Callable[[Settings], str]  # what the kit starts it with, as these settings say
+    runtimes: Callable[[Settings], list[Runtime]]  # what `up` starts, in order
+    installs: Callable[[Settings], list[Runtime]] | None = None  # what `install` readies; None: the runtimes
+    stops: Callable[[Settings], list[Runtime]] | None = None  # what `down` stops; None: the runtimes
+
+    def base_url(self, settings: Settings) -> str:
+        return settings.url_for(self.port(settings))
+
+    def for_job(self, job: Job, settings: Settings) -> list[Runtime]:
+        """The runtimes `up` starts ("runtimes"), `install` readies ("installs") or `down` stops ("stops")."""
+        return (getattr(self, job) or self.runtimes)(settings)

@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 from serve.config.model import MODEL_DIR
 from serve.config.settings import Settings, SettingsError
-from serve.engines import compose, replicas
+from serve.engines import compose, llama_server, llamacpp, replicas
 from serve.engines.docker import CPU, TRACKS, DockerRuntime
-from serve.engines.llama_server import LlamaServerRuntime
-from serve.engines.llamacpp import LlamaCppRuntime
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime
-from serve.engines.runtime import Runtime
+from serve.engines.runtime import Engine, Job, Runtime
 from serve.processes.local_server import RUN_DIR
 
 DOCKER_PROBE_TIMEOUT_S = 15
@@ -153,24 +150,30 @@ def vllm_to_stop(settings: Settings) -> list[Runtime]:
     return [DockerRuntime(settings, CPU, found), native]
 
 
-# Every engine ENGINES may name, in the order `up` starts them: its runtimes for these settings.
-ENGINES: dict[str, Callable[[Settings], list[Runtime]]] = {
-    "vllm": vllm_runtimes,
-    "llamacpp": lambda settings: [LlamaCppRuntime(settings)],
-    "llamaserver": lambda settings: [LlamaServerRuntime(settings)],
-}
-# What `python -m serve install` readies.
-INSTALLS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_installs}
-# What `python -m serve down` stops.
-STOPS: dict[str, Callable[[Settings], list[Runtime]]] = {**ENGINES, "vllm": vllm_to_stop}
+VLLM = Engine(
+    "vllm",
+    "VLLM_PORT",
+    port=lambda settings: settings.port,
+    served_model=lambda settings: settings.model_name,
+    configured=lambda settings: (
+        f"DTYPE={settings.dtype}, QUANTIZATION={settings.quantization}, "
+        f"MAX_NUM_SEQS={settings.max_num_seqs or 'auto'}, VLLM_CPU_OMP_THREADS_BIND={settings.omp_threads_bind}"
+    ),
+    runtimes=vllm_runtimes,
+    installs=vllm_installs,
+    stops=vllm_to_stop,
+)
+# Every engine ENGINES may name, in the order `up` starts them.
+ENGINES: dict[str, Engine] = {engine.name: engine for engine in (VLLM, llamacpp.ENGINE, llama_server.ENGINE)}
 
 
-def for_engines(
-    settings: Settings, factories: dict[str, Callable[[Settings], list[Runtime]]] = ENGINES
-) -> list[Runtime]:
-    """The runtimes of the engines in ENGINES, in start order."""
+def for_engines(settings: Settings, job: Job = "runtimes") -> list[Runtime]:
+    """The runtimes of the engines in ENGINES, in start order, for `job` (Engine.for_job)."""
     return [
-        runtime for engine, factory in factories.items() if engine in settings.engines for runtime in factory(settings)
+        runtime
+        for engine in ENGINES.values()
+        if engine.name in settings.engines
+        for runtime in engine.for_job(job, settings)
     ]
 
 

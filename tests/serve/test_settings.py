@@ -209,4 +209,4 @@ def test_every_engine_the_settings_accept_has_a_runtime_and_a_port() -> None:
         ("llamacpp", 8102),
         ("llamaserver", 8103),
     ]
-    assert [settings.engine_port(engine) for engine in ENGINES] == [8101, 8102, 8103]
+    assert [runtimes.ENGINES[engine].port(settings) for engine in ENGINES] == [8101, 8102, 8103]
