@@ -58,6 +58,7 @@ KIT_OWNED_FLAGS = {
 MAX_SERVER_SLOTS = 256  # vLLM's own cap on sequences in one batch (max_num_seqs)
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 T = TypeVar("T")
+N = TypeVar("N", int, float)
 
 
 class SettingsError(ValueError):
@@ -68,24 +69,26 @@ def _bad(name: str, raw: str, fix: str) -> SettingsError:
     return SettingsError(f"{name}={raw!r} is invalid: {fix}")
 
 
-def positive_int(name: str, raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise _bad(name, raw, "use a whole number greater than 0") from None
-    if value <= 0:
-        raise _bad(name, raw, "use a whole number greater than 0")
-    return value
+def bounded(convert: Callable[[str], N], within: Callable[[N], bool], fix: str) -> Callable[[str, str], N]:
+    """A parser of numbers: `convert` reads the value, `within` accepts it; else one line naming the fix."""
+
+    def parse(name: str, raw: str) -> N:
+        try:
+            value = convert(raw)
+        except ValueError:
+            raise _bad(name, raw, fix) from None
+        if not within(value):
+            raise _bad(name, raw, fix)
+        return value
+
+    return parse
 
 
-def non_negative_int(name: str, raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise _bad(name, raw, "use a whole number, 0 or more") from None
-    if value < 0:
-        raise _bad(name, raw, "use a whole number, 0 or more")
-    return value
+positive_int = bounded(int, lambda value: value > 0, "use a whole number greater than 0")
+non_negative_int = bounded(int, lambda value: value >= 0, "use a whole number, 0 or more")
+# floats: nan and inf are no sizes or fractions
+positive_number = bounded(float, lambda value: 0 < value < float("inf"), "use a number greater than 0")
+non_negative_number = bounded(float, lambda value: 0 <= value < float("inf"), "use a number, 0 or more")
 
 
 def tcp_port(name: str, raw: str) -> int:
@@ -126,26 +129,6 @@ def auto_or_whole_gib(name: str, raw: str) -> int | None:
             f"{' or '.join(str(gib) for gib in whole)}",
         )
     return int(value)
-
-
-def positive_number(name: str, raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise _bad(name, raw, "use a number greater than 0") from None
-    if not value > 0 or value == float("inf"):
-        raise _bad(name, raw, "use a number greater than 0")
-    return value
-
-
-def non_negative_number(name: str, raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise _bad(name, raw, "use a number, 0 or more") from None
-    if not value >= 0 or value == float("inf"):
-        raise _bad(name, raw, "use a number, 0 or more")
-    return value
 
 
 def thread_binding(name: str, raw: str) -> str:
