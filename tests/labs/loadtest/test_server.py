@@ -16,8 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from client.endpoint import Endpoint
-from labs.loadtest.runner import run_load
-from labs.loadtest.workload import WorkloadSpec, parse_lengths
+from labs.loadtest import WorkloadSpec, parse_lengths, run_load, summarize
 from labs.results import MeasuredEngine, load
 from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server
 from tests.support.loadtest_browser import check_page
@@ -160,6 +159,8 @@ def test_a_concurrency_cap_queues_on_the_client_not_inside_ttft(vllm_server: Ser
         assert later.sent_s >= earlier.done_s
     assert records[-1].sent_s - records[-1].scheduled_s > records[0].done_s - records[0].sent_s
     assert all(record.first_token_s - record.sent_s < 5.0 for record in records)
+    summary = summarize(result.records)  # the library's own numbers, as the CLI prints them
+    assert summary.num_ok == 4 and summary.total_output_tokens == 4 * 8, summary
 
 
 def test_sweep_side_by_side_with_llamacpp_and_the_report_in_chromium(
