@@ -207,20 +207,13 @@ def bind_host(name: str, raw: str) -> str:
     return raw
 
 
-def server_slots(name: str, raw: str) -> int:
-    """llama-server's parallel slots: each holds a MAX_MODEL_LEN context, so thousands would not fit in memory."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_SERVER_SLOTS:
-        raise _bad(
-            name,
-            raw,
-            f"use a whole number of parallel slots from 1 to {MAX_SERVER_SLOTS}, e.g. 4 "
-            "(1 queues requests as Ollama does by default)",
-        )
-    return value
+# llama-server's parallel slots: each holds a MAX_MODEL_LEN context, so thousands would not fit in memory
+server_slots = bounded(
+    int,
+    lambda value: 1 <= value <= MAX_SERVER_SLOTS,
+    f"use a whole number of parallel slots from 1 to {MAX_SERVER_SLOTS}, e.g. 4 "
+    "(1 queues requests as Ollama does by default)",
+)
 
 
 def engine_list(name: str, raw: str) -> tuple[str, ...]:
@@ -263,14 +256,7 @@ def pinned_image(name: str, raw: str) -> str:
     return raw
 
 
-def fraction(name: str, raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise _bad(name, raw, "use a fraction greater than 0 and at most 1, such as 0.90") from None
-    if not 0 < value <= 1:
-        raise _bad(name, raw, "use a fraction greater than 0 and at most 1, such as 0.90")
-    return value
+fraction = bounded(float, lambda value: 0 < value <= 1, "use a fraction greater than 0 and at most 1, such as 0.90")
 
 
 def quantization_method(name: str, raw: str) -> str:
