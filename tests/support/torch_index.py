@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,35 +17,22 @@ from pathlib import Path
 
 from serve.config.settings import DEFAULT_TORCH_INDEX_URL, ROOT
 from serve.engines.native import TORCH_VERSION
+from tests.support.wheels import downloaded_wheel
 
 WHEEL_DIR = ROOT / ".kit" / "cache" / "torch-index"
 
 
 def torch_wheel() -> Path:
     """torch's CPU wheel for this Python and machine, downloaded once."""
-    wheels = sorted(WHEEL_DIR.glob(f"torch-{TORCH_VERSION}-*.whl"))
-    if not wheels:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--dest",
-                str(WHEEL_DIR),
-                "--index-url",
-                DEFAULT_TORCH_INDEX_URL,
-                "--retries",
-                "0",
-                f"torch=={TORCH_VERSION}",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        wheels = sorted(WHEEL_DIR.glob(f"torch-{TORCH_VERSION}-*.whl"))
-    return wheels[-1]
+    return downloaded_wheel(
+        f"torch=={TORCH_VERSION}",
+        f"torch-{TORCH_VERSION}-*.whl",
+        WHEEL_DIR,
+        "--index-url",
+        DEFAULT_TORCH_INDEX_URL,
+        "--retries",
+        "0",
+    )
 
 
 def write_index(root: Path, wheels: list[Path]) -> None:
