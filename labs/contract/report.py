@@ -9,7 +9,7 @@ from pathlib import Path
 
 from client.endpoint import Endpoint
 from labs.contract.probe import CheckRecord, Verdict
-from labs.loadtest.html_report import STYLE, machine_line
+from labs.loadtest.html_report import html_page
 from labs.results import Envelope, write
 
 RESULTS_JSON = "contract.json"
@@ -102,20 +102,16 @@ def write_html(folder: Path, envelope: Envelope, endpoints: Sequence[Endpoint], 
         f"{_cell(record.verdict)}<td class='text'>{html.escape(record.evidence)}</td></tr>"
         for record in records
     )
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>OpenAI contract report</title>
-<link rel="icon" href="data:,"><style>{STYLE}</style></head>
-<body>
-<h1>OpenAI contract report</h1>
-<p>{html.escape(envelope.created_utc)} · <code>{html.escape(envelope.command)}</code></p>
-<p>{machine_line(envelope)}</p>
-<h2>Engines</h2><table><tr><th>name</th><th>/v1 URL</th><th>model</th></tr>{engines}</table>
+    page = html_page(
+        "OpenAI contract report",
+        envelope,
+        f"""<h2>Engines</h2><table><tr><th>name</th><th>/v1 URL</th><th>model</th></tr>{engines}</table>
 <h2>Matrix</h2><p>✔ answered as the contract says · differs: answered, but not as the contract says ·
 ✘ no usable answer (5xx, traceback, no connection) · n/a: the check needs what this run lacks</p>
 <table><tr>{head}</tr>{rows}</table>
-<h2>Evidence</h2><table><tr><th>check</th><th>engine</th><th>verdict</th><th>what came back</th></tr>{evidence}</table>
-</body></html>
-"""
+<h2>Evidence</h2><table><tr><th>check</th><th>engine</th><th>verdict</th><th>what came back</th></tr>
+{evidence}</table>""",
+    )
     path = folder / REPORT_HTML
     path.write_text(page)
     return path

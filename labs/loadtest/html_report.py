@@ -103,6 +103,20 @@ def machine_line(envelope: Envelope) -> str:
     )
 
 
+def html_page(title: str, envelope: Envelope, body: str) -> str:
+    """A self-contained report page: the title, when and by which command the results were made, the machine."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<link rel="icon" href="data:,"><style>{STYLE}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p>{html.escape(envelope.created_utc)} · <code>{html.escape(envelope.command)}</code></p>
+<p>{machine_line(envelope)}</p>
+{body}
+</body></html>
+"""
+
+
 def write_html(
     out_dir: Path, results: Sequence[tuple[RunResult, Summary]], plots: Sequence[Plot], envelope: Envelope
 ) -> Path:
@@ -113,19 +127,14 @@ def write_html(
     notes = "".join(
         f'<p class="note">{html.escape(name)}: {html.escape(note)}</p>' for name, note in notes_by_endpoint.items()
     )
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Load test report</title>
-<link rel="icon" href="data:,"><style>{STYLE}</style></head>
-<body>
-<h1>Load test report</h1>
-<p>{html.escape(envelope.created_utc)} · <code>{html.escape(envelope.command)}</code></p>
-<p>{machine_line(envelope)}</p>
-<h2>Runs</h2>{_runs_table(results)}{notes}
+    page = html_page(
+        "Load test report",
+        envelope,
+        f"""<h2>Runs</h2>{_runs_table(results)}{notes}
 <h2>Latencies (ms)</h2>{_latency_table(results)}
 <h2>Plots</h2>{''.join(_figure(plot) for plot in plots)}
-<h2>Definitions</h2><dl>{definitions}</dl>
-</body></html>
-"""
+<h2>Definitions</h2><dl>{definitions}</dl>""",
+    )
     path = out_dir / REPORT_HTML
     path.write_text(page)
     return path
