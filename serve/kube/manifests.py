@@ -97,14 +97,15 @@ def engine_deployment(settings: Settings, spec: EngineSpec, namespace: str) -> d
     }
 
 
-def engine_service(namespace: str) -> dict:
+def service(name: str, namespace: str, labels: dict[str, str], ports: dict[str, int]) -> dict:
+    """A ClusterIP Service in front of the pods with `labels`: each named container port at its number."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": meta(ENGINE, namespace, ENGINE_LABELS),
+        "metadata": meta(name, namespace, labels),
         "spec": {
-            "selector": dict(ENGINE_LABELS),
-            "ports": [{"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}],
+            "selector": dict(labels),
+            "ports": [{"name": port, "port": number, "targetPort": port} for port, number in ports.items()],
         },
     }
 
@@ -190,21 +191,6 @@ def router_deployment(settings: Settings, namespace: str) -> dict:
     }
 
 
-def router_service(namespace: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta(ROUTER, namespace, ROUTER_LABELS),
-        "spec": {
-            "selector": dict(ROUTER_LABELS),
-            "ports": [
-                {"name": "http", "port": ROUTER_SERVICE_PORT, "targetPort": "http"},
-                {"name": "metrics", "port": ROUTER_METRICS_PORT, "targetPort": "metrics"},
-            ],
-        },
-    }
-
-
 def scaled_object(settings: Settings, namespace: str, prometheus_url: str) -> dict:
     return {
         "apiVersion": "keda.sh/v1alpha1",
@@ -228,10 +214,12 @@ def documents(settings: Settings, spec: EngineSpec, namespace: str, prometheus_u
             }
         ],
         "engine-deployment.yaml": [engine_deployment(settings, spec, namespace)],
-        "engine-service.yaml": [engine_service(namespace)],
+        "engine-service.yaml": [service(ENGINE, namespace, ENGINE_LABELS, {"http": CONTAINER_PORT})],
         "router-rbac.yaml": router_rbac(namespace),
         "router-deployment.yaml": [router_deployment(settings, namespace)],
-        "router-service.yaml": [router_service(namespace)],
+        "router-service.yaml": [
+            service(ROUTER, namespace, ROUTER_LABELS, {"http": ROUTER_SERVICE_PORT, "metrics": ROUTER_METRICS_PORT})
+        ],
         "engine-scaledobject.yaml": [scaled_object(settings, namespace, prometheus_url)],
     }
 
