@@ -26,9 +26,10 @@ from tests.support.docs import doc_commands
 ABSENT_REPOSITORY = "vllm-lab-kit/no-such-image"  # on no registry and not built here: pulling it always fails
 
 
-def project_containers() -> list[str]:
+def project_containers(project: str | None = None) -> list[str]:
+    """The containers, running or not, of a compose project (default: this checkout's)."""
     out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project_name()}"],
+        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project or project_name()}"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -244,14 +245,7 @@ def test_the_readme_ollama_commands_select_the_profile_here(docker_engine: Engin
         down = run_bounded(as_here[2], env, 300)
         run_bounded([*as_here[2], "--volumes"], env, 300)  # the project's volumes, which `up` created
     assert down.returncode == 0, down.stdout + down.stderr
-    leftovers = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    assert leftovers.split() == []
+    assert project_containers(project) == []
 
 
 def test_a_key_guards_every_model_route_in_the_container(docker_engine: Engine, standin_image: str) -> None:

@@ -50,6 +50,18 @@ TRIGGERS = (
 )
 
 
+def kube_command(out: Path, *options: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m serve.kube --out OUT OPTIONS...` as a user runs it, with these settings."""
+    return subprocess.run(
+        [sys.executable, "-m", "serve.kube", "--out", str(out), *options],
+        cwd=ROOT,
+        env=kit_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def render(out: Path, track=CPU, **env: str) -> dict:
     """Render for settings `env` over the defaults; returns {'values': ..., 'manifests': {file: [objects]}}."""
     settings = Settings.from_env(env)
@@ -303,14 +315,7 @@ def test_gpu_track_asks_for_a_gpu_and_the_pinned_image(tmp_path: Path) -> None:
 
 
 def test_a_policy_the_charts_router_lacks_falls_back_and_says_so(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "serve.kube", "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=kit_env(ROUTER_POLICY="power_of_two"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = kube_command(tmp_path, ROUTER_POLICY="power_of_two")
     assert result.returncode == 0, result.stderr
     assert "power_of_two has no equivalent in production-stack's router" in result.stderr
     assert yaml.safe_load((tmp_path / "values.yaml").read_text())["routerSpec"]["routingLogic"] == "roundrobin"
@@ -320,14 +325,7 @@ def test_a_policy_the_charts_router_lacks_falls_back_and_says_so(tmp_path: Path)
 
 
 def test_replicas_outside_kedas_bounds_are_written_with_a_warning(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "serve.kube", "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=kit_env(REPLICAS="5"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = kube_command(tmp_path, REPLICAS="5")
     assert result.returncode == 0, result.stderr
     assert "REPLICAS=5 is outside KEDA_MIN_REPLICAS..KEDA_MAX_REPLICAS (1..3)" in " ".join(result.stderr.split())
     engine = yaml.safe_load((tmp_path / "manifests" / "engine-deployment.yaml").read_text())
@@ -346,14 +344,7 @@ def test_replicas_outside_kedas_bounds_are_written_with_a_warning(tmp_path: Path
 def test_a_bad_setting_is_refused_with_one_line_and_nothing_written(
     tmp_path: Path, name: str, value: str, says: str
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "serve.kube", "--out", str(tmp_path / "k8s")],
-        cwd=ROOT,
-        env=kit_env(**{name: value}),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = kube_command(tmp_path / "k8s", **{name: value})
     assert result.returncode == 2, result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and says in errors[0], result.stderr
@@ -366,14 +357,7 @@ def test_a_bad_option_is_refused_where_it_is_typed(tmp_path: Path) -> None:
         ("--image", "myregistry/vllm-cpu:latest"),
         ("--prometheus-url", "prometheus:9090"),
     ):
-        result = subprocess.run(
-            [sys.executable, "-m", "serve.kube", "--out", str(tmp_path), option, value],
-            cwd=ROOT,
-            env=kit_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = kube_command(tmp_path, option, value)
         assert result.returncode == 2 and result.stderr.startswith("error: python -m serve.kube:"), result.stderr
 
 
