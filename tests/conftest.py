@@ -42,6 +42,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [line] if line else []
 
 
+# Fixtures that start a real engine for the tests that ask: vLLM, llama.cpp's server, a Docker engine.
+ENGINE_FIXTURES = frozenset({"vllm_server", "llamacpp_server", "docker_engine"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for a real engine is a server test whatever its module says: `-m "not server"` leaves it
+    out, and the mark cannot be forgotten."""
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+
+
 @pytest.hookimpl(trylast=True)  # after the durations, just above the short summary: seen with the results
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     line = torch_tests_left_out(config)
