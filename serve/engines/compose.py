@@ -35,6 +35,12 @@ class Compose:
     def label(self) -> str:
         return f"{' '.join(self.argv)} {self.version}"
 
+    @property
+    def build_flags(self) -> tuple[str, ...]:
+        """v1 builds with Docker's classic builder, which keeps a failed step's container unless told not to;
+        v2 builds with BuildKit, which keeps none (and has no such flag)."""
+        return ("--force-rm",) if self.version.split(".")[0] == "1" else ()
+
 
 def _probe(argv: list[str]) -> tuple[str, tuple[int, int]]:
     """`argv version` -> ('2.29.7', (2, 29)); ComposeUnavailable saying why when it does not answer."""

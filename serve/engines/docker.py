@@ -234,7 +234,7 @@ class DockerRuntime(VllmRuntime):
                 run_logged(
                     f"Building the patched CPU image (Dockerfile.cpu on {self.image()}; the first build "
                     "downloads several GB: slow, not hung)",
-                    self.compose("build", service),
+                    self.compose("build", *self.compose_cli.build_flags, service),
                     self.compose_log,
                     env=env,
                 )

@@ -26,6 +26,14 @@ from tests.support.docs import doc_commands
 ABSENT_REPOSITORY = "vllm-lab-kit/no-such-image"  # on no registry and not built here: pulling it always fails
 
 
+def created_containers() -> set[str]:
+    """Containers created and never started: what a failed step of Docker's classic builder leaves behind."""
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "status=created"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    return set(out.split())
+
+
 def project_containers(project: str | None = None) -> list[str]:
     """The containers, running or not, of a compose project (default: this checkout's)."""
     out = subprocess.run(
@@ -152,6 +160,7 @@ def test_a_build_that_fails_after_its_base_image_names_no_image_way_out(docker_e
     archive = subprocess.run(["tar", "-c", "-C", str(tmp_path), "marker"], capture_output=True, check=True).stdout
     imported = subprocess.run(["docker", "import", "-", base], input=archive, capture_output=True, timeout=120)
     assert imported.returncode == 0, imported.stderr
+    created_before = created_containers()
     try:
         env = kit_env(RUNTIME="docker", VLLM_PORT=str(free_port()), CPU_BASE_IMAGE=base)
         up = run_script("up.sh", env, timeout_s=300)  # Dockerfile.cpu's first RUN finds no shell there
@@ -160,6 +169,7 @@ def test_a_build_that_fails_after_its_base_image_names_no_image_way_out(docker_e
     assert up.returncode == 1 and len(errors(up.stderr)) == 1, up.stdout + up.stderr
     assert "could not be fetched" not in up.stderr and "RUNTIME=auto picked" not in up.stdout
     assert project_containers() == []
+    assert created_containers() - created_before == set()  # the failed step's container is removed (--force-rm)
 
 
 def test_a_failing_gpu_pull_surfaces_its_error_and_starts_nothing(docker_engine: Engine) -> None:
