@@ -218,10 +218,10 @@ class LlamaServerRuntime(GgufRuntime):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.port = settings.llama_server_port
+        self.port = ENGINE.port(settings)
         self.slots = settings.llama_server_slots
         self.server = LocalServer.of(
-            settings, "llama-server", "llamaserver", str(BINARY), self.port, "LLAMA_SERVER_PORT", HEALTH_PATH
+            settings, "llama-server", "llamaserver", str(BINARY), self.port, ENGINE.port_setting, HEALTH_PATH
         )
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:

@@ -188,9 +188,9 @@ class LlamaCppRuntime(GgufRuntime):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.port = settings.llamacpp_port
+        self.port = ENGINE.port(settings)
         self.server = LocalServer.of(
-            settings, "llama.cpp", "llamacpp", SERVER_MODULE, self.port, "LLAMACPP_PORT", HEALTH_PATH
+            settings, "llama.cpp", "llamacpp", SERVER_MODULE, self.port, ENGINE.port_setting, HEALTH_PATH
         )
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
