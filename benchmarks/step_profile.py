@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import psutil
 
-from benchmarks.arms import Arm, Served, parse_overrides, serving
+from benchmarks.arms import Arm, Served, add_cpu_isa_argument, parse_overrides, serving, use_cpu_isa
 from client.endpoint import Endpoint, EndpointError
 from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
@@ -392,6 +392,7 @@ def build_parser() -> KitArgumentParser:
         help="profile the vLLM already running at this /v1 URL "
         "(this machine's) instead of starting one, e.g. http://127.0.0.1:8009/v1",
     )
+    add_cpu_isa_argument(parser)
     parser.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, help="seconds per window")
     parser.add_argument("--rate", type=positive_int, default=DEFAULT_RATE_HZ, help="py-spy samples a second")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and the stacks")
@@ -429,6 +430,7 @@ def main(argv: list[str] | None = None) -> None:
             write(args.reread / "results.json", *reread(args.reread))
             return
         arm = Arm("kit", "vllm", parse_overrides(args.set), "the kit's defaults", attach_url=args.attach)
+        use_cpu_isa(args.cpu_isa)
         args.out.mkdir(parents=True, exist_ok=True)
         with serving(arm) as served:
             found = profile(args, arm, served)
