@@ -19,11 +19,12 @@ from serve.config.model import served_model_facts
 from serve.config.settings import KNOBS, Settings, load_env
 from serve.config.sizing import V1_CPU_BLOCK_SIZE
 from serve.config.vllm_command import Resolved, resolve, resolve_threads
-from serve.engines import llama_server
 from serve.engines.llama_server import LlamaServerRuntime
-from serve.engines.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
+from serve.engines.llamacpp import MODEL_ALIAS, LlamaCppRuntime
 from serve.engines.native import NativeRuntime
 from serve.engines.runtimes import ENGINES
+from serve.install import llama_server_build
+from serve.install.llamacpp_venv import gguf_path
 from serve.processes.process import free_port
 
 LLAMACPP_SEQUENCES_PER_STEP = 1  # its server runs one request at a time; the others wait
@@ -262,14 +263,14 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
 
 def _llama_server(arm: Arm, settings: Settings) -> Iterator[Served]:
     """serving() for llama-server: it decodes up to LLAMA_SERVER_SLOTS sequences per step."""
-    llama_server.install()  # the GGUF it serves, and the binary
+    llama_server_build.install()  # the GGUF it serves, and the binary
     resolved = {
-        "gguf": llama_server.GGUF.name,
+        "gguf": llama_server_build.GGUF.name,
         "threads": resolve_threads(settings, detect())[0],
         "slots": settings.llama_server_slots,
         "ctx_size": settings.llama_server_slots * settings.max_model_len,
     }
-    weight_bytes = os.path.getsize(llama_server.GGUF)
+    weight_bytes = os.path.getsize(llama_server_build.GGUF)
     if arm.attach_url:
         yield Served(arm.attach_url, MODEL_ALIAS, weight_bytes, settings.llama_server_slots, resolved)
         return

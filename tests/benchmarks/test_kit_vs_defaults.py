@@ -30,7 +30,7 @@ from benchmarks.arms import (
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
 from serve.config.settings import Settings
-from serve.engines.native import PATCH_DIR, VENV
+from serve.install.vllm_venv import PATCH_DIR, VENV
 from tests.conftest import ROOT, Server, start_server, stop_server
 from tests.support.docs import doc_commands, run_doc
 

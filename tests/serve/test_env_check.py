@@ -9,8 +9,8 @@ import pytest
 
 from serve.config import env_check
 from serve.config.settings import KNOBS, Settings
-from serve.engines.native import VENV as VLLM_VENV
 from serve.engines.native import NativeRuntime
+from serve.install.vllm_venv import VENV as VLLM_VENV
 from tests.conftest import ROOT, kit_env, run_script
 
 DEFAULTS = {knob.env: knob.default for knob in KNOBS}
