@@ -32,9 +32,6 @@ CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit ships and serves by default
-# llamacpp: the Ollama-class llama.cpp server (serve/engines/llamacpp.py); llamaserver: llama.cpp's own C++ server with
-# parallel slots (serve/engines/llama_server.py)
-ENGINES = ("vllm", "llamacpp", "llamaserver")
 # auto: int8 natively where it was measured to win (serve/config/model.py), else none; none: the float weights;
 # int8: the CPU track's int8 W8A8 checkpoint, prepared natively (serve/install/quantize.py); awq/gptq/fp8: the
 # GPU track's
@@ -298,14 +295,17 @@ class Knob:
     default: str  # as `.env` writes it, parsed like any other value
     parse: Callable[[str, str], Any]
     why: str
+    serves: str | None = None  # a port setting: the engine ENGINES may name that listens there
 
 
-def setting(env: str, default: str, parse: Callable[[str, str], T], why: str) -> T:
+def setting(env: str, default: str, parse: Callable[[str, str], T], why: str, serves: str | None = None) -> T:
     """Declare a Settings field read from the variable `env`: `parse(env, raw)` turns its text into the field's type
-    (or raises SettingsError naming the fix) and `why` is its one line in .env.example and the README."""
+    (or raises SettingsError naming the fix) and `why` is its one line in .env.example and the README. A port
+    setting names the engine that `serves` there: that makes the engine one ENGINES may name, and its port one of
+    the kit's own (api_key_for)."""
     if not callable(parse):  # a parser named like a field declared above it would be that field here
         raise TypeError(f"{env}: {parse!r} is not a parser")
-    return field(metadata={"env": env, "default": default, "parse": parse, "why": why})
+    return field(metadata={"env": env, "default": default, "parse": parse, "why": why, "serves": serves})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -334,7 +334,7 @@ class Settings:
     host: str = setting(
         "VLLM_HOST", "127.0.0.1", bind_host, "bind address; 127.0.0.1 keeps the engine private to this machine"
     )
-    port: int = setting("VLLM_PORT", "8009", tcp_port, "the port of the OpenAI-compatible /v1 API")
+    port: int = setting("VLLM_PORT", "8009", tcp_port, "the port of the OpenAI-compatible /v1 API", serves="vllm")
     dtype: str = setting(
         "DTYPE", "auto", choice(*DTYPES), "auto = bfloat16 where the CPU has BF16 instructions, else float32"
     )
@@ -443,7 +443,7 @@ class Settings:
         pinned_image,
         "the GPU track's image, pinned so a rebuild serves the same vLLM",
     )
-    gpu_port: int = setting("GPU_PORT", "8000", tcp_port, "port of the GPU track's /v1 API")
+    gpu_port: int = setting("GPU_PORT", "8000", tcp_port, "port of the GPU track's /v1 API", serves="vllm")
     gpu_memory_utilization: float = setting(
         "GPU_MEMORY_UTILIZATION",
         "0.90",
@@ -466,12 +466,13 @@ class Settings:
         engine_list,
         "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both",
     )
-    llamacpp_port: int = setting(
+    llamacpp_port: int = setting(  # serve/engines/llamacpp.py: the Ollama-class llama.cpp server
         "LLAMACPP_PORT",
         "11434",
         tcp_port,
         "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no change; "
         "Ollama's own /api routes are not served)",
+        serves="llamacpp",
     )
     llamacpp_interrupt_requests: bool = setting(
         "LLAMACPP_INTERRUPT_REQUESTS",
@@ -480,8 +481,12 @@ class Settings:
         "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
         "llama-cpp-python's own default: a new request cuts the running stream short",
     )
-    llama_server_port: int = setting(
-        "LLAMA_SERVER_PORT", "8089", tcp_port, "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)"
+    llama_server_port: int = setting(  # serve/engines/llama_server.py: llama.cpp's own C++ server, parallel slots
+        "LLAMA_SERVER_PORT",
+        "8089",
+        tcp_port,
+        "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)",
+        serves="llamaserver",
     )
     llama_server_slots: int = setting(
         "LLAMA_SERVER_SLOTS",
@@ -542,6 +547,10 @@ class Settings:
         """Where clients on this machine reach the engine (0.0.0.0 binds are reached on loopback)."""
         return self.url_for(self.port)
 
+    def port_of(self, port_setting: str) -> int:
+        """The port a port setting holds: port_of("GPU_PORT") is gpu_port."""
+        return getattr(self, PORT_FIELDS[port_setting])
+
     def url_for(self, port: int) -> str:
         """http://host:port for an engine bound to VLLM_HOST (0.0.0.0 binds are reached on loopback)."""
         reach = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
@@ -561,6 +570,10 @@ class Settings:
 KNOBS: tuple[Knob, ...] = tuple(
     Knob(field=item.name, **item.metadata) for item in fields(Settings) if "env" in item.metadata
 )
+PORT_FIELDS = {knob.env: knob.field for knob in KNOBS if knob.serves}  # the kit's engines' ports
+# The engines ENGINES may name, in declaration order: those a port setting serves (serve/engines/runtimes.py
+# registers each under the same name).
+ENGINES: tuple[str, ...] = tuple(dict.fromkeys(knob.serves for knob in KNOBS if knob.serves))
 
 
 def env_file() -> Path:
@@ -573,18 +586,14 @@ def env_file() -> Path:
 def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
     """The key to send to `url` and the variable it came from.
 
-    The kit's own engines (loopback or VLLM_HOST, on VLLM_PORT, LLAMACPP_PORT or LLAMA_SERVER_PORT) get
+    The kit's own engines (loopback or VLLM_HOST, on a port setting that serves one: VLLM_PORT, GPU_PORT, ...) get
     VLLM_API_KEY: a real OpenAI key exported in the shell must not be sent there. Any other URL gets
     OPENAI_API_KEY, else VLLM_API_KEY. (None, "") when neither is set.
     """
     kit_key, openai_key = env.get("VLLM_API_KEY") or None, env.get("OPENAI_API_KEY") or None
     parts = urlsplit(url)
     kit_hosts = {"127.0.0.1", "localhost", "::1", env.get("VLLM_HOST", "127.0.0.1")}
-    kit_ports = {
-        env.get(knob.env, knob.default)
-        for knob in KNOBS
-        if knob.env in ("VLLM_PORT", "LLAMACPP_PORT", "LLAMA_SERVER_PORT")
-    }
+    kit_ports = {env.get(knob.env, knob.default) for knob in KNOBS if knob.serves}
     try:
         port = str(parts.port or "")
     except ValueError:

@@ -27,14 +27,15 @@ class LlamaServerRuntime(GgufRuntime):
     engine = "llamaserver"
     label = "llama-server"
     name = "llama-server"
+    port_setting = "LLAMA_SERVER_PORT"
     installs = Install(run=install, will_build=will_build)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.port = ENGINE.port(settings)
+        self.port = settings.port_of(self.port_setting)
         self.slots = settings.llama_server_slots
         self.server = LocalServer.of(
-            settings, "llama-server", "llamaserver", str(BINARY), self.port, ENGINE.port_setting, HEALTH_PATH
+            settings, "llama-server", "llamaserver", str(BINARY), self.port, self.port_setting, HEALTH_PATH
         )
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
@@ -77,8 +78,7 @@ class LlamaServerRuntime(GgufRuntime):
 
 ENGINE = Engine(
     "llamaserver",
-    "LLAMA_SERVER_PORT",
-    port=lambda settings: settings.llama_server_port,
+    port_setting=lambda settings: LlamaServerRuntime.port_setting,
     served_model=lambda settings: MODEL_ALIAS,
     configured=lambda settings: (
         f"llama.cpp's llama-server from llama-cpp-python {LLAMACPP_VERSION}'s source, Q4_1 GGUF, "

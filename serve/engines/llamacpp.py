@@ -77,13 +77,14 @@ class LlamaCppRuntime(GgufRuntime):
     label = "llama.cpp"
     name = "llama.cpp"
     port_hint = " (an Ollama?)"
+    port_setting = "LLAMACPP_PORT"
     installs = Install(run=install, will_build=will_build)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.port = ENGINE.port(settings)
+        self.port = settings.port_of(self.port_setting)
         self.server = LocalServer.of(
-            settings, "llama.cpp", "llamacpp", SERVER_MODULE, self.port, ENGINE.port_setting, HEALTH_PATH
+            settings, "llama.cpp", "llamacpp", SERVER_MODULE, self.port, self.port_setting, HEALTH_PATH
         )
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
@@ -129,8 +130,7 @@ class LlamaCppRuntime(GgufRuntime):
 
 ENGINE = Engine(
     "llamacpp",
-    "LLAMACPP_PORT",
-    port=lambda settings: settings.llamacpp_port,
+    port_setting=lambda settings: LlamaCppRuntime.port_setting,
     served_model=lambda settings: MODEL_ALIAS,
     configured=lambda settings: (
         f"llama-cpp-python {LLAMACPP_VERSION}, Q4_1 GGUF, "

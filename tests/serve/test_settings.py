@@ -210,3 +210,10 @@ def test_every_engine_the_settings_accept_has_a_runtime_and_a_port() -> None:
         ("llamaserver", 8103),
     ]
     assert [runtimes.ENGINES[engine].port(settings) for engine in ENGINES] == [8101, 8102, 8103]
+
+
+def test_the_registry_holds_exactly_the_engines_a_port_setting_serves() -> None:
+    """ENGINES' names come from the port settings (serves=...): a registry without one of them fails at import."""
+    assert ENGINES == ("vllm", "llamacpp", "llamaserver")
+    with pytest.raises(TypeError, match="serves=NAME"):
+        runtimes.registry(runtimes.VLLM)
