@@ -35,7 +35,6 @@ from serve.config.sizing import (
     parse_memory_size,
 )
 from serve.config.vllm_command import Resolved, parse_version
-from ui.progress import console
 
 CONTAINER_RUNTIMES = ("docker",)  # capped by MEMORY_LIMIT
 GPU_RUNTIMES = ("docker-gpu",)  # KV pool set by GPU memory utilization, not VLLM_CPU_KVCACHE_SPACE
@@ -60,8 +59,16 @@ class Finding:
 
 @dataclass(slots=True)
 class Verdict:
+    """What the preflight found: refusals (the first one stops the start), warnings, and notes on what it could not
+    check. It prints nothing: the caller shows `lines()`."""
+
     refusals: list[Finding] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """The warnings and notes as the console shows them (rich markup)."""
+        return [f"[yellow]warning:[/yellow] {warning.message}" for warning in self.warnings] + self.notes
 
     def refuse(self, variable: str, message: str) -> None:
         self.refusals.append(Finding(variable, message))
@@ -218,7 +225,8 @@ def quantization_problem(settings: Settings, dtype: str, runtime: str, machine: 
 
 
 def run(settings: Settings, resolved: Resolved, runtime: str) -> Verdict:
-    """Check before starting: print warnings, raise SettingsError (exit 2) on the first refusal."""
+    """Check before starting: raise SettingsError (exit 2) on the first refusal; else the verdict, whose warnings and
+    notes the caller shows."""
     problem = quantization_problem(settings, resolved.dtype, runtime, detect())
     if problem is not None:
         raise SettingsError(problem)
@@ -226,8 +234,6 @@ def run(settings: Settings, resolved: Resolved, runtime: str) -> Verdict:
     verdict = check(settings, resolved, facts, runtime, detect().memory_available_bytes)
     if verdict.refusals:
         raise SettingsError(verdict.refusals[0].message)
-    for warning in verdict.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning.message}")
     if facts is None:
-        console.print(f"preflight: no local config for MODEL_NAME={settings.model_name}; KV sizing not checked")
+        verdict.notes.append(f"preflight: no local config for MODEL_NAME={settings.model_name}; KV sizing not checked")
     return verdict

@@ -21,6 +21,18 @@ from urllib.parse import urlsplit
 
 from dotenv.main import DotEnv
 
+from ui.values import (
+    SettingsError,
+    bounded,
+    choice,
+    fraction,
+    invalid,
+    non_negative_int,
+    positive_int,
+    positive_number,
+    tcp_port,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV_FILE = ROOT / ".env"
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -55,53 +67,6 @@ KIT_OWNED_FLAGS = {
 MAX_SERVER_SLOTS = 256  # vLLM's own cap on sequences in one batch (max_num_seqs)
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 T = TypeVar("T")
-N = TypeVar("N", int, float)
-
-
-class SettingsError(ValueError):
-    """A setting is wrong; the message names the variable, the bad value and the fix."""
-
-
-def _bad(name: str, raw: str, fix: str) -> SettingsError:
-    return SettingsError(f"{name}={raw!r} is invalid: {fix}")
-
-
-def bounded(convert: Callable[[str], N], within: Callable[[N], bool], fix: str) -> Callable[[str, str], N]:
-    """A parser of numbers: `convert` reads the value, `within` accepts it; else one line naming the fix."""
-
-    def parse(name: str, raw: str) -> N:
-        try:
-            value = convert(raw)
-        except ValueError:
-            raise _bad(name, raw, fix) from None
-        if not within(value):
-            raise _bad(name, raw, fix)
-        return value
-
-    return parse
-
-
-positive_int = bounded(int, lambda value: value > 0, "use a whole number greater than 0")
-non_negative_int = bounded(int, lambda value: value >= 0, "use a whole number, 0 or more")
-# floats: nan and inf are no sizes or fractions
-positive_number = bounded(float, lambda value: 0 < value < float("inf"), "use a number greater than 0")
-non_negative_number = bounded(float, lambda value: 0 <= value < float("inf"), "use a number, 0 or more")
-
-
-def tcp_port(name: str, raw: str) -> int:
-    value = positive_int(name, raw)
-    if value > 65535:
-        raise _bad(name, raw, "use a TCP port between 1 and 65535")
-    return value
-
-
-def choice(*options: str) -> Callable[[str, str], str]:
-    def parse(name: str, raw: str) -> str:
-        if raw not in options:
-            raise _bad(name, raw, f"use one of {', '.join(options)}")
-        return raw
-
-    return parse
 
 
 def auto_or_positive_int(name: str, raw: str) -> int | None:
@@ -116,10 +81,10 @@ def auto_or_whole_gib(name: str, raw: str) -> int | None:
     try:
         value = positive_number(name, raw)
     except SettingsError:
-        raise _bad(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2") from None
+        raise invalid(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2") from None
     if not value.is_integer():
         whole = sorted({max(1, math.floor(value)), math.ceil(value)})
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "vLLM reads it as whole GiB (int()) and would die at start; use auto or "
@@ -131,12 +96,12 @@ def auto_or_whole_gib(name: str, raw: str) -> int | None:
 def thread_binding(name: str, raw: str) -> str:
     if raw in ("auto", "nobind") or CPU_LIST.match(raw):
         return raw
-    raise _bad(name, raw, "use auto, nobind, or a CPU list such as 0-1 (ranks separated by |)")
+    raise invalid(name, raw, "use auto, nobind, or a CPU list such as 0-1 (ranks separated by |)")
 
 
 def bearer_key(name: str, raw: str) -> str:
     if any(ch.isspace() for ch in raw):
-        raise _bad(name, raw, "an API key must not contain spaces, tabs or newlines; remove them")
+        raise invalid(name, raw, "an API key must not contain spaces, tabs or newlines; remove them")
     return raw
 
 
@@ -146,13 +111,13 @@ def boolean(name: str, raw: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off", ""):
         return False
-    raise _bad(name, raw, "use true or false")
+    raise invalid(name, raw, "use true or false")
 
 
 def index_url(name: str, raw: str) -> str:
     """A pip index URL (PEP 503 "simple" layout), or empty for none."""
     if raw and not INDEX_URL.match(raw):
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "use an index URL such as https://download.pytorch.org/whl/cpu (http, https or "
@@ -167,7 +132,7 @@ def model_folder(name: str, raw: str) -> Path | None:
         return None
     folder = Path(raw).expanduser()
     if not (folder / "config.json").is_file():
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "no config.json there: point it at a Hugging Face model folder (config.json, "
@@ -178,14 +143,14 @@ def model_folder(name: str, raw: str) -> Path | None:
 
 def text(name: str, raw: str) -> str:
     if not raw.strip():
-        raise _bad(name, raw, "it must not be empty")
+        raise invalid(name, raw, "it must not be empty")
     return raw
 
 
 def bind_host(name: str, raw: str) -> str:
     """An address or host name to bind: 127.0.0.1, ::1, 0.0.0.0, localhost; never address:port."""
     if not raw.strip() or any(ch.isspace() for ch in raw):
-        raise _bad(name, raw, "use an address to bind, such as 127.0.0.1 (or 0.0.0.0 to expose it)")
+        raise invalid(name, raw, "use an address to bind, such as 127.0.0.1 (or 0.0.0.0 to expose it)")
     bare = raw.removeprefix("[").removesuffix("]")
     try:
         return str(ipaddress.ip_address(bare))
@@ -193,14 +158,14 @@ def bind_host(name: str, raw: str) -> str:
         pass
     address, colon, port_text = raw.rpartition(":")
     if colon:
-        raise _bad(
+        raise invalid(
             name,
             raw,
             f"it is an address to bind, without a port: set {name}={address or '127.0.0.1'} "
             f"and VLLM_PORT={port_text or 8009}",
         )
     if not HOST_NAME.match(raw):
-        raise _bad(name, raw, "use an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name such as localhost")
+        raise invalid(name, raw, "use an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name such as localhost")
     return raw
 
 
@@ -217,7 +182,7 @@ def engine_list(name: str, raw: str) -> tuple[str, ...]:
     engines = tuple(part.strip() for part in raw.split(",") if part.strip())
     unknown = [engine for engine in engines if engine not in ENGINES]
     if not engines or unknown or len(set(engines)) != len(engines):
-        raise _bad(
+        raise invalid(
             name,
             raw,
             f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
@@ -229,7 +194,7 @@ def engine_list(name: str, raw: str) -> tuple[str, ...]:
 def image_version_tag(name: str, raw: str) -> str:
     """An image tag that starts with the vLLM version it ships, e.g. 0.9.1-oe2403lts."""
     if not IMAGE_VERSION_TAG.match(raw):
-        raise _bad(name, raw, "use a tag that starts with its vLLM version, such as 0.9.1-oe2403lts")
+        raise invalid(name, raw, "use a tag that starts with its vLLM version, such as 0.9.1-oe2403lts")
     return raw
 
 
@@ -237,7 +202,7 @@ def base_image(name: str, raw: str) -> str:
     """An image repository, optionally with a tag that starts with its vLLM version (repo:0.32.0-standin)."""
     repository, _, tag = raw.rpartition(":") if ":" in raw.rsplit("/", 1)[-1] else (raw, "", "")
     if not repository.strip() or any(ch.isspace() for ch in raw) or (tag and not IMAGE_VERSION_TAG.match(tag)):
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "use an image repository such as openeuler/vllm-cpu (its tag is CPU_IMAGE_TAG), or "
@@ -249,17 +214,14 @@ def base_image(name: str, raw: str) -> str:
 def pinned_image(name: str, raw: str) -> str:
     tag = raw.rsplit(":", 1)[1] if ":" in raw.rsplit("/", 1)[-1] else ""
     if not tag or tag == "latest" or any(ch.isspace() for ch in raw):
-        raise _bad(name, raw, "pin a tag, such as vllm/vllm-openai:v0.11.0 (latest changes under you)")
+        raise invalid(name, raw, "pin a tag, such as vllm/vllm-openai:v0.11.0 (latest changes under you)")
     return raw
-
-
-fraction = bounded(float, lambda value: 0 < value <= 1, "use a fraction greater than 0 and at most 1, such as 0.90")
 
 
 def quantization_method(name: str, raw: str) -> str:
     """One of QUANTIZATIONS; empty is `none` (the float weights)."""
     if (raw or "none") not in QUANTIZATIONS:
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "use auto, none (the float weights), int8 (the CPU track's int8 checkpoint), or awq, "
@@ -272,7 +234,7 @@ def arg_list(name: str, raw: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(raw))
     except ValueError as exc:
-        raise _bad(name, raw, f"quote it as you would in a shell ({exc})") from None
+        raise invalid(name, raw, f"quote it as you would in a shell ({exc})") from None
 
 
 def api_server_flags(name: str, raw: str) -> tuple[str, ...]:
@@ -282,7 +244,7 @@ def api_server_flags(name: str, raw: str) -> tuple[str, ...]:
         flag = arg.split("=", 1)[0]
         if flag in KIT_OWNED_FLAGS:
             setting, why = KIT_OWNED_FLAGS[flag]
-            raise _bad(name, raw, f"remove {flag} and set {setting} instead ({why})")
+            raise invalid(name, raw, f"remove {flag} and set {setting} instead ({why})")
     return args
 
 
@@ -531,7 +493,7 @@ class Settings:
         if ":" in values["cpu_base_image"].rsplit("/", 1)[-1]:  # repository:tag pins the tag too
             values["cpu_base_image"], values["cpu_image_tag"] = values["cpu_base_image"].rsplit(":", 1)
         if values["keda_max_replicas"] < values["keda_min_replicas"]:
-            raise _bad(
+            raise invalid(
                 "KEDA_MAX_REPLICAS",
                 str(values["keda_max_replicas"]),
                 f"it is below KEDA_MIN_REPLICAS={values['keda_min_replicas']}; raise it or lower KEDA_MIN_REPLICAS",

@@ -18,6 +18,7 @@ from serve.config.sizing import ModelFacts
 from serve.config.vllm_command import Resolved
 from serve.install import system
 from serve.processes.health import kv_cache_report
+from ui.progress import console
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,9 @@ class VllmRuntime:
 
     def preflight(self) -> Resolved:
         resolved = self.resolve()
-        preflight.run(self.settings, resolved, self.name)  # refuses (exit 2) what vLLM could not start with
+        verdict = preflight.run(self.settings, resolved, self.name)  # refuses (exit 2) what vLLM could not start with
+        for line in verdict.lines():
+            console.print(line)
         return resolved
 
     def where_rows(self) -> list[tuple[str, str]]:

@@ -10,9 +10,10 @@ import os
 import shutil
 from pathlib import Path
 
-from serve.config.model import MODEL_DIR, gguf_in, int8_dir
+from serve.config.model import MODEL_DIR, int8_dir
 from serve.config.settings import ROOT
 from serve.install.quantize import RECIPE_FILE, recipe_record
+from serve.install.venv import gguf_in
 from serve.install.vllm_venv import VENV, bytecode_env
 from serve.processes.local_server import LOG_DIR
 from ui.progress import run_logged

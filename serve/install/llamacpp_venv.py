@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 
-from serve.config.model import MODEL_PACKAGE, gguf_in
+from serve.config.model import MODEL_PACKAGE
 from serve.config.settings import CACHE_DIR, STATE_DIR
-from serve.install.venv import Venv
+from serve.install.venv import Venv, gguf_in
 from serve.processes.local_server import LOG_DIR
 from ui.progress import StepFailed, run_logged
 

@@ -32,6 +32,7 @@ from serve.engines.tracks import (
     image_vllm_version,
     resolve_for_container,
 )
+from ui.progress import console
 
 APP = "vllm-lab-kit"
 ENGINE = "vllm-engine"  # the engine Deployment, its Service and the pods' app.kubernetes.io/name
@@ -137,7 +138,8 @@ def default_image(settings: Settings, track: Track) -> str:
 def engine_spec(settings: Settings, track: Track, image: str | None = None) -> EngineSpec:
     """What the engine container gets, refused (SettingsError) where the Docker track's preflight refuses."""
     resolved = resolve_for_pod(settings, track)
-    preflight.run(settings, resolved, track.runtime)
+    for line in preflight.run(settings, resolved, track.runtime).lines():
+        console.print(line)
     if track is CPU:
         args = container_command(settings, resolved, CPU)  # the key middleware ships in the kit's CPU image
         env = {name: value for name, value in vllm_env(settings, resolved).items() if name != "VLLM_API_KEY"}
