@@ -29,12 +29,10 @@ from serve.config.sizing import (
     GiB,
     KvPool,
     ModelFacts,
-    SizingError,
     kv_pool,
     kv_space_gib_for_tokens,
-    parse_memory_size,
 )
-from serve.config.vllm_command import Resolved, parse_version
+from serve.config.vllm_command import Resolved
 
 CONTAINER_RUNTIMES = ("docker",)  # capped by MEMORY_LIMIT
 GPU_RUNTIMES = ("docker-gpu",)  # KV pool set by GPU memory utilization, not VLLM_CPU_KVCACHE_SPACE
@@ -43,10 +41,7 @@ V1_ON_CPU_SINCE = (0, 10)  # the CPU image's vLLM before this runs V0, with 16-t
 
 def block_size_for(settings: Settings, runtime: str) -> int:
     """V0's 16-token blocks in a CPU image older than 0.10 (CPU_IMAGE_TAG), else V1's 128 on CPU."""
-    if (
-        runtime in CONTAINER_RUNTIMES
-        and parse_version(settings.cpu_image_tag.removeprefix("v").split("-")[0]) < V1_ON_CPU_SINCE
-    ):
+    if runtime in CONTAINER_RUNTIMES and settings.cpu_image_vllm_version < V1_ON_CPU_SINCE:
         return V0_BLOCK_SIZE
     return V1_CPU_BLOCK_SIZE
 
@@ -144,11 +139,7 @@ def _check_memory(
     weights = facts.weight_bytes(dtype)
     needed = weights + budget + overhead_bytes
     if runtime in CONTAINER_RUNTIMES:
-        try:
-            cap = parse_memory_size(settings.memory_limit)
-        except SizingError as exc:
-            verdict.refuse("MEMORY_LIMIT", f"MEMORY_LIMIT={settings.memory_limit!r} is invalid: {exc}")
-            return
+        cap = settings.memory_limit.num_bytes
         variable, problem = "MEMORY_LIMIT", f"MEMORY_LIMIT={settings.memory_limit} is too small: it"
         outcome = "the container would be OOM-killed and restarted in a loop"
     else:

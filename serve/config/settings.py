@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from dotenv.main import DotEnv
 
+from serve.config.sizing import MemorySize, SizingError, parse_memory_size
 from ui.values import (
     SettingsError,
     bounded,
@@ -52,7 +53,7 @@ CPU_QUANTIZATIONS = ("none", "int8")
 # vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 RESTART_POLICIES = ("no", "on-failure")  # serve/processes/supervisor.py applies them to every native server
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
-IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
+IMAGE_VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)[\w.+-]*$")  # the vLLM version it ships: (major, minor)
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
 INDEX_URL = re.compile(r"^(https?|file)://\S+$")
 HOST_NAME = re.compile(
@@ -189,6 +190,22 @@ def engine_list(name: str, raw: str) -> tuple[str, ...]:
             "e.g. vllm or vllm,llamacpp or vllm,llamacpp,llamaserver",
         )
     return engines
+
+
+def image_vllm_version(tag: str) -> tuple[int, int]:
+    """'0.9.1-oe2403lts' or 'v0.11.0' -> (0, 9) / (0, 11): the vLLM version an image tag starts with."""
+    match = IMAGE_VERSION_TAG.match(tag)
+    if match is None:
+        raise ValueError(f"image tag {tag!r} does not start with its vLLM version, such as 0.9.1-oe2403lts")
+    return int(match.group(1)), int(match.group(2))
+
+
+def memory_size(name: str, raw: str) -> MemorySize:
+    """Docker's memory size (5g, 512m, 5GiB, bytes), parsed once: its text for compose, its bytes for the checks."""
+    try:
+        return MemorySize(raw, parse_memory_size(raw))
+    except SizingError as exc:
+        raise invalid(name, raw, str(exc)) from None
 
 
 def image_version_tag(name: str, raw: str) -> str:
@@ -384,8 +401,11 @@ class Settings:
         "native: restarts in a row that never reach /health before the kit gives up (a crash loop)",
     )
     cpu_limit: float = setting("CPU_LIMIT", "4", positive_number, "CPUs the Docker CPU container may use")
-    memory_limit: str = setting(
-        "MEMORY_LIMIT", "5g", text, "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)"
+    memory_limit: MemorySize = setting(
+        "MEMORY_LIMIT",
+        "5g",
+        memory_size,
+        "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)",
     )
     cpu_image_tag: str = setting(
         "CPU_IMAGE_TAG",
@@ -508,6 +528,11 @@ class Settings:
     def base_url(self) -> str:
         """Where clients on this machine reach the engine (0.0.0.0 binds are reached on loopback)."""
         return self.url_for(self.port)
+
+    @property
+    def cpu_image_vllm_version(self) -> tuple[int, int]:
+        """The vLLM version of the CPU image (CPU_IMAGE_TAG): which flags and block sizes it has."""
+        return image_vllm_version(self.cpu_image_tag)
 
     def port_of(self, port_setting: str) -> int:
         """The port a port setting holds: port_of("GPU_PORT") is gpu_port."""

@@ -29,7 +29,6 @@ from serve.engines.tracks import (
     compose_env,
     container_command,
     container_threads_bind,
-    image_vllm_version,
     resolve_for_container,
 )
 from serve.install import system
@@ -50,7 +49,6 @@ __all__ = [
     "compose_env",
     "container_command",
     "container_threads_bind",
-    "image_vllm_version",
     "resolve_for_container",
 ]  # the tracks' names stay importable from here
 
