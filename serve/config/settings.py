@@ -602,7 +602,10 @@ def refused_key_hint(url: str, source: str) -> str:
 
 
 def load_env(path: Path | None = None) -> dict[str, str]:
-    """`.env` merged under the process environment, with `${VAR:-default}` resolved env-first."""
+    """`.env` merged under the process environment, with `${VAR:-default}` resolved env-first.
+
+    python-dotenv's DotEnv with override=False is what resolves a reference env-first; its public dotenv_values
+    resolves it file-first. DotEnv is not exported: pyproject.toml pins the releases this was tested on."""
     path = path or env_file()
     merged: dict[str, str] = {}
     if path.exists():

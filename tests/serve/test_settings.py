@@ -106,6 +106,7 @@ def test_env_example_parses_and_carries_the_client_variables(monkeypatch: pytest
         monkeypatch.delenv(knob.env, raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("MODEL", raising=False)
+    monkeypatch.delenv("NO_SUCH_VARIABLE", raising=False)
     env = load_env(ROOT / ".env.example")
     Settings.from_env(env)
     assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:8009/v1"
@@ -217,3 +218,22 @@ def test_the_registry_holds_exactly_the_engines_a_port_setting_serves() -> None:
     assert ENGINES == ("vllm", "llamacpp", "llamaserver")
     with pytest.raises(TypeError, match="serves=NAME"):
         runtimes.registry(runtimes.VLLM)
+
+
+def test_what_the_kit_needs_of_python_dotenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the kit needs of python-dotenv (pinned in pyproject.toml): the shell wins over the file, in a value and
+    inside a `${VAR:-default}` reference; a default fills in for an unset variable; quotes and comments go."""
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "VLLM_PORT=8009\n"
+        "OPENAI_BASE_URL=http://127.0.0.1:${VLLM_PORT:-8009}/v1\n"
+        "MODEL=${NO_SUCH_VARIABLE:-fallback}\n"
+        'QUOTED="two words"  # a comment\n'
+    )
+    monkeypatch.setenv("VLLM_PORT", "8010")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("MODEL", raising=False)
+    monkeypatch.delenv("NO_SUCH_VARIABLE", raising=False)
+    env = load_env(env_file)
+    assert env["VLLM_PORT"] == "8010" and env["OPENAI_BASE_URL"] == "http://127.0.0.1:8010/v1"
+    assert env["MODEL"] == "fallback" and env["QUOTED"] == "two words"
