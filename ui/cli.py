@@ -52,6 +52,16 @@ def positive_ints(text: str) -> list[int]:
     return values
 
 
+def positive_floats(text: str) -> list[float]:
+    """A comma-separated list of finite numbers > 0 (load points: `--sweep-rate 5,10,25`)."""
+    try:
+        return [values.positive_number("", part) for part in text.split(",")]
+    except SettingsError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give finite numbers > 0 separated by commas, e.g. 5,10,25"
+        ) from None
+
+
 def tcp_port(text: str) -> int:
     return _flag_value(values.tcp_port, text, "a TCP port (1-65535)")
 
