@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 
+from serve.config.machine import detect
 from serve.config.settings import Settings
+from serve.config.vllm_command import resolve_threads
 from serve.engines.llamacpp import MODEL_ALIAS, GgufRuntime, Install
-from serve.engines.runtime import Engine, Started
+from serve.engines.runtime import DecodeStep, Engine, Started
 from serve.install.llama_server_build import BINARY, GGUF, LLAMACPP_VERSION, install, will_build
 from serve.processes.local_server import LocalServer
 
@@ -76,6 +78,18 @@ class LlamaServerRuntime(GgufRuntime):
         ]
 
 
+def decode_step(settings: Settings) -> DecodeStep:
+    """LLAMA_SERVER_SLOTS sequences a step, batched continuously, every weight of the GGUF its install fetched."""
+    slots = settings.llama_server_slots
+    facts = {
+        "gguf": GGUF.name,
+        "threads": resolve_threads(settings, detect())[0],
+        "slots": slots,
+        "ctx_size": slots * settings.max_model_len,
+    }
+    return DecodeStep(GGUF.stat().st_size, slots, facts)
+
+
 ENGINE = Engine(
     "llamaserver",
     port_setting=lambda settings: LlamaServerRuntime.port_setting,
@@ -85,4 +99,5 @@ ENGINE = Engine(
         f"LLAMA_SERVER_SLOTS={settings.llama_server_slots}"
     ),
     runtimes=lambda settings: [LlamaServerRuntime(settings)],
+    decode_step=decode_step,
 )

@@ -17,7 +17,7 @@ from typing import ClassVar
 from serve.config.machine import detect
 from serve.config.settings import Settings
 from serve.config.vllm_command import Resolved, resolve_threads
-from serve.engines.runtime import Engine, Started
+from serve.engines.runtime import DecodeStep, Engine, Started
 from serve.install import system
 from serve.install.llamacpp_venv import LLAMACPP_VERSION, VENV, gguf_path, install, will_build
 from serve.processes.local_server import LocalRuntime, LocalServer
@@ -26,6 +26,7 @@ MODEL_ALIAS = "smollm2:135m"  # what Ollama calls this model; clients ask for it
 SERVER_MODULE = "llama_cpp.server"
 HEALTH_PATH = "/v1/models"  # llama-cpp-python's server has no /health
 START_TIMEOUT_S = 120  # it loads a 98 MB GGUF in seconds; no compile step
+SEQUENCES_PER_STEP = 1  # its server runs one request at a time; the others wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,13 @@ class LlamaCppRuntime(GgufRuntime):
         return [("threads", str(self.threads())), ("requests", requests)]
 
 
+def decode_step(settings: Settings) -> DecodeStep:
+    """One sequence a step (SEQUENCES_PER_STEP), every weight of the GGUF its venv installed."""
+    gguf = gguf_path()
+    facts = {"gguf": os.path.basename(gguf), "threads": resolve_threads(settings, detect())[0]}
+    return DecodeStep(os.path.getsize(gguf), SEQUENCES_PER_STEP, facts)
+
+
 ENGINE = Engine(
     "llamacpp",
     port_setting=lambda settings: LlamaCppRuntime.port_setting,
@@ -137,4 +145,5 @@ ENGINE = Engine(
         f"LLAMACPP_INTERRUPT_REQUESTS={str(settings.llamacpp_interrupt_requests).lower()}"
     ),
     runtimes=lambda settings: [LlamaCppRuntime(settings)],
+    decode_step=decode_step,
 )

@@ -20,11 +20,18 @@ from serve.config.settings import ROOT, Settings, load_env
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_command import API_SERVER_MODULE, Resolved, engine_base_env, resolve, vllm_args, vllm_env
 from serve.engines.replicas import PREFIX_CACHING_FLAG, Share, check_memory
-from serve.engines.runtime import Started, VllmRuntime
+from serve.engines.runtime import DecodeStep, Started, VllmRuntime
 from serve.install import checkpoints, system, vllm_venv
 from serve.processes.local_server import LocalRuntime, LocalServer
 
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's processes import (stdlib only)
+# What vLLM's log says about the compile cache at start, in the order they are checked (patches/native/ makes
+# warm starts load it).
+COMPILE_CACHE_LOG = (
+    ("Directly load AOT compilation", "loaded from the compile cache"),
+    ("due to a load failure", "recompiled: the compile cache failed to load"),
+    ("saved AOT compiled function", "compiled (no cache yet)"),
+)
 
 
 class NativeRuntime(VllmRuntime, LocalRuntime):
@@ -123,3 +130,35 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         argv, env = self.command(resolved)
         pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s)
         return Started(pid, waited, resolved)
+
+
+def decode_step(settings: Settings) -> DecodeStep:
+    """vLLM's decode step as the native runtime starts it: every weight in the resolved dtype, for up to
+    MAX_NUM_SEQS sequences (its `auto` resolved for this machine)."""
+    runtime = NativeRuntime(settings)
+    plan = runtime.resolve()
+    model = served_model_facts(settings, runtime.name)
+    if model is None:  # the native runtime always knows its model (MODEL_PATH's config.json or the bundled one)
+        raise ValueError(f"no config.json known for {settings.model_name}: set MODEL_PATH to its checkpoint folder")
+    facts = {
+        "dtype": plan.dtype,
+        "dtype_reason": plan.dtype_reason,
+        "omp_threads": plan.omp_threads,
+        "omp_threads_bind": plan.omp_threads_bind,
+        "max_num_seqs": plan.max_num_seqs,
+        "max_num_seqs_reason": plan.max_num_seqs_reason,
+        "block_size": plan.kv_block_size,
+        "kv_cache_space_gib": plan.kv_cache_space_gib,
+        "kv_cache_space_reason": plan.kv_cache_space_reason,
+        "max_model_len": settings.max_model_len,
+        "enforce_eager": settings.enforce_eager,
+        "extra_args": list(settings.extra_args),
+    }
+    return DecodeStep(model.weight_bytes(plan.dtype), plan.max_num_seqs or 1, facts, plan)
+
+
+def compile_cache_state(log_text: str, settings: Settings) -> str:
+    """What a start compiled, from its log (COMPILE_CACHE_LOG); nothing with ENFORCE_EAGER."""
+    if settings.enforce_eager:
+        return "eager: nothing compiled"
+    return next((state for marker, state in COMPILE_CACHE_LOG if marker in log_text), "unknown")

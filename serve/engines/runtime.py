@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from serve.config import preflight
 from serve.config.model import quantization_for, served_model_facts
@@ -163,6 +163,18 @@ def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:
     return rows
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeStep:
+    """One decode step of an engine as these settings start it natively: every weight is read once
+    (`weight_bytes`) for up to `max_sequences` sequences, the inputs of a bandwidth ceiling (benchmarks/roofline.py);
+    `facts` are what decided them, for a report."""
+
+    weight_bytes: int
+    max_sequences: int
+    facts: dict[str, Any]
+    plan: Resolved | None = None  # the `auto` plan its runtime's start() takes (vLLM); None for an engine without one
+
+
 Job = Literal["runtimes", "installs", "stops"]
 
 
@@ -178,6 +190,9 @@ class Engine:
     served_model: Callable[[Settings], str]  # the model name clients ask for
     configured: Callable[[Settings], str]  # what the kit starts it with, as these settings say
     runtimes: Callable[[Settings], list[Runtime]]  # what `up` starts, in order
+    decode_step: Callable[[Settings], DecodeStep]  # what a step reads and batches (after its install)
+    # what its log says a start compiled (the compile cache loaded, or not); None: it has no compile step
+    compile_cache: Callable[[str, Settings], str] | None = None
     installs: Callable[[Settings], list[Runtime]] | None = None  # what `install` readies; None: the runtimes
     stops: Callable[[Settings], list[Runtime]] | None = None  # what `down` stops; None: the runtimes
 

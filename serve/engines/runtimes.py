@@ -17,7 +17,7 @@ from pathlib import Path
 from serve.config.model import MODEL_DIR
 from serve.config.settings import ENGINES as SETTINGS_ENGINES
 from serve.config.settings import Settings, SettingsError
-from serve.engines import compose, llama_server, llamacpp, replicas
+from serve.engines import compose, llama_server, llamacpp, native, replicas
 from serve.engines.docker import CPU, TRACKS, DockerRuntime
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime
@@ -172,6 +172,8 @@ VLLM = Engine(
         f"MAX_NUM_SEQS={settings.max_num_seqs or 'auto'}, VLLM_CPU_OMP_THREADS_BIND={settings.omp_threads_bind}"
     ),
     runtimes=vllm_runtimes,
+    decode_step=native.decode_step,
+    compile_cache=native.compile_cache_state,
     installs=vllm_installs,
     stops=vllm_to_stop,
 )
