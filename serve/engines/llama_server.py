@@ -28,7 +28,6 @@ class LlamaServerRuntime(GgufRuntime):
 
     engine = "llamaserver"
     label = "llama-server"
-    name = "llama-server"
     port_setting = "LLAMA_SERVER_PORT"
     installs = Install(run=install, will_build=will_build)
 

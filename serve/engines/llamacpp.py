@@ -42,6 +42,7 @@ class GgufRuntime(LocalRuntime):
     """What llama.cpp's two servers share: the GGUF under Ollama's model name, the kit's threads, no `auto`
     plan to judge, and a start that installs what is missing and loads the model in seconds."""
 
+    name = "native"  # a local process from the kit's venv or build, as RUNTIME=native runs vLLM
     served_model = MODEL_ALIAS
     settings: Settings
     port_hint = ""  # what else may hold the port, for the port-in-use line
@@ -76,7 +77,6 @@ class LlamaCppRuntime(GgufRuntime):
 
     engine = "llamacpp"
     label = "llama.cpp"
-    name = "llama.cpp"
     port_hint = " (an Ollama?)"
     port_setting = "LLAMACPP_PORT"
     installs = Install(run=install, will_build=will_build)

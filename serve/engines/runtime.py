@@ -31,9 +31,11 @@ class Started:
 class Runtime(Protocol):
     """One engine on one port, started, checked and stopped by this kit."""
 
-    engine: str  # its name in ENGINES: "vllm", "llamacpp"
-    label: str  # what users call it: "vLLM", "llama.cpp"
-    name: str  # how it runs: "native", "docker", "docker-gpu", "llama.cpp"
+    engine: str  # the Engine it serves, by its name in ENGINES: "vllm", "llamacpp"
+    label: str  # what users call the engine: "vLLM", "llama.cpp"
+    # the runtime's own name, how it runs: RUNTIME's value ("native", "docker", "docker-gpu"), "router" in front of
+    # REPLICAS; never the engine's (a GGUF engine's server runs "native")
+    name: str
     port: int
     picked_because: str  # why RUNTIME=auto chose this runtime (serve/engines/runtimes.py); "" when it was asked for
 
