@@ -21,9 +21,8 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from serve.config.settings import KNOBS, ROOT
+from serve.config.settings import CLIENT_VARIABLES, KNOBS, ROOT
 
-CLIENT_VARIABLES = ("OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY")  # client/endpoint.py reads them
 KIT_VARIABLES = ("KIT_ENV_FILE",)  # which settings file (serve.config.settings.env_file)
 VLLM_PREFIX = "VLLM_"
 VLLM_NAMES_FILE = Path(__file__).with_name("vllm_env_names.txt")
@@ -40,7 +39,7 @@ def vllm_names() -> frozenset[str]:
 
 
 def setting_names() -> list[str]:
-    return [knob.env for knob in KNOBS] + list(CLIENT_VARIABLES)
+    return [knob.env for knob in KNOBS] + [variable.env for variable in CLIENT_VARIABLES]
 
 
 def known(name: str) -> bool:

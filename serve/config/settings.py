@@ -279,7 +279,8 @@ class Knob:
 
 def setting(env: str, default: str, parse: Callable[[str, str], T], why: str, serves: str | None = None) -> T:
     """Declare a Settings field read from the variable `env`: `parse(env, raw)` turns its text into the field's type
-    (or raises SettingsError naming the fix) and `why` is its one line in .env.example and the README. A port
+    (or raises SettingsError naming the fix) and `why` is what it is for: the README's flags table copies it and
+    its comment in .env.example begins with it, word for word (tests check both). A port
     setting names the engine that `serves` there: that makes the engine one ENGINES may name, and its port one of
     the kit's own (api_key_for)."""
     if not callable(parse):  # a parser named like a field declared above it would be that field here
@@ -315,7 +316,10 @@ class Settings:
     )
     port: int = setting("VLLM_PORT", "8009", tcp_port, "the port of the OpenAI-compatible /v1 API", serves="vllm")
     dtype: str = setting(
-        "DTYPE", "auto", choice(*DTYPES), "auto = bfloat16 where the CPU has BF16 instructions, else float32"
+        "DTYPE",
+        "auto",
+        choice(*DTYPES),
+        "auto = bfloat16 where the CPU has BF16 instructions (avx512_bf16/amx_bf16), else float32",
     )
     max_model_len: int = setting(
         "MAX_MODEL_LEN", "1024", positive_int, "longest prompt+answer in tokens; every sequence may grow to it"
@@ -324,7 +328,8 @@ class Settings:
         "MAX_NUM_SEQS",
         "auto",
         auto_or_positive_int,
-        "most sequences decoded together in one batch; auto = 16 per core, cut to what the KV pool holds",
+        "most sequences decoded together in one batch; auto = 16 per core (capped at vLLM's 256), cut to what "
+        "the KV pool holds at MAX_MODEL_LEN",
     )
     block_size: int | None = setting(  # None: auto
         "BLOCK_SIZE",
@@ -337,7 +342,8 @@ class Settings:
         "SWAP_SPACE",
         "4",
         non_negative_int,
-        "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)",
+        "GiB of swap for preempted KV; only passed to vLLM < 0.18 (it was removed there, and never added "
+        "blocks on CPU)",
     )
     kv_cache_space_gib: int | None = setting(  # None: auto
         "VLLM_CPU_KVCACHE_SPACE",
@@ -411,7 +417,7 @@ class Settings:
         "CPU_IMAGE_TAG",
         "0.9.1-oe2403lts",
         image_version_tag,
-        "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM)",
+        "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM; must be below 0.18)",
     )
     cpu_base_image: str = setting(  # the repository only: a tag given with it moved to cpu_image_tag
         "CPU_BASE_IMAGE",
@@ -430,7 +436,7 @@ class Settings:
         "GPU_MEMORY_UTILIZATION",
         "0.90",
         fraction,
-        "share of GPU memory vLLM takes for weights + KV cache (the rest stays free)",
+        "share of GPU memory vLLM takes for weights + KV cache (the rest stays free for other processes)",
     )
     quantization: str = setting(
         "QUANTIZATION",
@@ -446,7 +452,8 @@ class Settings:
         "ENGINES",
         "vllm",
         engine_list,
-        "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both",
+        "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), llamaserver "
+        "(llama.cpp's own llama-server with parallel slots), or several (vllm,llamacpp)",
     )
     llamacpp_port: int = setting(  # serve/engines/llamacpp.py: the Ollama-class llama.cpp server
         "LLAMACPP_PORT",
@@ -467,7 +474,8 @@ class Settings:
         "LLAMA_SERVER_PORT",
         "8089",
         tcp_port,
-        "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)",
+        "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver; model name smollm2:135m, as on "
+        "LLAMACPP_PORT)",
         serves="llamaserver",
     )
     llama_server_slots: int = setting(
@@ -503,7 +511,8 @@ class Settings:
         "KEDA_QUEUE_THRESHOLD",
         "5",
         positive_number,
-        "Kubernetes: requests waiting per replica (vllm:num_requests_waiting) above which KEDA adds one",
+        "Kubernetes: requests waiting per replica (vllm:num_requests_waiting, averaged over replicas) above "
+        "which KEDA adds one",
     )
 
     @classmethod
@@ -558,6 +567,32 @@ KNOBS: tuple[Knob, ...] = tuple(
     Knob(field=item.name, **item.metadata) for item in fields(Settings) if "env" in item.metadata
 )
 PORT_FIELDS = {knob.env: knob.field for knob in KNOBS if knob.serves}  # the kit's engines' ports
+
+
+@dataclass(frozen=True, slots=True)
+class ClientVariable:
+    """A variable the client and the labs read (client/endpoint.py), declared here beside the settings it follows
+    (the floor every reader stands on), though no Settings field: Settings configures the engines."""
+
+    env: str
+    default: str | None  # as .env.example writes it (a reference to a setting); None: no line there
+    why: str  # its one line in .env.example
+
+
+CLIENT_VARIABLES = (
+    ClientVariable(
+        "OPENAI_BASE_URL",
+        "http://127.0.0.1:${VLLM_PORT:-8009}/v1",
+        "where the client sends requests; for Ollama use http://127.0.0.1:11434/v1",
+    ),
+    ClientVariable(
+        "MODEL",
+        f"${{MODEL_NAME:-{BUNDLED_MODEL_NAME}}}",
+        "the model the client asks for; for Ollama e.g. smollm2:135m",
+    ),
+    # the OpenAI SDK's own: sent to engines that are not the kit's (api_key_for), never written in .env.example
+    ClientVariable("OPENAI_API_KEY", None, "the key for an engine that is not the kit's (the kit's take VLLM_API_KEY)"),
+)
 # The engines ENGINES may name, in declaration order: those a port setting serves (serve/engines/runtimes.py
 # registers each under the same name).
 ENGINES: tuple[str, ...] = tuple(dict.fromkeys(knob.serves for knob in KNOBS if knob.serves))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import shutil
 import socket
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from serve.config.settings import ENGINES, KNOBS, ROOT, Settings, SettingsError, load_env
+from serve.config.settings import CLIENT_VARIABLES, ENGINES, KNOBS, ROOT, Settings, SettingsError, load_env
 from serve.engines import runtimes
 from tests.conftest import free_port, kit_env, run_script
 
@@ -92,13 +93,23 @@ def test_keda_max_below_min_is_refused_naming_both() -> None:
     assert equal.replicas == 3 and equal.router_policy == "round_robin"
 
 
-def test_env_example_documents_every_knob_with_its_default_and_a_why() -> None:
+def test_env_example_says_each_settings_why_as_it_is_declared() -> None:
+    """Every setting and client variable is in .env.example with its default, and the comment above it begins with
+    its declared why (Knob.why, ClientVariable.why) word for word, wrapped as it likes; what follows is detail."""
     lines = (ROOT / ".env.example").read_text().splitlines()
-    for knob in KNOBS:
-        assignment = f"{knob.env}={knob.default}"
+    declared = [(knob.env, knob.default, knob.why) for knob in KNOBS]
+    declared += [(variable.env, variable.default, variable.why) for variable in CLIENT_VARIABLES if variable.default]
+    for env, default, why in declared:
+        assignment = f"{env}={default}"
         assert assignment in lines, f".env.example lacks {assignment}"
-        comment = lines[lines.index(assignment) - 1]
-        assert comment.startswith("# ") and len(comment) > 10, f"{knob.env} has no one-line why above it"
+        above = list(itertools.takewhile(is_comment, reversed(lines[: lines.index(assignment)])))
+        comment = " ".join(line.removeprefix("# ") for line in reversed(above))
+        assert comment.startswith(why), f"{env}: .env.example says {comment[:80]!r}..., settings.py {why!r}"
+
+
+def is_comment(line: str) -> bool:
+    """A line of a setting's comment in .env.example (not a section's `# --- ... ---` title)."""
+    return line.startswith("# ") and not line.startswith("# ---")
 
 
 def test_env_example_parses_and_carries_the_client_variables(monkeypatch: pytest.MonkeyPatch) -> None:
