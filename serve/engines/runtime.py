@@ -183,8 +183,11 @@ Job = Literal["runtimes", "installs", "stops"]
 @dataclass(frozen=True, slots=True)
 class Engine:
     """One engine ENGINES may name, declared once beside its runtimes (serve/engines/runtimes.py collects them):
-    where clients reach it, what it serves, how it is configured, and the runtimes `up`, `install` and `down` drive.
-    The comparison lab and the benchmarks read it too; a new engine is one module declaring one of these."""
+    where clients reach it, what it serves, how it is configured, the runtimes `up`, `install` and `down` drive, and
+    what a decode step of it reads. The labs and the benchmarks read it too. A new engine is its module declaring one
+    of these (with its installer in serve/install/ if it needs one), its line in ENGINES (serve/engines/runtimes.py),
+    its port setting (`serves=` its name, serve/config/settings.py, and that setting's line in .env.example) and its
+    tests."""
 
     name: str  # its name in ENGINES: "vllm", "llamacpp"
     # the setting it listens on, as these settings start it (that of the runtime serving it: the GPU track's GPU_PORT)
