@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from serve.config.env_check import vllm_passthrough
-from serve.config.machine import detect
+from serve.config.machine import detect, isa_cap
 from serve.config.model import native_model_dir, quantization_for, served_model_facts, served_weights_dir
 from serve.config.settings import ROOT, Settings, load_env
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
@@ -25,6 +25,8 @@ from serve.install import checkpoints, system, vllm_venv
 from serve.processes.local_server import LocalRuntime, LocalServer
 
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's processes import (stdlib only)
+# KIT_CPU_ISA: torch's kernels and inductor's code (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_CPU_ISA) as on that CPU
+ISA_CAP_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 # What vLLM's log says about the compile cache at start, in the order they are checked (patches/native/ makes
 # warm starts load it).
 COMPILE_CACHE_LOG = (
@@ -93,7 +95,12 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         }
         # the kit's auth middleware (vllm_args names it when a key is set) and its engine plugin
         # (engine_plugins/kit_parent_watch.py: the engine core dies with its API server) import from there
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ENGINE_PLUGINS), env.get("PYTHONPATH"))))
+        paths = [str(ENGINE_PLUGINS), env.get("PYTHONPATH")]
+        cap = isa_cap()
+        if cap is not None:  # the benchmarks' stand-in for a smaller CPU (serve/config/machine.py)
+            env |= ISA_CAP_ENV[cap]
+            paths.insert(0, str(ENGINE_PLUGINS / f"isa_{cap}"))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         return argv, env
 
     def resolve(self) -> Resolved:
