@@ -52,9 +52,8 @@ class LlamaServerRuntime(GgufRuntime):
             str(self.port),
             "--parallel",
             str(self.slots),
-            # llama-server splits its context among the slots: each gets what vLLM gives one sequence
             "--ctx-size",
-            str(self.slots * self.settings.max_model_len),
+            str(context_tokens(self.settings)),
             "--threads",
             str(threads),
             "--threads-batch",
@@ -77,6 +76,11 @@ class LlamaServerRuntime(GgufRuntime):
         ]
 
 
+def context_tokens(settings: Settings) -> int:
+    """llama-server's --ctx-size: it splits its context among the slots, each getting what vLLM gives one sequence."""
+    return settings.llama_server_slots * settings.max_model_len
+
+
 def decode_step(settings: Settings) -> DecodeStep:
     """LLAMA_SERVER_SLOTS sequences a step, batched continuously, every weight of the GGUF its install fetched."""
     slots = settings.llama_server_slots
@@ -84,7 +88,7 @@ def decode_step(settings: Settings) -> DecodeStep:
         "gguf": GGUF.name,
         "threads": resolve_threads(settings, detect())[0],
         "slots": slots,
-        "ctx_size": slots * settings.max_model_len,
+        "ctx_size": context_tokens(settings),
     }
     return DecodeStep(GGUF.stat().st_size, slots, facts)
 
