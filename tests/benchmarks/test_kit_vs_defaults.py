@@ -29,6 +29,7 @@ from benchmarks.arms import (
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
 from serve.config.settings import KNOBS, PORT_FIELDS, Settings
+from serve.engines import llama_server, llamacpp
 from serve.engines.native import compile_cache_state
 from serve.engines.runtimes import ENGINES
 from serve.install.vllm_venv import PATCH_DIR, VENV
@@ -152,6 +153,19 @@ def test_an_arm_runs_one_native_engine_on_fresh_ports_and_its_engine_answers_for
     assert step.weight_bytes > 0 and step.facts["dtype"] == step.plan.dtype
     assert runtime.base_url == settings.base_url and ENGINES["vllm"].compile_cache is not None
     assert ENGINES["llamacpp"].compile_cache is None and ENGINES["llamaserver"].compile_cache is None
+
+
+def test_the_gguf_engines_decode_step_reads_the_whole_file_for_one_or_each_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"\0" * 1000)
+    monkeypatch.setattr(llamacpp, "gguf_path", lambda: str(gguf))
+    monkeypatch.setattr(llama_server, "GGUF", gguf)
+    settings = Settings.from_env({"LLAMA_SERVER_SLOTS": "3", "MAX_MODEL_LEN": "512"})
+    queue, slots = ENGINES["llamacpp"].decode_step(settings), ENGINES["llamaserver"].decode_step(settings)
+    assert (queue.weight_bytes, queue.max_sequences, queue.plan) == (1000, 1, None)
+    assert (slots.weight_bytes, slots.max_sequences, slots.facts["ctx_size"]) == (1000, 3, 3 * 512)
 
 
 @pytest.mark.parametrize(
