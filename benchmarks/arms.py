@@ -15,27 +15,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from serve.config.machine import ISA_CAPS, ISA_ENV, detect
-from serve.config.model import served_model_facts
-from serve.config.settings import KNOBS, Settings, load_env
+from serve.config.machine import ISA_CAPS, ISA_ENV
+from serve.config.settings import KNOBS, PORT_FIELDS, Settings, load_env
 from serve.config.sizing import V1_CPU_BLOCK_SIZE
-from serve.config.vllm_command import Resolved, resolve, resolve_threads
-from serve.engines import llama_server
-from serve.engines.llama_server import LlamaServerRuntime
-from serve.engines.llamacpp import MODEL_ALIAS, LlamaCppRuntime, gguf_path
-from serve.engines.native import NativeRuntime
 from serve.engines.runtimes import ENGINES
 from serve.processes.process import free_port
 
-LLAMACPP_SEQUENCES_PER_STEP = 1  # its server runs one request at a time; the others wait
 SLOTS = "LLAMA_SERVER_SLOTS"
 RESERVED_CPUS = "VLLM_CPU_NUM_OF_RESERVED_CPU"  # vLLM's own: 0 binds its compute threads to every core
-# What vLLM's log says about the compile cache at start, in the order they are checked.
-COMPILE_CACHE_LOG = (
-    ("Directly load AOT compilation", "loaded from the compile cache"),
-    ("due to a load failure", "recompiled: the compile cache failed to load"),
-    ("saved AOT compiled function", "compiled (no cache yet)"),
-)
+# How an arm's engine runs, whatever .env says: one native process tree (its pid is what step_profile samples).
+ONE_NATIVE_ENGINE = {"RUNTIME": "native", "REPLICAS": "1"}
+NO_COMPILE_STEP = "no compile step"  # a start's compile cache, for an engine that compiles nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,114 +187,40 @@ def exported(env: dict[str, str]) -> Iterator[None]:
 
 
 def arm_settings(arm: Arm) -> Settings:
-    """The kit's settings with the arm's overrides, on ports nobody uses (SettingsError names a bad value)."""
-    env = {**load_env(), **dict(arm.overrides)}
+    """The kit's settings with the arm's overrides, one native engine (ONE_NATIVE_ENGINE), on ports nobody uses
+    (every engine's port setting; SettingsError names a bad value)."""
+    env = {**load_env(), **dict(arm.overrides), **ONE_NATIVE_ENGINE}
     if arm.attach_url is None:
-        env |= {"VLLM_PORT": str(free_port()), "LLAMACPP_PORT": str(free_port()), "LLAMA_SERVER_PORT": str(free_port())}
+        env |= {port_setting: str(free_port()) for port_setting in PORT_FIELDS}
     return Settings.from_env(env)
-
-
-def compile_cache_state(log_text: str, settings: Settings) -> str:
-    if settings.enforce_eager:
-        return "eager: nothing compiled"
-    return next((state for marker, state in COMPILE_CACHE_LOG if marker in log_text), "unknown")
-
-
-def _vllm_facts(settings: Settings) -> tuple[int, Resolved, dict[str, Any]]:
-    model = served_model_facts(settings, "native")
-    if model is None:  # the native runtime always knows its model (MODEL_PATH's config.json or the bundled one)
-        raise ValueError(f"no config.json known for {settings.model_name}: set MODEL_PATH to its checkpoint folder")
-    resolved = resolve(settings, detect(), model)
-    weight_bytes = model.weight_bytes(resolved.dtype)
-    facts = {
-        "dtype": resolved.dtype,
-        "dtype_reason": resolved.dtype_reason,
-        "omp_threads": resolved.omp_threads,
-        "omp_threads_bind": resolved.omp_threads_bind,
-        "multiprocessing": resolved.multiprocessing,
-        "multiprocessing_reason": resolved.multiprocessing_reason,
-        "max_num_seqs": resolved.max_num_seqs,
-        "max_num_seqs_reason": resolved.max_num_seqs_reason,
-        "block_size": resolved.kv_block_size,
-        "kv_cache_space_gib": resolved.kv_cache_space_gib,
-        "kv_cache_space_reason": resolved.kv_cache_space_reason,
-        "max_model_len": settings.max_model_len,
-        "enforce_eager": settings.enforce_eager,
-        "extra_args": list(settings.extra_args),
-    }
-    return weight_bytes, resolved, facts
 
 
 @contextmanager
 def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
-    """Bring the arm's engine up (then stop and start it `restarts` more times), yield it, stop it."""
+    """Bring the arm's engine up (then, for an engine that compiles, stop and start it `restarts` more times), yield
+    it, stop it. Its Engine says what runs it, what a decode step reads and what a start compiled."""
     settings = arm_settings(arm)
-    if arm.engine == "llamaserver":
-        yield from _llama_server(arm, settings)
-        return
-    if arm.engine == "llamacpp":
-        weight_bytes = os.path.getsize(gguf_path())
-        resolved = {"gguf": os.path.basename(gguf_path()), "threads": resolve_threads(settings, detect())[0]}
-        if arm.attach_url:
-            yield Served(arm.attach_url, MODEL_ALIAS, weight_bytes, LLAMACPP_SEQUENCES_PER_STEP, resolved)
-            return
-        llama_cpp = LlamaCppRuntime(settings)
-        try:
-            served = Served(
-                f"{llama_cpp.base_url}/v1",
-                MODEL_ALIAS,
-                weight_bytes,
-                LLAMACPP_SEQUENCES_PER_STEP,
-                resolved,
-                [Start(llama_cpp.start().seconds_to_healthy, "no compile step")],
-            )
-            yield served
-        finally:
-            llama_cpp.stop(quiet=True)
-        return
-    weight_bytes, plan, resolved = _vllm_facts(settings)
-    seqs = plan.max_num_seqs or 1
+    engine = ENGINES[arm.engine]
+    (runtime,) = engine.runtimes(settings)  # one native engine (arm_settings)
+    if arm.attach_url is None:
+        runtime.install()  # the weights its decode step reads; its start would install them anyway
+    step = engine.decode_step(settings)
+    url = arm.attach_url or f"{runtime.base_url}/v1"
+    served = Served(url, runtime.served_model, step.weight_bytes, step.max_sequences, step.facts)
     if arm.attach_url:
-        yield Served(arm.attach_url, settings.model_name, weight_bytes, seqs, resolved)
+        yield served
         return
-    runtime = NativeRuntime(settings)
-    served = Served(f"{settings.base_url}/v1", settings.model_name, weight_bytes, seqs, resolved)
     try:
-        for attempt in range(restarts + 1):
+        for attempt in range(restarts + 1 if engine.compile_cache else 1):
             if attempt:
                 runtime.stop(quiet=True)
             with exported(engine_environ(arm)):
-                started = runtime.start(plan)
+                started = runtime.start(step.plan)
             served.pid = started.pid
-            log_text = runtime.log_path.read_text(errors="replace")
-            served.starts.append(Start(started.seconds_to_healthy, compile_cache_state(log_text, settings)))
+            compiled = NO_COMPILE_STEP
+            if engine.compile_cache is not None:
+                compiled = engine.compile_cache(runtime.log_path.read_text(errors="replace"), settings)
+            served.starts.append(Start(started.seconds_to_healthy, compiled))
         yield served
-    finally:
-        runtime.stop(quiet=True)
-
-
-def _llama_server(arm: Arm, settings: Settings) -> Iterator[Served]:
-    """serving() for llama-server: it decodes up to LLAMA_SERVER_SLOTS sequences per step."""
-    llama_server.install()  # the GGUF it serves, and the binary
-    resolved = {
-        "gguf": llama_server.GGUF.name,
-        "threads": resolve_threads(settings, detect())[0],
-        "slots": settings.llama_server_slots,
-        "ctx_size": settings.llama_server_slots * settings.max_model_len,
-    }
-    weight_bytes = os.path.getsize(llama_server.GGUF)
-    if arm.attach_url:
-        yield Served(arm.attach_url, MODEL_ALIAS, weight_bytes, settings.llama_server_slots, resolved)
-        return
-    runtime = LlamaServerRuntime(settings)
-    try:
-        yield Served(
-            f"{runtime.base_url}/v1",
-            MODEL_ALIAS,
-            weight_bytes,
-            settings.llama_server_slots,
-            resolved,
-            [Start(runtime.start().seconds_to_healthy, "no compile step")],
-        )
     finally:
         runtime.stop(quiet=True)

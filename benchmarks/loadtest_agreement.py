@@ -25,7 +25,7 @@ from labs.loadtest.aggregate import summarize
 from labs.loadtest.runner import run_load
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
 from serve.config.model import MODEL_DIR
-from serve.engines.native import VENV as VLLM_VENV
+from serve.install.vllm_venv import VENV as VLLM_VENV
 from ui.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
 
 GOAL_RATIO_TOLERANCE = 0.10

@@ -45,7 +45,7 @@ from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.results import Envelope, MeasuredEngine, ResultsError, command_line, load, write
 from serve.config.machine import detect
 from serve.config.settings import ROOT, SettingsError
-from ui.cli import KitArgumentParser, positive_int, positive_ints
+from ui.cli import KitArgumentParser, positive_float, positive_int, positive_ints
 from ui.progress import StepFailed, console, fail
 
 DEFAULT_USERS = "1,16"
@@ -416,7 +416,7 @@ def build_parser() -> KitArgumentParser:
         "(this machine's) instead of starting one, e.g. http://127.0.0.1:8009/v1",
     )
     add_cpu_isa_argument(parser)
-    parser.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, help="seconds per window")
+    parser.add_argument("--window", type=positive_float, default=DEFAULT_WINDOW_S, help="seconds per window")
     parser.add_argument("--rate", type=positive_int, default=DEFAULT_RATE_HZ, help="py-spy samples a second")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and the stacks")
     parser.add_argument(

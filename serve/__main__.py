@@ -218,8 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.load()
         if args.command not in ("up", "down"):
             return COMMANDS[args.command](settings)
-        ports = [runtimes.ENGINES[engine].port(settings) for engine in settings.engines]
-        with process.port_lock(RUN_DIR, ports, console.print):
+        with process.port_lock(RUN_DIR, runtimes.ports(settings), console.print):
             if args.command == "down":
                 return down(settings, remove_volumes=args.volumes)
             return up(settings)

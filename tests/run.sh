@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: installs what the tests need, checks lint, formatting and types (ruff,
-# mypy), then runs pytest.
+# The whole test suite, from a fresh clone: installs what the tests need, checks lint, formatting, types and the
+# import floors (ruff, mypy, import-linter), then runs pytest.
 # Extra arguments go to pytest (e.g. bash tests/run.sh -k settings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash tests/system-packages.sh
 bash serve/light-tools.sh test
-# lint, formatting and types first (seconds; [tool.ruff] and [tool.mypy] in pyproject.toml): a finding stops the
-# run before the installs and the tests
+# lint, formatting, types and import floors first (seconds; [tool.ruff], [tool.mypy] and [tool.importlinter] in
+# pyproject.toml): a finding stops the run before the installs and the tests
 check() {  # check WHAT FIX COMMAND...: one line before, and on failure one that says what failed and what to do
   local what="$1" fix="$2"
   shift 2
@@ -18,6 +18,9 @@ check() {  # check WHAT FIX COMMAND...: one line before, and on failure one that
 check "lint (ruff check)" "fix what it names; .venv/bin/ruff check --fix . fixes those marked [*]" .venv/bin/ruff check .
 check "formatting (ruff format --check)" "run .venv/bin/ruff format ." .venv/bin/ruff format --check .
 check "types (mypy: serve, client, labs, benchmarks)" "fix the errors it names" .venv/bin/mypy
+check "import floors (lint-imports: [tool.importlinter])" \
+  "import only from the floors below (README, Where things are); move what both sides need down a floor" \
+  .venv/bin/lint-imports
 # the native vLLM venv and prepared model, the llama.cpp venv and llama-server's GGUF, all in .kit/ (the llama.cpp
 # wheel, ~6 min, and llama-server, ~11 min, are built portably once and kept in ~/.cache/vllm-lab-kit/ for other
 # clones on this machine); REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that

@@ -44,6 +44,8 @@ CASES = [
             "--temperature": "non_negative_float",
             "--warmup": "non_negative_int",
             "--scrape-interval-s": "non_negative_float",
+            "--sweep-rate": "positive_floats",
+            "--sweep-concurrency": "positive_ints",
         },
     ),
     Case("labs.compare.__main__", [], {"--n": "positive_int", "--max-tokens": "positive_int"}),
@@ -75,6 +77,11 @@ CASES = [
         },
     ),
     Case("benchmarks.loadtest_overhead", [], {"--seconds": "positive_float", "--tokens": "positive_int"}),
+    Case(
+        "benchmarks.step_profile",
+        [],
+        {"--users": "positive_ints", "--window": "positive_float", "--rate": "positive_int"},
+    ),
 ]
 FLAGS = [(case, flag) for case in CASES for flag in case.flags]
 
@@ -96,6 +103,8 @@ def test_any_value_is_a_result_or_one_line_and_exit_2(case: Case, flag: str, val
         ("labs.doctor.__main__", [], "--interval-s", "nan"),
         ("labs.sizing.__main__", ["kv"], "--max-model-len", "0"),
         ("client.__main__", ["hi"], "--temperature", "nan"),
+        ("labs.loadtest.__main__", [], "--sweep-rate", "5,nan"),
+        ("benchmarks.step_profile", [], "--window", "nan"),
     ],
 )
 def test_the_values_that_used_to_get_through_are_refused(module: str, base: list[str], flag: str, value: str) -> None:

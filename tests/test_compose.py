@@ -26,7 +26,6 @@ from serve.engines.docker import (
     compose_env,
     container_command,
     container_threads_bind,
-    image_vllm_version,
     resolve_for_container,
 )
 from tests.conftest import ROOT
@@ -142,7 +141,7 @@ def test_cpu_service_renders_to_the_native_vllm_argv_and_env(overrides: dict[str
     resolved = resolve_for_container(settings, detect(), CPU)
     config = docker_compose_config(env_file, compose_env(settings, resolved, CPU))
     service = config["services"]["vllm-cpu"]
-    version = image_vllm_version(settings.cpu_image_tag)
+    version = settings.cpu_image_vllm_version
     assert version == (0, 9)
     # The one named difference in the argv: inside the container vLLM listens on 0.0.0.0:8000.
     native = vllm_args(settings, resolved, settings.model_name, version, port=CONTAINER_PORT, host=CONTAINER_HOST)

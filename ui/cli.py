@@ -2,7 +2,7 @@
 
 Used by every `python -m ...` of the kit (serve, client, labs, benchmarks), so a bad value never reaches the
 run as a traceback: `--rate inf`, `--interval-s nan` or `--max-model-len 0` are refused where they are typed.
-A flag's value is checked by the same parser as the setting of its kind (serve/config/settings.py), and refused in
+A flag's value is checked by the same parser as the setting of its kind (ui/values.py), and refused in
 the command line's words: `'0' is not a whole number greater than 0`.
 """
 
@@ -12,8 +12,8 @@ import argparse
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
-from serve.config import settings
-from serve.config.settings import SettingsError
+from ui import values
+from ui.values import SettingsError
 
 T = TypeVar("T")
 
@@ -34,11 +34,11 @@ def _flag_value(parse: Callable[[str, str], T], text: str, what: str) -> T:
 
 
 def positive_int(text: str) -> int:
-    return _flag_value(settings.positive_int, text, "a whole number greater than 0")
+    return _flag_value(values.positive_int, text, "a whole number greater than 0")
 
 
 def non_negative_int(text: str) -> int:
-    return _flag_value(settings.non_negative_int, text, "a whole number, 0 or more")
+    return _flag_value(values.non_negative_int, text, "a whole number, 0 or more")
 
 
 def positive_ints(text: str) -> list[int]:
@@ -52,17 +52,27 @@ def positive_ints(text: str) -> list[int]:
     return values
 
 
+def positive_floats(text: str) -> list[float]:
+    """A comma-separated list of finite numbers > 0 (load points: `--sweep-rate 5,10,25`)."""
+    try:
+        return [values.positive_number("", part) for part in text.split(",")]
+    except SettingsError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give finite numbers > 0 separated by commas, e.g. 5,10,25"
+        ) from None
+
+
 def tcp_port(text: str) -> int:
-    return _flag_value(settings.tcp_port, text, "a TCP port (1-65535)")
+    return _flag_value(values.tcp_port, text, "a TCP port (1-65535)")
 
 
 def positive_float(text: str) -> float:
-    return _flag_value(settings.positive_number, text, "a finite number greater than 0")
+    return _flag_value(values.positive_number, text, "a finite number greater than 0")
 
 
 def non_negative_float(text: str) -> float:
-    return _flag_value(settings.non_negative_number, text, "a finite number, 0 or more")
+    return _flag_value(values.non_negative_number, text, "a finite number, 0 or more")
 
 
 def fraction(text: str) -> float:
-    return _flag_value(settings.fraction, text, "a fraction greater than 0 and at most 1")
+    return _flag_value(values.fraction, text, "a fraction greater than 0 and at most 1")

@@ -24,25 +24,10 @@ from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, pha
 from labs.results import command_line
 from serve.config.settings import ROOT, Settings, SettingsError, engine_list
 from serve.engines.runtimes import ENGINES
-from ui.cli import KitArgumentParser
+from ui.cli import KitArgumentParser, positive_int
 from ui.progress import console, err_console, fail
 
 RESULTS_DIR = ROOT / "results"
-
-
-def positive(name: str):
-    def parse(raw: str) -> int:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number greater than 0, got {raw!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(
-                f"{name} must be a whole number greater than 0, got {value}; try 3, 8 or 16"
-            )
-        return value
-
-    return parse
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,13 +35,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "-n",
         "--n",
-        type=positive("N"),
+        type=positive_int,
         default=DEFAULT_N,
         help=f"requests in the matched sequential and concurrent runs (default {DEFAULT_N}; try 8, 16)",
     )
     parser.add_argument(
         "--max-tokens",
-        type=positive("--max-tokens"),
+        type=positive_int,
         default=MAX_TOKENS,
         help=f"longest answer per request (default {MAX_TOKENS})",
     )

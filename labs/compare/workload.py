@@ -71,7 +71,7 @@ def targets(settings: Settings, engines: tuple[str, ...] | None = None) -> tuple
                 engine.served_model(settings),
                 env,
                 kind=name,
-                url_source=engine.port_setting,
+                url_source=engine.port_setting(settings),
                 model_source=MODEL_SOURCE,
             )
         )

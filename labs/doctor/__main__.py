@@ -29,6 +29,7 @@ from serve.config.machine import detect
 from serve.config.model import bundled_model_facts
 from serve.config.settings import Settings, SettingsError
 from serve.config.vllm_command import resolve
+from serve.engines.runtimes import VLLM
 from ui.cli import KitArgumentParser, positive_float, positive_int
 from ui.progress import console, fail
 
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.load()
     except SettingsError as exc:
         fail(str(exc), code=2)
-    url = (args.url or settings.base_url).rstrip("/").removesuffix("/v1")
+    url = (args.url or VLLM.base_url(settings)).rstrip("/").removesuffix("/v1")  # GPU_PORT for the GPU track
     resolved = resolve(settings, detect(), bundled_model_facts())  # what up.sh resolves `auto` to here
     endpoint = Endpoint.at("engine", f"{url}/v1", url_source="--url")
     limits = Limits(

@@ -32,7 +32,15 @@ from labs.loadtest.workload import (
 from labs.results import Envelope, MeasuredEngine, command_line
 from serve.config.settings import Settings, SettingsError, load_env
 from serve.engines.replicas import replica_ports
-from ui.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_float, positive_int
+from ui.cli import (
+    KitArgumentParser,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_floats,
+    positive_int,
+    positive_ints,
+)
 
 DEFAULT_OUT = Path("results/loadtest")
 URL_SOURCE = "--base-url/OPENAI_BASE_URL"
@@ -73,8 +81,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     load.add_argument("--temperature", type=non_negative_float, default=0.0)
     load.add_argument("--no-ignore-eos", action="store_true", help="let answers stop at EOS")
     sweep = parser.add_mutually_exclusive_group()
-    sweep.add_argument("--sweep-rate", help="comma-separated rates: one load point each, e.g. 5,10,25")
-    sweep.add_argument("--sweep-concurrency", help="comma-separated user counts (closed loop), e.g. 1,4,16")
+    sweep.add_argument(
+        "--sweep-rate", type=positive_floats, help="comma-separated rates: one load point each, e.g. 5,10,25"
+    )
+    sweep.add_argument(
+        "--sweep-concurrency", type=positive_ints, help="comma-separated user counts (closed loop), e.g. 1,4,16"
+    )
     parser.add_argument(
         "--warmup",
         type=non_negative_int,
@@ -91,13 +103,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _numbers(text: str, flag: str, kind: type) -> list:
-    try:
-        return [kind(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"{flag} {text!r} is invalid: give comma-separated numbers, e.g. 1,4,16") from None
-
-
 def build_specs(args: argparse.Namespace) -> list[WorkloadSpec]:
     common = dict(
         num_requests=args.requests,
@@ -110,15 +115,9 @@ def build_specs(args: argparse.Namespace) -> list[WorkloadSpec]:
         prompts=read_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS,
     )
     if args.sweep_rate:
-        return [
-            WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)
-            for rate in _numbers(args.sweep_rate, "--sweep-rate", float)
-        ]
+        return [WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common) for rate in args.sweep_rate]
     if args.sweep_concurrency:
-        return [
-            WorkloadSpec(rate_rps=None, concurrency=users, **common)
-            for users in _numbers(args.sweep_concurrency, "--sweep-concurrency", int)
-        ]
+        return [WorkloadSpec(rate_rps=None, concurrency=users, **common) for users in args.sweep_concurrency]
     rate = DEFAULT_RATE_RPS if args.rate is None and args.concurrency is None else args.rate
     return [WorkloadSpec(rate_rps=rate, concurrency=args.concurrency, **common)]
 

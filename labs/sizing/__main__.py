@@ -32,6 +32,7 @@ from serve.config.sizing import (
     parse_memory_size,
 )
 from serve.config.vllm_command import resolve
+from serve.engines.runtimes import VLLM
 from serve.processes.local_server import LOG_DIR
 from ui.cli import KitArgumentParser, fraction, non_negative_float, positive_float, positive_int
 from ui.progress import console, fail
@@ -130,7 +131,7 @@ def verify(args: argparse.Namespace) -> int:
     settings = Settings.load()
     resolved = resolve(settings, detect(), bundled_model_facts())
     dtype = args.dtype or resolved.dtype
-    url = args.url or settings.base_url
+    url = args.url or VLLM.base_url(settings)  # GPU_PORT for the GPU track
     kv_gib = args.kv_gib if args.kv_gib is not None else resolved.kv_cache_space_gib
     if kv_gib is None:  # resolve() sizes the CPU's KV pool; only the GPU track leaves it to vLLM
         raise SizingError("no KV budget to compare against: pass --kv-gib")

@@ -8,7 +8,7 @@ are checked, and why:
   (`VLLM_*`), or one that difflib finds close to a setting (NEAR_MISS_CUTOFF) and that starts like it
   (its first COMMON_PREFIX_CHARS characters: `MAX_NUM_SEQ`, `ENGINE`).
 Never warned about: the settings (KNOBS), the client's variables, and vLLM's own environment variables
-(serve/vllm_env_names.txt, from vllm.envs), which the native runtime passes to the engine from the shell
+(serve/config/vllm_env_names.txt, from vllm.envs), which the native runtime passes to the engine from the shell
 and from `.env`.
 """
 
@@ -21,9 +21,8 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from serve.config.settings import KNOBS
+from serve.config.settings import CLIENT_VARIABLES, KNOBS, ROOT
 
-CLIENT_VARIABLES = ("OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY")  # client/endpoint.py reads them
 KIT_VARIABLES = ("KIT_ENV_FILE",)  # which settings file (serve.config.settings.env_file)
 VLLM_PREFIX = "VLLM_"
 VLLM_NAMES_FILE = Path(__file__).with_name("vllm_env_names.txt")
@@ -40,7 +39,7 @@ def vllm_names() -> frozenset[str]:
 
 
 def setting_names() -> list[str]:
-    return [knob.env for knob in KNOBS] + list(CLIENT_VARIABLES)
+    return [knob.env for knob in KNOBS] + [variable.env for variable in CLIENT_VARIABLES]
 
 
 def known(name: str) -> bool:
@@ -71,7 +70,7 @@ def problem(name: str, where: str) -> str:
     suggestion = closest(name)
     if suggestion is not None:
         return f"{name} ({where}) is not a setting of the kit, which ignores it; did you mean {suggestion}?"
-    listed = " and vLLM's own variables in serve/vllm_env_names.txt" if name.startswith(VLLM_PREFIX) else ""
+    listed = f" and vLLM's own variables in {VLLM_NAMES_FILE.relative_to(ROOT)}" if name.startswith(VLLM_PREFIX) else ""
     return (
         f"{name} ({where}) is not a setting of the kit, which ignores it; the settings are the keys of "
         f".env.example{listed}"

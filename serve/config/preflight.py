@@ -29,13 +29,10 @@ from serve.config.sizing import (
     GiB,
     KvPool,
     ModelFacts,
-    SizingError,
     kv_pool,
     kv_space_gib_for_tokens,
-    parse_memory_size,
 )
-from serve.config.vllm_command import Resolved, parse_version
-from ui.progress import console
+from serve.config.vllm_command import Resolved
 
 CONTAINER_RUNTIMES = ("docker",)  # capped by MEMORY_LIMIT
 GPU_RUNTIMES = ("docker-gpu",)  # KV pool set by GPU memory utilization, not VLLM_CPU_KVCACHE_SPACE
@@ -44,10 +41,7 @@ V1_ON_CPU_SINCE = (0, 10)  # the CPU image's vLLM before this runs V0, with 16-t
 
 def block_size_for(settings: Settings, runtime: str) -> int:
     """V0's 16-token blocks in a CPU image older than 0.10 (CPU_IMAGE_TAG), else V1's 128 on CPU."""
-    if (
-        runtime in CONTAINER_RUNTIMES
-        and parse_version(settings.cpu_image_tag.removeprefix("v").split("-")[0]) < V1_ON_CPU_SINCE
-    ):
+    if runtime in CONTAINER_RUNTIMES and settings.cpu_image_vllm_version < V1_ON_CPU_SINCE:
         return V0_BLOCK_SIZE
     return V1_CPU_BLOCK_SIZE
 
@@ -60,8 +54,16 @@ class Finding:
 
 @dataclass(slots=True)
 class Verdict:
+    """What the preflight found: refusals (the first one stops the start), warnings, and notes on what it could not
+    check. It prints nothing: the caller shows `lines()`."""
+
     refusals: list[Finding] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """The warnings and notes as the console shows them (rich markup)."""
+        return [f"[yellow]warning:[/yellow] {warning.message}" for warning in self.warnings] + self.notes
 
     def refuse(self, variable: str, message: str) -> None:
         self.refusals.append(Finding(variable, message))
@@ -137,11 +139,7 @@ def _check_memory(
     weights = facts.weight_bytes(dtype)
     needed = weights + budget + overhead_bytes
     if runtime in CONTAINER_RUNTIMES:
-        try:
-            cap = parse_memory_size(settings.memory_limit)
-        except SizingError as exc:
-            verdict.refuse("MEMORY_LIMIT", f"MEMORY_LIMIT={settings.memory_limit!r} is invalid: {exc}")
-            return
+        cap = settings.memory_limit.num_bytes
         variable, problem = "MEMORY_LIMIT", f"MEMORY_LIMIT={settings.memory_limit} is too small: it"
         outcome = "the container would be OOM-killed and restarted in a loop"
     else:
@@ -218,7 +216,8 @@ def quantization_problem(settings: Settings, dtype: str, runtime: str, machine: 
 
 
 def run(settings: Settings, resolved: Resolved, runtime: str) -> Verdict:
-    """Check before starting: print warnings, raise SettingsError (exit 2) on the first refusal."""
+    """Check before starting: raise SettingsError (exit 2) on the first refusal; else the verdict, whose warnings and
+    notes the caller shows."""
     problem = quantization_problem(settings, resolved.dtype, runtime, detect())
     if problem is not None:
         raise SettingsError(problem)
@@ -226,8 +225,6 @@ def run(settings: Settings, resolved: Resolved, runtime: str) -> Verdict:
     verdict = check(settings, resolved, facts, runtime, detect().memory_available_bytes)
     if verdict.refusals:
         raise SettingsError(verdict.refusals[0].message)
-    for warning in verdict.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning.message}")
     if facts is None:
-        console.print(f"preflight: no local config for MODEL_NAME={settings.model_name}; KV sizing not checked")
+        verdict.notes.append(f"preflight: no local config for MODEL_NAME={settings.model_name}; KV sizing not checked")
     return verdict

@@ -21,6 +21,19 @@ from urllib.parse import urlsplit
 
 from dotenv.main import DotEnv
 
+from serve.config.sizing import MemorySize, SizingError, parse_memory_size
+from ui.values import (
+    SettingsError,
+    bounded,
+    choice,
+    fraction,
+    invalid,
+    non_negative_int,
+    positive_int,
+    positive_number,
+    tcp_port,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV_FILE = ROOT / ".env"
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -32,9 +45,6 @@ CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit ships and serves by default
-# llamacpp: the Ollama-class llama.cpp server (serve/engines/llamacpp.py); llamaserver: llama.cpp's own C++ server with
-# parallel slots (serve/engines/llama_server.py)
-ENGINES = ("vllm", "llamacpp", "llamaserver")
 # auto: int8 natively where it was measured to win (serve/config/model.py), else none; none: the float weights;
 # int8: the CPU track's int8 W8A8 checkpoint, prepared natively (serve/install/quantize.py); awq/gptq/fp8: the
 # GPU track's
@@ -43,7 +53,7 @@ CPU_QUANTIZATIONS = ("none", "int8")
 # vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 RESTART_POLICIES = ("no", "on-failure")  # serve/processes/supervisor.py applies them to every native server
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
-IMAGE_VERSION_TAG = re.compile(r"^v?\d+\.\d+[\w.+-]*$")
+IMAGE_VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)[\w.+-]*$")  # the vLLM version it ships: (major, minor)
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
 INDEX_URL = re.compile(r"^(https?|file)://\S+$")
 HOST_NAME = re.compile(
@@ -58,53 +68,6 @@ KIT_OWNED_FLAGS = {
 MAX_SERVER_SLOTS = 256  # vLLM's own cap on sequences in one batch (max_num_seqs)
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 T = TypeVar("T")
-N = TypeVar("N", int, float)
-
-
-class SettingsError(ValueError):
-    """A setting is wrong; the message names the variable, the bad value and the fix."""
-
-
-def _bad(name: str, raw: str, fix: str) -> SettingsError:
-    return SettingsError(f"{name}={raw!r} is invalid: {fix}")
-
-
-def bounded(convert: Callable[[str], N], within: Callable[[N], bool], fix: str) -> Callable[[str, str], N]:
-    """A parser of numbers: `convert` reads the value, `within` accepts it; else one line naming the fix."""
-
-    def parse(name: str, raw: str) -> N:
-        try:
-            value = convert(raw)
-        except ValueError:
-            raise _bad(name, raw, fix) from None
-        if not within(value):
-            raise _bad(name, raw, fix)
-        return value
-
-    return parse
-
-
-positive_int = bounded(int, lambda value: value > 0, "use a whole number greater than 0")
-non_negative_int = bounded(int, lambda value: value >= 0, "use a whole number, 0 or more")
-# floats: nan and inf are no sizes or fractions
-positive_number = bounded(float, lambda value: 0 < value < float("inf"), "use a number greater than 0")
-non_negative_number = bounded(float, lambda value: 0 <= value < float("inf"), "use a number, 0 or more")
-
-
-def tcp_port(name: str, raw: str) -> int:
-    value = positive_int(name, raw)
-    if value > 65535:
-        raise _bad(name, raw, "use a TCP port between 1 and 65535")
-    return value
-
-
-def choice(*options: str) -> Callable[[str, str], str]:
-    def parse(name: str, raw: str) -> str:
-        if raw not in options:
-            raise _bad(name, raw, f"use one of {', '.join(options)}")
-        return raw
-
-    return parse
 
 
 def auto_or_positive_int(name: str, raw: str) -> int | None:
@@ -119,10 +82,10 @@ def auto_or_whole_gib(name: str, raw: str) -> int | None:
     try:
         value = positive_number(name, raw)
     except SettingsError:
-        raise _bad(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2") from None
+        raise invalid(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2") from None
     if not value.is_integer():
         whole = sorted({max(1, math.floor(value)), math.ceil(value)})
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "vLLM reads it as whole GiB (int()) and would die at start; use auto or "
@@ -134,12 +97,12 @@ def auto_or_whole_gib(name: str, raw: str) -> int | None:
 def thread_binding(name: str, raw: str) -> str:
     if raw in ("auto", "nobind") or CPU_LIST.match(raw):
         return raw
-    raise _bad(name, raw, "use auto, nobind, or a CPU list such as 0-1 (ranks separated by |)")
+    raise invalid(name, raw, "use auto, nobind, or a CPU list such as 0-1 (ranks separated by |)")
 
 
 def bearer_key(name: str, raw: str) -> str:
     if any(ch.isspace() for ch in raw):
-        raise _bad(name, raw, "an API key must not contain spaces, tabs or newlines; remove them")
+        raise invalid(name, raw, "an API key must not contain spaces, tabs or newlines; remove them")
     return raw
 
 
@@ -154,13 +117,13 @@ def boolean(name: str, raw: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off", ""):
         return False
-    raise _bad(name, raw, "use true or false")
+    raise invalid(name, raw, "use true or false")
 
 
 def index_url(name: str, raw: str) -> str:
     """A pip index URL (PEP 503 "simple" layout), or empty for none."""
     if raw and not INDEX_URL.match(raw):
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "use an index URL such as https://download.pytorch.org/whl/cpu (http, https or "
@@ -175,7 +138,7 @@ def model_folder(name: str, raw: str) -> Path | None:
         return None
     folder = Path(raw).expanduser()
     if not (folder / "config.json").is_file():
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "no config.json there: point it at a Hugging Face model folder (config.json, "
@@ -186,14 +149,14 @@ def model_folder(name: str, raw: str) -> Path | None:
 
 def text(name: str, raw: str) -> str:
     if not raw.strip():
-        raise _bad(name, raw, "it must not be empty")
+        raise invalid(name, raw, "it must not be empty")
     return raw
 
 
 def bind_host(name: str, raw: str) -> str:
     """An address or host name to bind: 127.0.0.1, ::1, 0.0.0.0, localhost; never address:port."""
     if not raw.strip() or any(ch.isspace() for ch in raw):
-        raise _bad(name, raw, "use an address to bind, such as 127.0.0.1 (or 0.0.0.0 to expose it)")
+        raise invalid(name, raw, "use an address to bind, such as 127.0.0.1 (or 0.0.0.0 to expose it)")
     bare = raw.removeprefix("[").removesuffix("]")
     try:
         return str(ipaddress.ip_address(bare))
@@ -201,14 +164,14 @@ def bind_host(name: str, raw: str) -> str:
         pass
     address, colon, port_text = raw.rpartition(":")
     if colon:
-        raise _bad(
+        raise invalid(
             name,
             raw,
             f"it is an address to bind, without a port: set {name}={address or '127.0.0.1'} "
             f"and VLLM_PORT={port_text or 8009}",
         )
     if not HOST_NAME.match(raw):
-        raise _bad(name, raw, "use an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name such as localhost")
+        raise invalid(name, raw, "use an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name such as localhost")
     return raw
 
 
@@ -225,7 +188,7 @@ def engine_list(name: str, raw: str) -> tuple[str, ...]:
     engines = tuple(part.strip() for part in raw.split(",") if part.strip())
     unknown = [engine for engine in engines if engine not in ENGINES]
     if not engines or unknown or len(set(engines)) != len(engines):
-        raise _bad(
+        raise invalid(
             name,
             raw,
             f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
@@ -234,10 +197,26 @@ def engine_list(name: str, raw: str) -> tuple[str, ...]:
     return engines
 
 
+def image_vllm_version(tag: str) -> tuple[int, int]:
+    """'0.9.1-oe2403lts' or 'v0.11.0' -> (0, 9) / (0, 11): the vLLM version an image tag starts with."""
+    match = IMAGE_VERSION_TAG.match(tag)
+    if match is None:
+        raise ValueError(f"image tag {tag!r} does not start with its vLLM version, such as 0.9.1-oe2403lts")
+    return int(match.group(1)), int(match.group(2))
+
+
+def memory_size(name: str, raw: str) -> MemorySize:
+    """Docker's memory size (5g, 512m, 5GiB, bytes), parsed once: its text for compose, its bytes for the checks."""
+    try:
+        return MemorySize(raw, parse_memory_size(raw))
+    except SizingError as exc:
+        raise invalid(name, raw, str(exc)) from None
+
+
 def image_version_tag(name: str, raw: str) -> str:
     """An image tag that starts with the vLLM version it ships, e.g. 0.9.1-oe2403lts."""
     if not IMAGE_VERSION_TAG.match(raw):
-        raise _bad(name, raw, "use a tag that starts with its vLLM version, such as 0.9.1-oe2403lts")
+        raise invalid(name, raw, "use a tag that starts with its vLLM version, such as 0.9.1-oe2403lts")
     return raw
 
 
@@ -245,7 +224,7 @@ def base_image(name: str, raw: str) -> str:
     """An image repository, optionally with a tag that starts with its vLLM version (repo:0.32.0-standin)."""
     repository, _, tag = raw.rpartition(":") if ":" in raw.rsplit("/", 1)[-1] else (raw, "", "")
     if not repository.strip() or any(ch.isspace() for ch in raw) or (tag and not IMAGE_VERSION_TAG.match(tag)):
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "use an image repository such as openeuler/vllm-cpu (its tag is CPU_IMAGE_TAG), or "
@@ -257,17 +236,14 @@ def base_image(name: str, raw: str) -> str:
 def pinned_image(name: str, raw: str) -> str:
     tag = raw.rsplit(":", 1)[1] if ":" in raw.rsplit("/", 1)[-1] else ""
     if not tag or tag == "latest" or any(ch.isspace() for ch in raw):
-        raise _bad(name, raw, "pin a tag, such as vllm/vllm-openai:v0.11.0 (latest changes under you)")
+        raise invalid(name, raw, "pin a tag, such as vllm/vllm-openai:v0.11.0 (latest changes under you)")
     return raw
-
-
-fraction = bounded(float, lambda value: 0 < value <= 1, "use a fraction greater than 0 and at most 1, such as 0.90")
 
 
 def quantization_method(name: str, raw: str) -> str:
     """One of QUANTIZATIONS; empty is `none` (the float weights)."""
     if (raw or "none") not in QUANTIZATIONS:
-        raise _bad(
+        raise invalid(
             name,
             raw,
             "use auto, none (the float weights), int8 (the CPU track's int8 checkpoint), or awq, "
@@ -280,7 +256,7 @@ def arg_list(name: str, raw: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(raw))
     except ValueError as exc:
-        raise _bad(name, raw, f"quote it as you would in a shell ({exc})") from None
+        raise invalid(name, raw, f"quote it as you would in a shell ({exc})") from None
 
 
 def api_server_flags(name: str, raw: str) -> tuple[str, ...]:
@@ -290,7 +266,7 @@ def api_server_flags(name: str, raw: str) -> tuple[str, ...]:
         flag = arg.split("=", 1)[0]
         if flag in KIT_OWNED_FLAGS:
             setting, why = KIT_OWNED_FLAGS[flag]
-            raise _bad(name, raw, f"remove {flag} and set {setting} instead ({why})")
+            raise invalid(name, raw, f"remove {flag} and set {setting} instead ({why})")
     return args
 
 
@@ -303,14 +279,18 @@ class Knob:
     default: str  # as `.env` writes it, parsed like any other value
     parse: Callable[[str, str], Any]
     why: str
+    serves: str | None = None  # a port setting: the engine ENGINES may name that listens there
 
 
-def setting(env: str, default: str, parse: Callable[[str, str], T], why: str) -> T:
+def setting(env: str, default: str, parse: Callable[[str, str], T], why: str, serves: str | None = None) -> T:
     """Declare a Settings field read from the variable `env`: `parse(env, raw)` turns its text into the field's type
-    (or raises SettingsError naming the fix) and `why` is its one line in .env.example and the README."""
+    (or raises SettingsError naming the fix) and `why` is what it is for: the README's flags table copies it and
+    its comment in .env.example begins with it, word for word (tests check both). A port
+    setting names the engine that `serves` there: that makes the engine one ENGINES may name, and its port one of
+    the kit's own (api_key_for)."""
     if not callable(parse):  # a parser named like a field declared above it would be that field here
         raise TypeError(f"{env}: {parse!r} is not a parser")
-    return field(metadata={"env": env, "default": default, "parse": parse, "why": why})
+    return field(metadata={"env": env, "default": default, "parse": parse, "why": why, "serves": serves})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -339,9 +319,12 @@ class Settings:
     host: str = setting(
         "VLLM_HOST", "127.0.0.1", bind_host, "bind address; 127.0.0.1 keeps the engine private to this machine"
     )
-    port: int = setting("VLLM_PORT", "8009", tcp_port, "the port of the OpenAI-compatible /v1 API")
+    port: int = setting("VLLM_PORT", "8009", tcp_port, "the port of the OpenAI-compatible /v1 API", serves="vllm")
     dtype: str = setting(
-        "DTYPE", "auto", choice(*DTYPES), "auto = bfloat16 where the CPU has BF16 instructions, else float32"
+        "DTYPE",
+        "auto",
+        choice(*DTYPES),
+        "auto = bfloat16 where the CPU has BF16 instructions (avx512_bf16/amx_bf16), else float32",
     )
     max_model_len: int = setting(
         "MAX_MODEL_LEN", "1024", positive_int, "longest prompt+answer in tokens; every sequence may grow to it"
@@ -350,7 +333,8 @@ class Settings:
         "MAX_NUM_SEQS",
         "auto",
         auto_or_positive_int,
-        "most sequences decoded together in one batch; auto = 16 per core, cut to what the KV pool holds",
+        "most sequences decoded together in one batch; auto = 16 per core (capped at vLLM's 256), cut to what "
+        "the KV pool holds at MAX_MODEL_LEN",
     )
     block_size: int | None = setting(  # None: auto
         "BLOCK_SIZE",
@@ -363,7 +347,8 @@ class Settings:
         "SWAP_SPACE",
         "4",
         non_negative_int,
-        "GiB of swap for preempted KV; only passed to vLLM < 0.18 (removed there, a no-op on CPU)",
+        "GiB of swap for preempted KV; only passed to vLLM < 0.18 (it was removed there, and never added "
+        "blocks on CPU)",
     )
     kv_cache_space_gib: int | None = setting(  # None: auto
         "VLLM_CPU_KVCACHE_SPACE",
@@ -434,14 +419,17 @@ class Settings:
         "native: restarts in a row that never reach /health before the kit gives up (a crash loop)",
     )
     cpu_limit: float = setting("CPU_LIMIT", "4", positive_number, "CPUs the Docker CPU container may use")
-    memory_limit: str = setting(
-        "MEMORY_LIMIT", "5g", text, "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)"
+    memory_limit: MemorySize = setting(
+        "MEMORY_LIMIT",
+        "5g",
+        memory_size,
+        "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)",
     )
     cpu_image_tag: str = setting(
         "CPU_IMAGE_TAG",
         "0.9.1-oe2403lts",
         image_version_tag,
-        "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM)",
+        "tag of openeuler/vllm-cpu that Dockerfile.cpu patches (0.9.1: the course's vLLM; must be below 0.18)",
     )
     cpu_base_image: str = setting(  # the repository only: a tag given with it moved to cpu_image_tag
         "CPU_BASE_IMAGE",
@@ -455,12 +443,12 @@ class Settings:
         pinned_image,
         "the GPU track's image, pinned so a rebuild serves the same vLLM",
     )
-    gpu_port: int = setting("GPU_PORT", "8000", tcp_port, "port of the GPU track's /v1 API")
+    gpu_port: int = setting("GPU_PORT", "8000", tcp_port, "port of the GPU track's /v1 API", serves="vllm")
     gpu_memory_utilization: float = setting(
         "GPU_MEMORY_UTILIZATION",
         "0.90",
         fraction,
-        "share of GPU memory vLLM takes for weights + KV cache (the rest stays free)",
+        "share of GPU memory vLLM takes for weights + KV cache (the rest stays free for other processes)",
     )
     quantization: str = setting(
         "QUANTIZATION",
@@ -476,14 +464,16 @@ class Settings:
         "ENGINES",
         "vllm",
         engine_list,
-        "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), or both",
+        "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), llamaserver "
+        "(llama.cpp's own llama-server with parallel slots), or several (vllm,llamacpp)",
     )
-    llamacpp_port: int = setting(
+    llamacpp_port: int = setting(  # serve/engines/llamacpp.py: the Ollama-class llama.cpp server
         "LLAMACPP_PORT",
         "11434",
         tcp_port,
         "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no change; "
         "Ollama's own /api routes are not served)",
+        serves="llamacpp",
     )
     llamacpp_interrupt_requests: bool = setting(
         "LLAMACPP_INTERRUPT_REQUESTS",
@@ -492,8 +482,13 @@ class Settings:
         "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
         "llama-cpp-python's own default: a new request cuts the running stream short",
     )
-    llama_server_port: int = setting(
-        "LLAMA_SERVER_PORT", "8089", tcp_port, "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver)"
+    llama_server_port: int = setting(  # serve/engines/llama_server.py: llama.cpp's own C++ server, parallel slots
+        "LLAMA_SERVER_PORT",
+        "8089",
+        tcp_port,
+        "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver; model name smollm2:135m, as on "
+        "LLAMACPP_PORT)",
+        serves="llamaserver",
     )
     llama_server_slots: int = setting(
         "LLAMA_SERVER_SLOTS",
@@ -528,7 +523,8 @@ class Settings:
         "KEDA_QUEUE_THRESHOLD",
         "5",
         positive_number,
-        "Kubernetes: requests waiting per replica (vllm:num_requests_waiting) above which KEDA adds one",
+        "Kubernetes: requests waiting per replica (vllm:num_requests_waiting, averaged over replicas) above "
+        "which KEDA adds one",
     )
 
     @classmethod
@@ -538,7 +534,7 @@ class Settings:
         if ":" in values["cpu_base_image"].rsplit("/", 1)[-1]:  # repository:tag pins the tag too
             values["cpu_base_image"], values["cpu_image_tag"] = values["cpu_base_image"].rsplit(":", 1)
         if values["keda_max_replicas"] < values["keda_min_replicas"]:
-            raise _bad(
+            raise invalid(
                 "KEDA_MAX_REPLICAS",
                 str(values["keda_max_replicas"]),
                 f"it is below KEDA_MIN_REPLICAS={values['keda_min_replicas']}; raise it or lower KEDA_MIN_REPLICAS",
@@ -553,6 +549,15 @@ class Settings:
     def base_url(self) -> str:
         """Where clients on this machine reach the engine (0.0.0.0 binds are reached on loopback)."""
         return self.url_for(self.port)
+
+    @property
+    def cpu_image_vllm_version(self) -> tuple[int, int]:
+        """The vLLM version of the CPU image (CPU_IMAGE_TAG): which flags and block sizes it has."""
+        return image_vllm_version(self.cpu_image_tag)
+
+    def port_of(self, port_setting: str) -> int:
+        """The port a port setting holds: port_of("GPU_PORT") is gpu_port."""
+        return getattr(self, PORT_FIELDS[port_setting])
 
     def url_for(self, port: int) -> str:
         """http://host:port for an engine bound to VLLM_HOST (0.0.0.0 binds are reached on loopback)."""
@@ -573,6 +578,36 @@ class Settings:
 KNOBS: tuple[Knob, ...] = tuple(
     Knob(field=item.name, **item.metadata) for item in fields(Settings) if "env" in item.metadata
 )
+PORT_FIELDS = {knob.env: knob.field for knob in KNOBS if knob.serves}  # the kit's engines' ports
+
+
+@dataclass(frozen=True, slots=True)
+class ClientVariable:
+    """A variable the client and the labs read (client/endpoint.py), declared here beside the settings it follows
+    (the floor every reader stands on), though no Settings field: Settings configures the engines."""
+
+    env: str
+    default: str | None  # as .env.example writes it (a reference to a setting); None: no line there
+    why: str  # its one line in .env.example
+
+
+CLIENT_VARIABLES = (
+    ClientVariable(
+        "OPENAI_BASE_URL",
+        "http://127.0.0.1:${VLLM_PORT:-8009}/v1",
+        "where the client sends requests; for Ollama use http://127.0.0.1:11434/v1",
+    ),
+    ClientVariable(
+        "MODEL",
+        f"${{MODEL_NAME:-{BUNDLED_MODEL_NAME}}}",
+        "the model the client asks for; for Ollama e.g. smollm2:135m",
+    ),
+    # the OpenAI SDK's own: sent to engines that are not the kit's (api_key_for), never written in .env.example
+    ClientVariable("OPENAI_API_KEY", None, "the key for an engine that is not the kit's (the kit's take VLLM_API_KEY)"),
+)
+# The engines ENGINES may name, in declaration order: those a port setting serves (serve/engines/runtimes.py
+# registers each under the same name).
+ENGINES: tuple[str, ...] = tuple(dict.fromkeys(knob.serves for knob in KNOBS if knob.serves))
 
 
 def env_file() -> Path:
@@ -585,18 +620,14 @@ def env_file() -> Path:
 def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
     """The key to send to `url` and the variable it came from.
 
-    The kit's own engines (loopback or VLLM_HOST, on VLLM_PORT, LLAMACPP_PORT or LLAMA_SERVER_PORT) get
+    The kit's own engines (loopback or VLLM_HOST, on a port setting that serves one: VLLM_PORT, GPU_PORT, ...) get
     VLLM_API_KEY: a real OpenAI key exported in the shell must not be sent there. Any other URL gets
     OPENAI_API_KEY, else VLLM_API_KEY. (None, "") when neither is set.
     """
     kit_key, openai_key = env.get("VLLM_API_KEY") or None, env.get("OPENAI_API_KEY") or None
     parts = urlsplit(url)
     kit_hosts = {"127.0.0.1", "localhost", "::1", env.get("VLLM_HOST", "127.0.0.1")}
-    kit_ports = {
-        env.get(knob.env, knob.default)
-        for knob in KNOBS
-        if knob.env in ("VLLM_PORT", "LLAMACPP_PORT", "LLAMA_SERVER_PORT")
-    }
+    kit_ports = {env.get(knob.env, knob.default) for knob in KNOBS if knob.serves}
     try:
         port = str(parts.port or "")
     except ValueError:
@@ -618,7 +649,10 @@ def refused_key_hint(url: str, source: str) -> str:
 
 
 def load_env(path: Path | None = None) -> dict[str, str]:
-    """`.env` merged under the process environment, with `${VAR:-default}` resolved env-first."""
+    """`.env` merged under the process environment, with `${VAR:-default}` resolved env-first.
+
+    python-dotenv's DotEnv with override=False is what resolves a reference env-first; its public dotenv_values
+    resolves it file-first. DotEnv is not exported: pyproject.toml pins the releases this was tested on."""
     path = path or env_file()
     merged: dict[str, str] = {}
     if path.exists():

@@ -95,6 +95,17 @@ def parse_memory_size(text: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class MemorySize:
+    """A memory size as Docker writes it (`text`: '5g', what compose and the recap show) and its bytes."""
+
+    text: str
+    num_bytes: int
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
 class ModelFacts:
     """What sizing needs from a model: attention shape, context limit and parameter count."""
 

@@ -29,7 +29,6 @@ from serve.engines.tracks import (
     compose_env,
     container_command,
     container_threads_bind,
-    image_vllm_version,
     resolve_for_container,
 )
 from serve.install import system
@@ -50,7 +49,6 @@ __all__ = [
     "compose_env",
     "container_command",
     "container_threads_bind",
-    "image_vllm_version",
     "resolve_for_container",
 ]  # the tracks' names stay importable from here
 
@@ -85,7 +83,7 @@ class DockerRuntime(VllmRuntime):
         self.docker = docker
         self.project = project_name()
         self.name = track.runtime
-        self.port = settings.port if track is CPU else settings.gpu_port
+        self.port = settings.port_of(track.port_setting)
         self.base_url = settings.url_for(self.port)
         self.log_path = LOG_DIR / f"docker-{track.service}-{self.port}.log"
         self.compose_log = LOG_DIR / "docker-compose.log"
@@ -217,7 +215,7 @@ class DockerRuntime(VllmRuntime):
         return is_healthy(self.base_url)
 
     def check(self) -> None:
-        ensure_port_free(self.settings.host, self.port, "VLLM_PORT" if self.track is CPU else "GPU_PORT")
+        ensure_port_free(self.settings.host, self.port, self.track.port_setting)
 
     def resolve(self) -> Resolved:
         return resolve_for_container(self.settings, detect(), self.track)

@@ -1,7 +1,7 @@
 """The router in front of REPLICAS vLLM engines: PyPI's vllm-router (the vLLM project's Rust router) in its own venv.
 
 Everything lives under `.kit/` (ignored by git):
-    .kit/router/                         the venv (vllm-router: a Rust extension behind a small Python launcher)
+    .kit/router/                         the venv (vllm-router: serve/install/router_venv.py)
     .kit/run/router-PORT.pid, .kit/logs/router-PORT.log
 
 It listens on VLLM_PORT, where a single engine would: clients, labs and tests do not change. Its policy is
@@ -21,18 +21,13 @@ import os
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from serve.config.settings import STATE_DIR, Settings
+from serve.config.settings import Settings
 from serve.config.vllm_command import Resolved
 from serve.engines.runtime import Started
 from serve.install import system
-from serve.install.venv import Venv
-from serve.processes.local_server import LOG_DIR, LocalRuntime, LocalServer
-from ui.progress import run_logged
+from serve.install.router_venv import VENV, install
+from serve.processes.local_server import LocalRuntime, LocalServer
 
-ROUTER_VERSION = "0.1.17"
-REQUIREMENT = f"vllm-router=={ROUTER_VERSION}"
-INSTALL_LOG = LOG_DIR / "install-router.log"
-VENV = Venv(STATE_DIR / "router", "router", (REQUIREMENT,), INSTALL_LOG)
 LAUNCHER_MODULE = "vllm_router.launch_router"  # what the `vllm-router` script runs; a module does not pin
 # the venv's path in a shebang, so the venv keeps working where .kit is reached through another path
 MARKER = "router"  # in its command line: the launcher module, then the title it sets itself (vllm::router)
@@ -64,15 +59,6 @@ def worker_gauges(metrics_url: str, worker_url: str) -> dict[str, float]:
         for sample in family.samples
         if sample.labels.get("worker") == worker_url
     }
-
-
-def install() -> bool:
-    """Create the router's venv and install the pinned vllm-router unless the stamp says it is done."""
-    return VENV.install(
-        lambda: run_logged(
-            f"Installing {REQUIREMENT} (a Rust router, one wheel)", [*VENV.pip, "install", REQUIREMENT], INSTALL_LOG
-        )
-    )
 
 
 class RouterRuntime(LocalRuntime):

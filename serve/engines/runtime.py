@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from serve.config import preflight
 from serve.config.model import quantization_for, served_model_facts
@@ -18,6 +18,7 @@ from serve.config.sizing import ModelFacts
 from serve.config.vllm_command import Resolved
 from serve.install import system
 from serve.processes.health import kv_cache_report
+from ui.progress import console
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +31,11 @@ class Started:
 class Runtime(Protocol):
     """One engine on one port, started, checked and stopped by this kit."""
 
-    engine: str  # its name in ENGINES: "vllm", "llamacpp"
-    label: str  # what users call it: "vLLM", "llama.cpp"
-    name: str  # how it runs: "native", "docker", "docker-gpu", "llama.cpp"
+    engine: str  # the Engine it serves, by its name in ENGINES: "vllm", "llamacpp"
+    label: str  # what users call the engine: "vLLM", "llama.cpp"
+    # the runtime's own name, how it runs: RUNTIME's value ("native", "docker", "docker-gpu"), "router" in front of
+    # REPLICAS; never the engine's (a GGUF engine's server runs "native")
+    name: str
     port: int
     picked_because: str  # why RUNTIME=auto chose this runtime (serve/engines/runtimes.py); "" when it was asked for
 
@@ -103,7 +106,9 @@ class VllmRuntime:
 
     def preflight(self) -> Resolved:
         resolved = self.resolve()
-        preflight.run(self.settings, resolved, self.name)  # refuses (exit 2) what vLLM could not start with
+        verdict = preflight.run(self.settings, resolved, self.name)  # refuses (exit 2) what vLLM could not start with
+        for line in verdict.lines():
+            console.print(line)
         return resolved
 
     def where_rows(self) -> list[tuple[str, str]]:
@@ -167,23 +172,44 @@ def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:
     return rows
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeStep:
+    """One decode step of an engine as these settings start it natively: every weight is read once
+    (`weight_bytes`) for up to `max_sequences` sequences, the inputs of a bandwidth ceiling (benchmarks/roofline.py);
+    `facts` are what decided them, for a report."""
+
+    weight_bytes: int
+    max_sequences: int
+    facts: dict[str, Any]
+    plan: Resolved | None = None  # the `auto` plan its runtime's start() takes (vLLM); None for an engine without one
+
+
 Job = Literal["runtimes", "installs", "stops"]
 
 
 @dataclass(frozen=True, slots=True)
 class Engine:
     """One engine ENGINES may name, declared once beside its runtimes (serve/engines/runtimes.py collects them):
-    where clients reach it, what it serves, how it is configured, and the runtimes `up`, `install` and `down` drive.
-    The comparison lab and the benchmarks read it too; a new engine is one module declaring one of these."""
+    where clients reach it, what it serves, how it is configured, the runtimes `up`, `install` and `down` drive, and
+    what a decode step of it reads. The labs and the benchmarks read it too. A new engine is its module declaring one
+    of these (with its installer in serve/install/ if it needs one), its line in ENGINES (serve/engines/runtimes.py),
+    its port setting (`serves=` its name, serve/config/settings.py, and that setting's line in .env.example) and its
+    tests."""
 
     name: str  # its name in ENGINES: "vllm", "llamacpp"
-    port_setting: str  # the setting that moves it: "VLLM_PORT"
-    port: Callable[[Settings], int]
+    # the setting it listens on, as these settings start it (that of the runtime serving it: the GPU track's GPU_PORT)
+    port_setting: Callable[[Settings], str]
     served_model: Callable[[Settings], str]  # the model name clients ask for
     configured: Callable[[Settings], str]  # what the kit starts it with, as these settings say
     runtimes: Callable[[Settings], list[Runtime]]  # what `up` starts, in order
+    decode_step: Callable[[Settings], DecodeStep]  # what a step reads and batches (after its install)
+    # what its log says a start compiled (the compile cache loaded, or not); None: it has no compile step
+    compile_cache: Callable[[str, Settings], str] | None = None
     installs: Callable[[Settings], list[Runtime]] | None = None  # what `install` readies; None: the runtimes
     stops: Callable[[Settings], list[Runtime]] | None = None  # what `down` stops; None: the runtimes
+
+    def port(self, settings: Settings) -> int:
+        return settings.port_of(self.port_setting(settings))
 
     def base_url(self, settings: Settings) -> str:
         return settings.url_for(self.port(settings))

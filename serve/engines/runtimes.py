@@ -15,8 +15,9 @@ import subprocess
 from pathlib import Path
 
 from serve.config.model import MODEL_DIR
+from serve.config.settings import ENGINES as SETTINGS_ENGINES
 from serve.config.settings import Settings, SettingsError
-from serve.engines import compose, llama_server, llamacpp, replicas
+from serve.engines import compose, llama_server, llamacpp, native, replicas
 from serve.engines.docker import CPU, TRACKS, DockerRuntime
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime
@@ -150,21 +151,49 @@ def vllm_to_stop(settings: Settings) -> list[Runtime]:
     return [DockerRuntime(settings, CPU, found), native]
 
 
+def vllm_port_setting(settings: Settings) -> str:
+    """The setting vLLM listens on as RUNTIME says, known without asking Docker: the GPU track's (GPU_PORT), else
+    VLLM_PORT (native; the CPU track; either of them that RUNTIME=auto picks; the router in front of REPLICAS)."""
+    track = TRACKS.get(settings.runtime)
+    return track.port_setting if track is not None else NativeRuntime.port_setting
+
+
+def ports(settings: Settings) -> list[int]:
+    """The ports of the engines in ENGINES as these settings start them: what `up` and `down` lock."""
+    return [ENGINES[name].port(settings) for name in settings.engines]
+
+
 VLLM = Engine(
     "vllm",
-    "VLLM_PORT",
-    port=lambda settings: settings.port,
+    port_setting=vllm_port_setting,
     served_model=lambda settings: settings.model_name,
     configured=lambda settings: (
         f"DTYPE={settings.dtype}, QUANTIZATION={settings.quantization}, "
         f"MAX_NUM_SEQS={settings.max_num_seqs or 'auto'}, VLLM_CPU_OMP_THREADS_BIND={settings.omp_threads_bind}"
     ),
     runtimes=vllm_runtimes,
+    decode_step=native.decode_step,
+    compile_cache=native.compile_cache_state,
     installs=vllm_installs,
     stops=vllm_to_stop,
 )
+
+
+def registry(*engines: Engine) -> dict[str, Engine]:
+    """The engines by name, in the order `up` starts them: exactly those a port setting serves (settings.ENGINES,
+    which the ENGINES setting accepts), so that no name is accepted without an engine or served without a port."""
+    by_name = {engine.name: engine for engine in engines}
+    if list(by_name) != list(SETTINGS_ENGINES):
+        raise TypeError(
+            f"the registry holds {', '.join(by_name)} but the port settings serve {', '.join(SETTINGS_ENGINES)}: "
+            "give each engine's port setting serves=NAME (serve/config/settings.py) and register its Engine here, "
+            "in the same order"
+        )
+    return by_name
+
+
 # Every engine ENGINES may name, in the order `up` starts them.
-ENGINES: dict[str, Engine] = {engine.name: engine for engine in (VLLM, llamacpp.ENGINE, llama_server.ENGINE)}
+ENGINES = registry(VLLM, llamacpp.ENGINE, llama_server.ENGINE)
 
 
 def for_engines(settings: Settings, job: Job = "runtimes") -> list[Runtime]:

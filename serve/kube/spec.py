@@ -19,8 +19,8 @@ import yaml
 
 from serve.config import preflight
 from serve.config.machine import Machine
-from serve.config.settings import Settings, SettingsError
-from serve.config.sizing import SizingError, parse_memory_size
+from serve.config.settings import Settings
+from serve.config.sizing import MemorySize
 from serve.config.vllm_command import Resolved, vllm_env
 from serve.engines.tracks import (
     CONTAINER_PORT,
@@ -29,9 +29,9 @@ from serve.engines.tracks import (
     Track,
     container_command,
     container_threads_bind,
-    image_vllm_version,
     resolve_for_container,
 )
+from ui.progress import console
 
 APP = "vllm-lab-kit"
 ENGINE = "vllm-engine"  # the engine Deployment, its Service and the pods' app.kubernetes.io/name
@@ -93,12 +93,9 @@ def k8s_cpu(cores: float) -> str:
     return str(int(cores)) if float(cores).is_integer() else f"{round(cores * 1000)}m"
 
 
-def k8s_memory(docker_size: str) -> str:
+def k8s_memory(docker_size: MemorySize) -> str:
     """MEMORY_LIMIT (Docker's 5g, binary units) as a Kubernetes quantity: '5Gi', exact to the byte."""
-    try:
-        size = parse_memory_size(docker_size)
-    except SizingError as exc:
-        raise SettingsError(f"MEMORY_LIMIT={docker_size!r} is invalid: {exc}") from None
+    size = docker_size.num_bytes
     for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
         if size % unit == 0:
             return f"{size // unit}{suffix}"
@@ -107,11 +104,10 @@ def k8s_memory(docker_size: str) -> str:
 
 def pod_machine(settings: Settings) -> Machine:
     """A node we cannot see, as far as the pod may use it: CPU_LIMIT cores, MEMORY_LIMIT, no BF16 flags."""
-    k8s_memory(settings.memory_limit)  # refuses, naming MEMORY_LIMIT, a value that is no size
     return Machine(
         usable_cores=max(1, math.floor(settings.cpu_limit)),
         cpu_flags=frozenset(),
-        memory_available_bytes=parse_memory_size(settings.memory_limit),
+        memory_available_bytes=settings.memory_limit.num_bytes,
     )
 
 
@@ -140,12 +136,13 @@ def default_image(settings: Settings, track: Track) -> str:
 def engine_spec(settings: Settings, track: Track, image: str | None = None) -> EngineSpec:
     """What the engine container gets, refused (SettingsError) where the Docker track's preflight refuses."""
     resolved = resolve_for_pod(settings, track)
-    preflight.run(settings, resolved, track.runtime)
+    for line in preflight.run(settings, resolved, track.runtime).lines():
+        console.print(line)
     if track is CPU:
         args = container_command(settings, resolved, CPU)  # the key middleware ships in the kit's CPU image
         env = {name: value for name, value in vllm_env(settings, resolved).items() if name != "VLLM_API_KEY"}
         env["VLLM_CPU_OMP_THREADS_BIND"] = container_threads_bind(
-            env["VLLM_CPU_OMP_THREADS_BIND"], image_vllm_version(settings.cpu_image_tag)
+            env["VLLM_CPU_OMP_THREADS_BIND"], settings.cpu_image_vllm_version
         )
     else:  # vllm/vllm-openai lacks the kit's middleware: vLLM's own key check guards /v1
         args = container_command(dataclasses.replace(settings, api_key=""), resolved, GPU)

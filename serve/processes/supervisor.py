@@ -37,6 +37,7 @@ from pathlib import Path
 
 from serve.config.settings import RESTART_POLICIES
 from serve.processes.process import group_members
+from ui.cli import KitArgumentParser, non_negative_int
 
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 60.0
@@ -235,13 +236,13 @@ class Supervisor:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m serve.processes.supervisor", description=__doc__)
+    parser = KitArgumentParser(prog="python -m serve.processes.supervisor", description=__doc__)
     parser.add_argument("--label", required=True)
     parser.add_argument("--health-url", required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--record", required=True)
     parser.add_argument("--restart", choices=RESTART_POLICIES, default="on-failure")
-    parser.add_argument("--attempts", type=int, default=3)
+    parser.add_argument("--attempts", type=non_negative_int, default=3)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     args.argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv

@@ -21,7 +21,6 @@ from benchmarks.arms import (
     BUILTIN_ARMS,
     Arm,
     arm_settings,
-    compile_cache_state,
     engine_environ,
     exported,
     parse_overrides,
@@ -29,8 +28,11 @@ from benchmarks.arms import (
 )
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
-from serve.config.settings import Settings
-from serve.engines.native import PATCH_DIR, VENV
+from serve.config.settings import KNOBS, PORT_FIELDS, Settings
+from serve.engines import llama_server, llamacpp
+from serve.engines.native import compile_cache_state
+from serve.engines.runtimes import ENGINES
+from serve.install.vllm_venv import PATCH_DIR, VENV
 from tests.conftest import ROOT, Server, start_server, stop_server
 from tests.support.docs import doc_commands, run_doc
 
@@ -136,6 +138,34 @@ def test_an_arm_passes_vllm_environment_variables_to_the_engine_only() -> None:
     assert "VLLM_USE_SPINLOOP_EXT" not in os.environ
     with pytest.raises(ValueError, match="MAX_NUM_SEQ is neither a setting of .env.example nor an engine"):
         engine_environ(Arm("typo", "vllm", (("MAX_NUM_SEQ", "32"),)))
+
+
+def test_an_arm_runs_one_native_engine_on_fresh_ports_and_its_engine_answers_for_the_step() -> None:
+    """serving() asks the arm's Engine (serve/engines/runtimes.py) what runs it and what a decode step reads."""
+    settings = arm_settings(Arm("x", "vllm", (("RUNTIME", "docker"), ("REPLICAS", "2"))))
+    assert (settings.runtime, settings.replicas) == ("native", 1)
+    assert {settings.port_of(name) for name in PORT_FIELDS}.isdisjoint(
+        {int(knob.default) for knob in KNOBS if knob.serves}
+    )
+    (runtime,) = ENGINES["vllm"].runtimes(settings)
+    step = ENGINES["vllm"].decode_step(settings)
+    assert step.plan is not None and step.max_sequences == (step.plan.max_num_seqs or 1)
+    assert step.weight_bytes > 0 and step.facts["dtype"] == step.plan.dtype
+    assert runtime.base_url == settings.base_url and ENGINES["vllm"].compile_cache is not None
+    assert ENGINES["llamacpp"].compile_cache is None and ENGINES["llamaserver"].compile_cache is None
+
+
+def test_the_gguf_engines_decode_step_reads_the_whole_file_for_one_or_each_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"\0" * 1000)
+    monkeypatch.setattr(llamacpp, "gguf_path", lambda: str(gguf))
+    monkeypatch.setattr(llama_server, "GGUF", gguf)
+    settings = Settings.from_env({"LLAMA_SERVER_SLOTS": "3", "MAX_MODEL_LEN": "512"})
+    queue, slots = ENGINES["llamacpp"].decode_step(settings), ENGINES["llamaserver"].decode_step(settings)
+    assert (queue.weight_bytes, queue.max_sequences, queue.plan) == (1000, 1, None)
+    assert (slots.weight_bytes, slots.max_sequences, slots.facts["ctx_size"]) == (1000, 3, 3 * 512)
 
 
 @pytest.mark.parametrize(

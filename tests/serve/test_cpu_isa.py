@@ -15,7 +15,8 @@ from serve.config import machine
 from serve.config.machine import ISA_ENV, Machine
 from serve.config.settings import KNOBS, Settings
 from serve.config.vllm_command import resolve, resolve_dtype, vllm_env
-from serve.engines.native import ENGINE_PLUGINS, ISA_CAP_ENV, VENV, NativeRuntime
+from serve.engines.native import ENGINE_PLUGINS, ISA_CAP_ENV, NativeRuntime
+from serve.install.vllm_venv import VENV
 
 AVX512_FLAGS = "fpu sse4_2 avx fma f16c avx2 avx512f avx512bw avx512vl avx512_vnni avx512_bf16"
 

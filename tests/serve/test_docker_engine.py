@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -16,8 +15,8 @@ import pytest
 from serve import __main__ as serve_main
 from serve.config.machine import detect
 from serve.config.settings import Settings
-from serve.engines.compose import ComposeUnavailable, find, project_name
-from serve.engines.docker import CPU, compose_env, resolve_for_container
+from serve.engines.compose import Compose, ComposeUnavailable, find, project_name
+from serve.engines.docker import CPU, DockerRuntime, compose_env, resolve_for_container
 from serve.processes import process
 from tests.conftest import ROOT, free_port, kit_env, run_bounded, run_script
 from tests.support.docker.engine import Engine
@@ -121,17 +120,13 @@ def test_a_tag_in_cpu_base_image_wins_over_cpu_image_tag() -> None:
 
 def test_the_recap_says_why_auto_picked_its_runtime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     why = "a Docker engine answers `docker info` and docker-compose 1.29.2 is installed"
-    shown = SimpleNamespace(
-        base_url="http://127.0.0.1:8009",
-        name="docker",
-        label="vLLM",
-        port=8009,
-        served_model="m",
-        log_path=tmp_path / "none.log",
-        recap_rows=lambda started: [],
-        picked_because=why,
-    )
-    serve_main.recap(Settings.from_env({}), shown, None)
+    docker = tmp_path / "docker"  # an engine with 4 CPUs, as `docker info --format {{.NCPU}}` reports them
+    docker.write_text("#!/bin/sh\necho 4\n")
+    docker.chmod(0o755)
+    settings = Settings.from_env({})
+    shown = DockerRuntime(settings, CPU, Compose(("docker-compose",), "1.29.2"), docker=str(docker))
+    shown.picked_because = why
+    serve_main.recap(settings, shown, None)
     assert f"runtime docker (RUNTIME=auto: {why})" in " ".join(capsys.readouterr().out.split())  # rich wraps it
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from serve.config import env_check
 from serve.config.settings import KNOBS, Settings
-from serve.engines.native import VENV as VLLM_VENV
 from serve.engines.native import NativeRuntime
+from serve.install.vllm_venv import VENV as VLLM_VENV
 from tests.conftest import ROOT, kit_env, run_script
 
 DEFAULTS = {knob.env: knob.default for knob in KNOBS}
@@ -49,7 +49,8 @@ def test_only_shell_variables_that_look_like_the_kits_are_checked() -> None:
     warned = [line.split()[0] for line in env_check.unknown_names([], shell, ".env")]
     assert warned == ["ENGINE", "VLLM_NO_SUCH_THING", "VLLM_PORTS"]
     assert "did you mean VLLM_PORT?" in env_check.problem("VLLM_PORTS", "exported in the shell")
-    assert "serve/vllm_env_names.txt" in env_check.problem("VLLM_NO_SUCH_THING", "exported in the shell")
+    named = env_check.problem("VLLM_NO_SUCH_THING", "exported in the shell").split(" in ")[-1].split(";")[0]
+    assert named == "serve/config/vllm_env_names.txt" and (ROOT / named).is_file()  # the list it names is there
 
 
 def test_up_warns_before_anything_starts(tmp_path: Path) -> None:
@@ -85,7 +86,8 @@ def test_vllms_own_variables_in_the_settings_file_reach_the_native_engine(
 
 
 def test_the_committed_list_is_the_installed_vllms() -> None:
-    """serve/vllm_env_names.txt is vllm.envs' VLLM_* names in the native runtime's vLLM (tests/run.sh installs it)."""
+    """serve/config/vllm_env_names.txt is vllm.envs' VLLM_* names in the native runtime's vLLM (tests/run.sh installs
+    it)."""
     script = (
         "import vllm.envs as e; print('\\n'.join(sorted(n for n in e.environment_variables if n.startswith('VLLM_'))))"
     )

@@ -20,7 +20,7 @@ import pytest
 
 from serve.config.model import quantization_for
 from serve.config.settings import Settings
-from serve.engines.native import TORCH_VERSION
+from serve.install.vllm_venv import TORCH_VERSION
 from serve.processes.process import free_port
 from tests.conftest import kit_env, run_bounded
 from tests.support.clone import fresh_clone, stock_pip, user_env

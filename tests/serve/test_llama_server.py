@@ -14,9 +14,9 @@ import pytest
 from benchmarks.arms import BUILTIN_ARMS, arm_settings
 from client.stream import RequestRecord, chat_payload, stream_chat
 from serve.config.settings import CACHE_DIR, KNOBS, Settings, SettingsError
-from serve.engines import llama_server
 from serve.engines.llama_server import LlamaServerRuntime
-from serve.engines.llamacpp import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS
+from serve.install import llama_server_build
+from serve.install.llamacpp_venv import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS
 from serve.processes import process
 from tests.conftest import LLAMACPP_MODEL, ROOT, free_port, kit_env, run_script
 
@@ -43,11 +43,11 @@ def api_url(runtime: LlamaServerRuntime) -> str:
 
 def test_the_build_is_portable_cached_per_machine_and_reused() -> None:
     """tests/run.sh's install built it; another install finds it and builds nothing."""
-    assert llama_server.BINARY.is_file() and llama_server.BINARY.is_relative_to(CACHE_DIR)
-    assert llama_server.BUILD_DIR.name.startswith(f"llama-server-{LLAMACPP_VERSION}-portable-")
-    assert set(PORTABLE_CMAKE_ARGS.split()) <= set(llama_server.CMAKE_ARGS)  # what keeps SIGILL away
-    assert not llama_server.will_build() and llama_server.install() is False
-    version = subprocess.run([str(llama_server.BINARY), "--version"], capture_output=True, text=True, timeout=30)
+    assert llama_server_build.BINARY.is_file() and llama_server_build.BINARY.is_relative_to(CACHE_DIR)
+    assert llama_server_build.BUILD_DIR.name.startswith(f"llama-server-{LLAMACPP_VERSION}-portable-")
+    assert set(PORTABLE_CMAKE_ARGS.split()) <= set(llama_server_build.CMAKE_ARGS)  # what keeps SIGILL away
+    assert not llama_server_build.will_build() and llama_server_build.install() is False
+    version = subprocess.run([str(llama_server_build.BINARY), "--version"], capture_output=True, text=True, timeout=30)
     assert version.returncode == 0, version.stderr  # no SIGILL on this CPU
 
 

@@ -11,7 +11,7 @@ from serve.config.machine import Machine
 from serve.config.model import bundled_model_facts
 from serve.config.preflight import GPU_RUNTIMES, Verdict, block_size_for, check
 from serve.config.settings import KNOBS, Settings, SettingsError
-from serve.config.sizing import V1_CPU_BLOCK_SIZE, GiB, ModelFacts, SizingError, load_model_facts, parse_memory_size
+from serve.config.sizing import V1_CPU_BLOCK_SIZE, GiB, ModelFacts, load_model_facts
 from serve.config.vllm_command import resolve
 from serve.engines.docker import GPU
 from serve.engines.docker import resolve_for_container as resolve_for_gpu
@@ -39,10 +39,7 @@ def judge(
     if runtime in GPU_RUNTIMES:
         resolved = resolve_for_gpu(config, machine, GPU)
     else:
-        try:
-            cap = parse_memory_size(config.memory_limit) if runtime == "docker" else None
-        except SizingError:
-            cap = None  # the check itself refuses the MEMORY_LIMIT
+        cap = config.memory_limit.num_bytes if runtime == "docker" else None
         resolved = resolve(config, machine, facts, memory_cap_bytes=cap, block_size=block_size)
     return check(config, resolved, facts, runtime, available_bytes)
 
@@ -165,14 +162,15 @@ BAD = {
         variable="MEMORY_LIMIT",
         says=("MEMORY_LIMIT=18g",),
     ),
-    "cap-words": Bad(
-        {"MEMORY_LIMIT": "five gigs"},
-        runtime="docker",
-        variable="MEMORY_LIMIT",
-        says=("MEMORY_LIMIT='five gigs' is invalid", "such as 5g"),
-    ),
-    "cap-unit": Bad({"MEMORY_LIMIT": "5x"}, runtime="docker", variable="MEMORY_LIMIT"),
 }
+
+
+@pytest.mark.parametrize("raw", ["five gigs", "5x"])
+def test_a_memory_limit_that_is_no_size_is_refused_where_the_settings_are_read(raw: str) -> None:
+    """MEMORY_LIMIT is parsed once, by its setting: the preflight, the Docker track and Kubernetes get its bytes."""
+    with pytest.raises(SettingsError, match=f"^MEMORY_LIMIT='{raw}' is invalid: .*such as 5g"):
+        settings(MEMORY_LIMIT=raw)
+    assert settings(MEMORY_LIMIT="5g").memory_limit.num_bytes == 5 * GiB and str(settings().memory_limit) == "5g"
 
 
 @pytest.mark.parametrize("name", BAD)

@@ -17,7 +17,7 @@ from serve.config.model import INT8_DIR, MODEL_DIR, int8_dir, quantization_for
 from serve.config.preflight import quantization_problem
 from serve.config.settings import Settings, SettingsError
 from serve.config.sizing import load_model_facts, model_facts
-from serve.engines.native import int8_current
+from serve.install.checkpoints import int8_current
 from serve.install.quantize import RECIPE_FILE, recipe_record
 
 GiB_FREE = 16 << 30

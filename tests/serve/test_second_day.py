@@ -6,7 +6,6 @@ import json
 import os
 import stat
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -99,17 +98,8 @@ def test_the_engine_never_inherits_the_kits_vllm_port(monkeypatch: pytest.Monkey
 def test_exposure_without_a_key_is_loud_and_names_the_real_address(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shown = SimpleNamespace(
-        base_url="http://127.0.0.1:8009",
-        name="native",
-        label="vLLM",
-        port=8009,
-        served_model="m",
-        log_path=tmp_path / "none.log",
-        recap_rows=lambda started: [],
-        picked_because="",
-    )
-    serve_main.recap(settings(VLLM_HOST="0.0.0.0"), shown, None)
+    shown = NativeRuntime(settings(VLLM_HOST="0.0.0.0"))
+    serve_main.recap(shown.settings, shown, None)
     out, err = capsys.readouterr()
     assert "listening on 0.0.0.0, port 8009" in out
     assert "warning: vLLM listens on 0.0.0.0 (VLLM_HOST), beyond this machine, with no API key" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import shutil
 import socket
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from serve.config.settings import ENGINES, KNOBS, ROOT, Settings, SettingsError, load_env
+from serve.config.settings import CLIENT_VARIABLES, ENGINES, KNOBS, ROOT, Settings, SettingsError, load_env
 from serve.engines import runtimes
 from tests.conftest import free_port, kit_env, run_script
 
@@ -92,13 +93,23 @@ def test_keda_max_below_min_is_refused_naming_both() -> None:
     assert equal.replicas == 3 and equal.router_policy == "round_robin"
 
 
-def test_env_example_documents_every_knob_with_its_default_and_a_why() -> None:
+def test_env_example_says_each_settings_why_as_it_is_declared() -> None:
+    """Every setting and client variable is in .env.example with its default, and the comment above it begins with
+    its declared why (Knob.why, ClientVariable.why) word for word, wrapped as it likes; what follows is detail."""
     lines = (ROOT / ".env.example").read_text().splitlines()
-    for knob in KNOBS:
-        assignment = f"{knob.env}={knob.default}"
+    declared = [(knob.env, knob.default, knob.why) for knob in KNOBS]
+    declared += [(variable.env, variable.default, variable.why) for variable in CLIENT_VARIABLES if variable.default]
+    for env, default, why in declared:
+        assignment = f"{env}={default}"
         assert assignment in lines, f".env.example lacks {assignment}"
-        comment = lines[lines.index(assignment) - 1]
-        assert comment.startswith("# ") and len(comment) > 10, f"{knob.env} has no one-line why above it"
+        above = list(itertools.takewhile(is_comment, reversed(lines[: lines.index(assignment)])))
+        comment = " ".join(line.removeprefix("# ") for line in reversed(above))
+        assert comment.startswith(why), f"{env}: .env.example says {comment[:80]!r}..., settings.py {why!r}"
+
+
+def is_comment(line: str) -> bool:
+    """A line of a setting's comment in .env.example (not a section's `# --- ... ---` title)."""
+    return line.startswith("# ") and not line.startswith("# ---")
 
 
 def test_env_example_parses_and_carries_the_client_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,6 +117,7 @@ def test_env_example_parses_and_carries_the_client_variables(monkeypatch: pytest
         monkeypatch.delenv(knob.env, raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("MODEL", raising=False)
+    monkeypatch.delenv("NO_SUCH_VARIABLE", raising=False)
     env = load_env(ROOT / ".env.example")
     Settings.from_env(env)
     assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:8009/v1"
@@ -210,3 +222,29 @@ def test_every_engine_the_settings_accept_has_a_runtime_and_a_port() -> None:
         ("llamaserver", 8103),
     ]
     assert [runtimes.ENGINES[engine].port(settings) for engine in ENGINES] == [8101, 8102, 8103]
+
+
+def test_the_registry_holds_exactly_the_engines_a_port_setting_serves() -> None:
+    """ENGINES' names come from the port settings (serves=...): a registry without one of them fails at import."""
+    assert ENGINES == ("vllm", "llamacpp", "llamaserver")
+    with pytest.raises(TypeError, match="serves=NAME"):
+        runtimes.registry(runtimes.VLLM)
+
+
+def test_what_the_kit_needs_of_python_dotenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the kit needs of python-dotenv (pinned in pyproject.toml): the shell wins over the file, in a value and
+    inside a `${VAR:-default}` reference; a default fills in for an unset variable; quotes and comments go."""
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "VLLM_PORT=8009\n"
+        "OPENAI_BASE_URL=http://127.0.0.1:${VLLM_PORT:-8009}/v1\n"
+        "MODEL=${NO_SUCH_VARIABLE:-fallback}\n"
+        'QUOTED="two words"  # a comment\n'
+    )
+    monkeypatch.setenv("VLLM_PORT", "8010")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("MODEL", raising=False)
+    monkeypatch.delenv("NO_SUCH_VARIABLE", raising=False)
+    env = load_env(env_file)
+    assert env["VLLM_PORT"] == "8010" and env["OPENAI_BASE_URL"] == "http://127.0.0.1:8010/v1"
+    assert env["MODEL"] == "fallback" and env["QUOTED"] == "two words"

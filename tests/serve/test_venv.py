@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from serve.config.settings import ROOT
-from serve.engines import llamacpp, native, router
+from serve.install import llamacpp_venv, router_venv, vllm_venv
 from serve.install.venv import Venv
 from ui.progress import StepFailed
 
@@ -18,9 +18,10 @@ from ui.progress import StepFailed
 def test_the_engines_venvs_and_stamps_stay_where_earlier_installs_put_them() -> None:
     """An install an earlier kit made is found (tests/support/docker/standin.sh reads the vLLM stamp by path)."""
     assert {
-        venv.folder.relative_to(ROOT).as_posix(): venv.stamp.name for venv in (native.VENV, llamacpp.VENV, router.VENV)
+        venv.folder.relative_to(ROOT).as_posix(): venv.stamp.name
+        for venv in (vllm_venv.VENV, llamacpp_venv.VENV, router_venv.VENV)
     } == {".kit/vllm": ".kit-installed", ".kit/llamacpp": ".kit-installed", ".kit/router": ".kit-installed"}
-    assert router.VENV.wanted == f"vllm-router=={router.ROUTER_VERSION}\n"  # one requirement a line
+    assert router_venv.VENV.wanted == f"vllm-router=={router_venv.ROUTER_VERSION}\n"  # one requirement a line
 
 
 def test_a_venv_is_trusted_only_with_todays_stamp_and_reinstalls_after_a_failure(tmp_path: Path) -> None:

@@ -15,18 +15,21 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import strategies as st
 
 from ui.cli import KitArgumentParser
 
-ACCEPTS: dict[str, Callable[[float], bool]] = {
+ACCEPTS: dict[str, Callable[[Any], bool]] = {
     "positive_int": lambda value: isinstance(value, int) and value > 0,
     "non_negative_int": lambda value: isinstance(value, int) and value >= 0,
     "tcp_port": lambda value: isinstance(value, int) and 1 <= value <= 65535,
     "positive_float": lambda value: math.isfinite(value) and value > 0,
     "non_negative_float": lambda value: math.isfinite(value) and value >= 0,
     "fraction": lambda value: 0 < value <= 1,
+    "positive_ints": lambda values: bool(values) and all(isinstance(v, int) and v > 0 for v in values),
+    "positive_floats": lambda values: bool(values) and all(math.isfinite(v) and v > 0 for v in values),
 }
 # what a user may type: numbers of every kind, their spellings, and text that is no number at all
 VALUES = st.one_of(

@@ -11,10 +11,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from serve.config.settings import KNOBS, ROOT
+from serve.config.settings import CLIENT_VARIABLES, KNOBS, ROOT
 
 # what a developer's shell may export that a user's clone must not see: its own .env decides
-KIT_VARIABLES = {knob.env for knob in KNOBS} | {"OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY", "KIT_ENV_FILE"}
+KIT_VARIABLES = {knob.env for knob in KNOBS} | {variable.env for variable in CLIENT_VARIABLES} | {"KIT_ENV_FILE"}
 
 
 def fresh_clone(destination: Path, source: Path = ROOT) -> Path:

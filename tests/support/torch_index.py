@@ -16,7 +16,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from serve.config.settings import DEFAULT_TORCH_INDEX_URL, ROOT
-from serve.engines.native import TORCH_VERSION
+from serve.install.vllm_venv import TORCH_VERSION
 from tests.support.wheels import downloaded_wheel
 
 WHEEL_DIR = ROOT / ".kit" / "cache" / "torch-index"

@@ -176,7 +176,7 @@ def test_wrong_model_lists_what_is_served(vllm_server: Server, tmp_path: Path) -
 @pytest.mark.parametrize("n", ["0", "-3", "three"])
 def test_non_positive_n_is_refused(n: str) -> None:
     result = compare({}, "--n", n, timeout_s=60)
-    assert_one_error_line(result, "N must be a whole number greater than 0")
+    assert_one_error_line(result, f"argument -n/--n: '{n}' is not a whole number greater than 0")
 
 
 def test_a_dead_engine_mid_run_keeps_the_results(tmp_path: Path) -> None:

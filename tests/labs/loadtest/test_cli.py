@@ -36,7 +36,10 @@ def test_an_engine_that_is_not_there_is_one_line(tmp_path: Path) -> None:
     [
         (["--requests", "0"], "python -m labs.loadtest: argument --requests: '0' is not a whole number greater than 0"),
         (["--lengths", "zipf"], "--lengths 'zipf' is invalid: use fixed:64"),
-        (["--sweep-rate", "5,x"], "--sweep-rate '5,x' is invalid: give comma-separated numbers"),
+        (
+            ["--sweep-rate", "5,x"],
+            "python -m labs.loadtest: argument --sweep-rate: '5,x': give finite numbers > 0 separated by commas",
+        ),
         (["--endpoint", "vllm"], "--endpoint 'vllm' is invalid: write NAME=URL[@MODEL]"),
         (["--prompts", "/nonexistent/prompts.txt"], "--prompts /nonexistent/prompts.txt cannot be read"),
         (["--warmup", "-1"], "python -m labs.loadtest: argument --warmup: '-1' is not a whole number, 0 or more"),
