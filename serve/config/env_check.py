@@ -8,7 +8,7 @@ are checked, and why:
   (`VLLM_*`), or one that difflib finds close to a setting (NEAR_MISS_CUTOFF) and that starts like it
   (its first COMMON_PREFIX_CHARS characters: `MAX_NUM_SEQ`, `ENGINE`).
 Never warned about: the settings (KNOBS), the client's variables, and vLLM's own environment variables
-(serve/vllm_env_names.txt, from vllm.envs), which the native runtime passes to the engine from the shell
+(serve/config/vllm_env_names.txt, from vllm.envs), which the native runtime passes to the engine from the shell
 and from `.env`.
 """
 
@@ -27,6 +27,7 @@ CLIENT_VARIABLES = ("OPENAI_BASE_URL", "MODEL", "OPENAI_API_KEY")  # client/endp
 KIT_VARIABLES = ("KIT_ENV_FILE",)  # which settings file (serve.config.settings.env_file)
 VLLM_PREFIX = "VLLM_"
 VLLM_NAMES_FILE = Path(__file__).with_name("vllm_env_names.txt")
+VLLM_NAMES_SHOWN = VLLM_NAMES_FILE.relative_to(Path(__file__).parents[2]).as_posix()  # as a warning names it
 SUGGEST_CUTOFF = 0.6  # difflib's own default: a key of the settings file gets a suggestion from there up
 NEAR_MISS_CUTOFF = 0.8  # a shell variable this close to a setting is probably meant as one
 COMMON_PREFIX_CHARS = 3
@@ -71,10 +72,10 @@ def problem(name: str, where: str) -> str:
     suggestion = closest(name)
     if suggestion is not None:
         return f"{name} ({where}) is not a setting of the kit, which ignores it; did you mean {suggestion}?"
-    listed = " and vLLM's own variables in serve/vllm_env_names.txt" if name.startswith(VLLM_PREFIX) else ""
+    listed = f" and vLLM's own variables in {VLLM_NAMES_SHOWN}" if name.startswith(VLLM_PREFIX) else ""
     return (
         f"{name} ({where}) is not a setting of the kit, which ignores it; the settings are the keys of "
-        f".env.example{listed}"
+        f".env.example (serve/config/README.md){listed}"
     )
 
 

@@ -302,7 +302,7 @@ class Knob:
 
 def setting(env: str, default: str, parse: Callable[[str, str], T], why: str) -> T:
     """Declare a Settings field read from the variable `env`: `parse(env, raw)` turns its text into the field's type
-    (or raises SettingsError naming the fix) and `why` is its one line in .env.example and the README."""
+    (or raises SettingsError naming the fix) and `why` is its one line in .env.example and serve/config/README.md."""
     if not callable(parse):  # a parser named like a field declared above it would be that field here
         raise TypeError(f"{env}: {parse!r} is not a parser")
     return field(metadata={"env": env, "default": default, "parse": parse, "why": why})
@@ -311,7 +311,7 @@ def setting(env: str, default: str, parse: Callable[[str, str], T], why: str) ->
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Every setting of the kit, each declared once: its variable, its default, its parser and why it exists.
-    KNOBS lists them in this order, which is also .env.example's and the README's."""
+    KNOBS lists them in this order, which is also .env.example's and serve/config/README.md's."""
 
     runtime: str = setting(
         "RUNTIME",
