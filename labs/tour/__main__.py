@@ -67,9 +67,9 @@ class Progress:
             min(max(elapsed / self.done_estimate_s, SCALE_LIMITS[0]), SCALE_LIMITS[1]) if self.done_estimate_s else 1
         )
         left = scale * sum(estimate_s(step, self.quick) for step in self.steps[index:])
-        console.rule(
-            f"[bold]tour {index + 1}/{len(self.steps)}[/bold] · {label} · {elapsed:.0f} s so far, "
-            f"about {left / 60:.0f} min left"
+        console.print(
+            f"\n[bold]── tour {index + 1}/{len(self.steps)}[/bold] · {label} · {elapsed:.0f} s so far, "
+            f"about {max(left / 60, 1):.0f} min left"
         )
 
     def finished(self, step: str) -> None:
