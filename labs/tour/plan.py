@@ -126,14 +126,14 @@ QUICK = Sizes(
 
 # Seconds each step took on the kit's 2-core machine (full, quick): the progress line's first guess of time left
 ESTIMATES_S = {
-    "engines": (40, 40),
-    Section.SEED: (60, 30),
-    Section.PAGING: (240, 60),
+    "engines": (5, 5),  # both already up; starting them is a minute more
+    Section.SEED: (40, 15),
+    Section.PAGING: (240, 30),
     Section.BATCHING: (1, 1),
-    Section.LOAD: (120, 40),
-    Section.QUANTIZATION: (300, 150),
-    Section.CONTRACT: (90, 20),
-    "stop": (20, 20),
+    Section.LOAD: (90, 15),
+    Section.QUANTIZATION: (300, 200),  # most of it the second vLLM's start
+    Section.CONTRACT: (60, 15),
+    "stop": (5, 5),
 }
 
 

@@ -40,6 +40,7 @@ from serve.processes.local_server import LOG_DIR
 
 TEACHING_PYTHON = ROOT / ".kit" / "vllm" / "bin" / "python"  # the teaching engine needs torch: the vLLM venv's
 ENGINE_TIMEOUT_S = 1200
+INTERRUPTED = 130  # the exit code of a lab stopped by Ctrl-C
 
 
 class LabFailed(RuntimeError):
@@ -90,6 +91,8 @@ def lab(name: str, main: Callable[[list[str]], int], argv: list[str]) -> None:
             code = main(argv)
     except SystemExit as exc:  # the labs' fail(): one line on stderr, then exit
         code = exc.code if isinstance(exc.code, int) else 1
+    if code == INTERRUPTED:  # a lab that caught Ctrl-C wrote what it had: the tour stops too
+        raise KeyboardInterrupt
     if code != 0:
         raise LabFailed(f"python -m {name} exited with {code}: {last_error(tee.copy.getvalue())}")
 

@@ -173,7 +173,7 @@ def read_batching(data: dict[str, Any]) -> Reading:
             "preemptions",
         ),
         rows,
-        f"{args['requests']} requests at {args['rate']}/s (Poisson), through both policies",
+        f"{args['requests']} requests at {args['rate']:g}/s (Poisson), through both policies",
     )
     if static is None or continuous is None:
         return Reading("one policy only", ["The study ran one policy only: nothing to compare."], [table])
@@ -191,7 +191,7 @@ def read_batching(data: dict[str, Any]) -> Reading:
     behind = continuous["ttft_p50_ms"] / SEED_CONTINUOUS_TTFT_P50_MS
     if behind > 2:
         sentences.append(
-            f"Continuous TTFT p50 here is {behind:.0f}x the seed's {SEED_CONTINUOUS_TTFT_P50_MS} ms: {args['rate']} "
+            f"Continuous TTFT p50 here is {behind:.0f}x the seed's {SEED_CONTINUOUS_TTFT_P50_MS} ms: {args['rate']:g} "
             "arrivals a second outpace this machine, so the first token waits mostly in the queue under both "
             "policies and the gap is narrower than on the seed's machine, which kept up."
         )

@@ -29,19 +29,25 @@ def read_load(data: dict[str, Any]) -> Reading:
     grew = ratio(last["summary"]["output_tokens_per_s"], first["summary"]["output_tokens_per_s"])
     offered = last["rate"] / first["rate"]
     kept_up = grew is not None and grew >= SATURATED * offered
+    waited = max(((point.get("peaks") or {}).get("max_waiting") or 0.0) for point in points)
+    if kept_up:
+        verdict = "offered load): the engine kept up."
+    elif waited:
+        verdict = f"offered load): the engine saturated, and requests queued in it (up to {waited:g} waiting)."
+    else:
+        verdict = (
+            "offered load), though nothing waited in the engine: with "
+            f"{last['summary']['num_requests']} requests a point, the last answers set a run's length as much as "
+            "the rate does."
+        )
     sentences.append(
         f"Output throughput went from {number(first['summary']['output_tokens_per_s'], 1)} to "
-        f"{number(last['summary']['output_tokens_per_s'], 1)} tok/s ({times(grew, 1)} for {offered:.0f}x the "
-        + (
-            "offered load): the engine kept up."
-            if kept_up
-            else "offered load): the engine saturated, and the rest queued."
-        )
+        f"{number(last['summary']['output_tokens_per_s'], 1)} tok/s ({times(grew, 1)} for {offered:.0f}x the " + verdict
     )
     doctor, peaks = last.get("doctor"), last.get("peaks")
     if doctor and peaks:
         kv = peaks["max_kv_usage"]
-        kv_shown = number(kv * 100 if kv is not None else None, 0, "%")
+        kv_shown = number(kv * 100 if kv is not None else None, 1, "%")
         sentences.append(
             f"At the busiest moment of {last['rate']:g} req/s, /metrics showed up to {peaks['max_running']:g} running "
             f"and {peaks['max_waiting']:g} waiting with KV usage up to {kv_shown}; the doctor read it as "
@@ -64,7 +70,7 @@ def read_load(data: dict[str, Any]) -> Reading:
                 number(summary["tpot_ms"]["p99"], 1),
                 number(peaks.get("max_running")),
                 number(peaks.get("max_waiting")),
-                number(kv * 100 if kv is not None else None, 0, "%"),
+                number(kv * 100 if kv is not None else None, 1, "%"),
                 (point.get("doctor") or {}).get("state", "—"),
             )
         )

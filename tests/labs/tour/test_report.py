@@ -4,7 +4,9 @@ the tour's collectors): every section's plot, table and sentences, each sentence
 from __future__ import annotations
 
 import base64
+import html
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from labs.tour import report, sections
 from labs.tour.plan import SEEDS, TITLES, Section
 from labs.tour.readings import read
 from labs.tour.report import SectionResult, Status, Tour
+from tests.conftest import ROOT
 from tests.labs.tour.recorded import ENVELOPE, recorded_tour
 from tests.support.loadtest_browser import CHROMIUM, check_page
 
@@ -131,3 +134,21 @@ def test_every_section_renders_with_its_plot_in_a_real_browser(tmp_path: Path, t
     for shown, section in zip(page.sections, Section, strict=True):
         assert shown["heading"] == TITLES[section]
         assert len(shown["images"]) == 1 and all(image["complete"] and image["width"] > 0 for image in shown["images"])
+
+
+RECORDED_QUICK_TOUR = ROOT / "tests" / "data" / "tour" / "quick-tour.json"  # a real --quick tour, this kit's 2 cores
+
+
+def test_a_real_quick_tour_is_drawn_again_every_section_reading_its_own_numbers(tmp_path: Path) -> None:
+    folder = tmp_path / "tour"
+    folder.mkdir()
+    shutil.copy(RECORDED_QUICK_TOUR, folder / report.TOUR_JSON)
+    shown = dict(SECTION.findall(report.report(folder).read_text()))
+    assert list(shown) == [section.value for section in Section]
+    _, payload = results.load(folder / report.TOUR_JSON)
+    recorded = {item["section"]: item["data"] for item in payload["sections"]}
+    for section in Section:
+        assert shown[section.value].count("<img") == 1 and "report failed" not in shown[section.value], section
+        reading = read(section, recorded[section.value], ("avx512f",))
+        assert html.escape(reading.headline) in shown[section.value], section
+    assert f"vLLM {recorded['seed']['scaling']['vllm']:.2f}x" in shown["seed"]
