@@ -11,16 +11,20 @@ import matplotlib
 matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 from labs.tour.plan import Section
 from labs.tour.readings.course import waste
+from labs.tour.readings.serving import users_text
 
 DPI = 100
 WIDE_IN = (10.0, 3.6)
 PERCENT = 100.0
 POLICIES = ("static", "continuous")
-VERDICT_SCORES = {"pass": 3, "differs": 2, "n/a": 1, "fail": 0}
+VERDICT_SCORES = {"fail": 0, "n/a": 1, "differs": 2, "pass": 3}  # rows of VERDICT_COLOURS, in this order
+VERDICT_COLOURS = ListedColormap(["#f4a6a6", "#dddddd", "#ffd27f", "#a8e0b0"])
+VERDICT_MARKS = {"pass": "✔", "fail": "✘"}
 
 
 def _bars(axes: Axes, groups: list[str], series: dict[str, list[float]], fmt: str = "{:.1f}") -> None:
@@ -102,11 +106,11 @@ def load(data: dict[str, Any], figure: Figure) -> None:
     latency_axes.grid(alpha=0.3)
     busiest = points[-1]
     times_s = [point["t_s"] for point in busiest["series"]]
-    series_axes.plot(times_s, [point["running"] for point in busiest["series"]], label="running")
-    series_axes.plot(times_s, [point["waiting"] for point in busiest["series"]], label="waiting")
+    series_axes.plot(times_s, [point["running"] for point in busiest["series"]], "o-", label="running")
+    series_axes.plot(times_s, [point["waiting"] for point in busiest["series"]], "s-", label="waiting")
     kv_axes = series_axes.twinx()
     kv_axes.plot(
-        times_s, [(point["kv_usage"] or 0.0) * PERCENT for point in busiest["series"]], "g:", label="KV used (%)"
+        times_s, [(point["kv_usage"] or 0.0) * PERCENT for point in busiest["series"]], "g.:", label="KV used (%)"
     )
     kv_axes.set_ylabel("KV used (%)")
     series_axes.set(xlabel="s since the load point started", title=f"/metrics at {busiest['rate']:g} req/s")
@@ -120,7 +124,7 @@ def quantization(data: dict[str, Any], figure: Figure) -> None:
     users = sorted(engines[0]["tok_s"], key=float)
     _bars(
         tok_axes,
-        [f"{user} users" for user in users],
+        [users_text(user) for user in users],
         {e["label"]: [e["tok_s"].get(user) or 0.0 for user in users] for e in engines},
     )
     tok_axes.set(title="output tok/s")
@@ -137,16 +141,14 @@ def contract(data: dict[str, Any], figure: Figure) -> None:
     engines = [engine["name"] for engine in data["engines"]]
     checks = list(data["matrix"])
     grid = [[VERDICT_SCORES.get(data["matrix"][check].get(name, "n/a"), 1) for check in checks] for name in engines]
-    axes.imshow(grid, cmap="RdYlGn", vmin=0, vmax=3, aspect="auto")
+    axes.imshow(grid, cmap=VERDICT_COLOURS, vmin=-0.5, vmax=3.5, aspect="auto")
     axes.set_yticks(range(len(engines)), engines)
     axes.set_xticks(range(len(checks)), checks, rotation=70, fontsize=7, ha="right")
     for row, name in enumerate(engines):
         for column, check in enumerate(checks):
             verdict = data["matrix"][check].get(name, "—")
-            axes.text(
-                column, row, {"pass": "✔", "fail": "✘"}.get(verdict, verdict), ha="center", va="center", fontsize=6
-            )
-    axes.set(title="green: as the contract says · yellow: differs · red: failed")
+            axes.text(column, row, VERDICT_MARKS.get(verdict, verdict), ha="center", va="center", fontsize=9)
+    axes.set(title="green ✔: as the contract says · orange: differs · red ✘: failed · grey: n/a")
 
 
 DRAWERS: dict[Section, Callable[[dict[str, Any], Figure], None]] = {

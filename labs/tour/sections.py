@@ -40,6 +40,7 @@ from serve.processes.local_server import LOG_DIR
 
 TEACHING_PYTHON = ROOT / ".kit" / "vllm" / "bin" / "python"  # the teaching engine needs torch: the vLLM venv's
 ENGINE_TIMEOUT_S = 1200
+SCRAPE_INTERVAL_S = 0.25  # /metrics samples: a quick load point lasts seconds
 INTERRUPTED = 130  # the exit code of a lab stopped by Ctrl-C
 
 
@@ -211,6 +212,7 @@ def load(ctx: Context) -> dict[str, Any]:
     sizes, folder = ctx.sizes, ctx.folder / "loadtest"
     argv = ["--base-url", vllm.base_url, "--model", vllm.model, "--sweep-rate", sizes.load_rates]
     argv += ["--requests", str(sizes.load_requests), "--lengths", sizes.load_lengths]
+    argv += ["--scrape-interval-s", f"{SCRAPE_INTERVAL_S:g}"]
     lab("labs.loadtest", loadtest_lab.main, [*argv, "--out", str(folder)])
     resolved = resolve(ctx.settings, detect(), bundled_model_facts())  # as the doctor resolves `auto`
     limits = Limits(

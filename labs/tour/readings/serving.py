@@ -134,7 +134,13 @@ def read_quantization(data: dict[str, Any], isa_flags: Sequence[str] = ()) -> Re
         )
         for engine in (fp, q8)
     ]
-    headers = ("", "weights", "MB per step", *(f"tok/s, {user} users" for user in users), f"TTFT p50 ms, {high} users")
+    headers = (
+        "",
+        "weights",
+        "MB per step",
+        *(f"tok/s, {users_text(user)}" for user in users),
+        f"TTFT p50 ms, {users_text(high)}",
+    )
     table = Table((*headers, "perplexity", "vs float", "greedy identical"), rows, f"output lengths {data['lengths']}")
     page = QUANTIZATION_PAGE["avx512f" if "avx512f" in isa_flags else "avx2"]
     headline = f"int8 {times(speed[low])} / {times(speed[high])} float tok/s, {perplexity:+.2f}% perplexity"
