@@ -11,43 +11,15 @@ last lines are kept for the section that failed.
 from __future__ import annotations
 
 import os
-import subprocess
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from client.endpoint import Endpoint, EndpointError
 from labs.compare.workload import targets
-from serve.config.settings import ROOT, Settings
+from labs.tour.running import run
+from serve.config.settings import Settings
 from serve.processes.process import free_port
 from ui.progress import console
-
-TAIL_LINES = 12  # what a failed command leaves in its section of the report
-UP_TIMEOUT_S = 1800  # a first start compiles the model; a first install of llama.cpp builds it
-DOWN_TIMEOUT_S = 300
-
-
-class CommandFailed(RuntimeError):
-    """A command the tour ran exited non-zero; the message is the command and its last lines."""
-
-
-def run(argv: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = UP_TIMEOUT_S) -> list[str]:
-    """Run a command with its output shown as it comes; its last lines, or CommandFailed with them."""
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    process = subprocess.Popen(
-        list(argv), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    )
-    try:
-        for line in process.stdout or ():
-            console.print(f"  [dim]│[/dim] {line.rstrip()}", markup=True, highlight=False)
-            tail.append(line.rstrip())
-        code = process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise CommandFailed(f"`{' '.join(argv)}` still ran after {timeout_s:.0f} s and was stopped") from None
-    if code != 0:
-        raise CommandFailed(f"`{' '.join(argv)}` exited with {code}: " + " / ".join(line for line in tail if line))
-    return list(tail)
 
 
 def shell(command: str, overrides: dict[str, str]) -> list[str]:

@@ -7,10 +7,6 @@ an engine. Nothing here measures by itself: the numbers are the labs'.
 
 from __future__ import annotations
 
-import io
-import sys
-from collections.abc import Callable
-from contextlib import redirect_stderr
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +25,9 @@ from labs.loadtest.files import SUMMARY_JSON
 from labs.quantization import __main__ as quantization_lab
 from labs.sizing.verify import Served, served
 from labs.sizing.verify import compare as sizing_compare
-from labs.tour.engines import ExtraVllm, KitEngines, run
+from labs.tour.engines import ExtraVllm, KitEngines
 from labs.tour.plan import Sizes
+from labs.tour.running import LabFailed, lab, run
 from serve.config.machine import detect
 from serve.config.model import bundled_model_facts
 from serve.config.settings import ROOT, Settings
@@ -41,11 +38,6 @@ from serve.processes.local_server import LOG_DIR
 TEACHING_PYTHON = ROOT / ".kit" / "vllm" / "bin" / "python"  # the teaching engine needs torch: the vLLM venv's
 ENGINE_TIMEOUT_S = 1200
 SCRAPE_INTERVAL_S = 0.25  # /metrics samples: a quick load point lasts seconds
-INTERRUPTED = 130  # the exit code of a lab stopped by Ctrl-C
-
-
-class LabFailed(RuntimeError):
-    """A lab the tour ran did not finish; the message is its own last error line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,43 +51,6 @@ class Context:
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.folder))
-
-
-class Tee(io.TextIOBase):
-    """stderr as it was, and a copy: a lab's error line is shown as usual and kept for its section."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream, self.copy = stream, io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.copy.write(text)
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    def isatty(self) -> bool:
-        return self.stream.isatty()
-
-
-def last_error(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error:")]
-    return (errors or lines or ["(it printed nothing on stderr)"])[-1]
-
-
-def lab(name: str, main: Callable[[list[str]], int], argv: list[str]) -> None:
-    """Run a lab's `main(argv)` here, as `python -m name argv` would; LabFailed with its error line if it fails."""
-    tee = Tee(sys.stderr)
-    try:
-        with redirect_stderr(tee):
-            code = main(argv)
-    except SystemExit as exc:  # the labs' fail(): one line on stderr, then exit
-        code = exc.code if isinstance(exc.code, int) else 1
-    if code == INTERRUPTED:  # a lab that caught Ctrl-C wrote what it had: the tour stops too
-        raise KeyboardInterrupt
-    if code != 0:
-        raise LabFailed(f"python -m {name} exited with {code}: {last_error(tee.copy.getvalue())}")
 
 
 def seed(ctx: Context) -> dict[str, Any]:
@@ -163,7 +118,7 @@ def paging(ctx: Context) -> dict[str, Any]:
         try:
             data[key] = part(ctx)
         except Exception as exc:  # a part's failure is reported in its section; the tour goes on
-            data[f"{key}_error"] = f"{exc.__class__.__name__}: {exc}" if not str(exc) else str(exc)
+            data[f"{key}_error"] = str(exc) or exc.__class__.__name__
     if not ("vllm" in data or "study" in data):
         raise LabFailed(f"{data['vllm_error']}; {data['study_error']}")
     return data

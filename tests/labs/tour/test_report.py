@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from labs import results
-from labs.tour import report, sections
+from labs.tour import report, running, sections
 from labs.tour.plan import SEEDS, TITLES, Section
 from labs.tour.readings import read
 from labs.tour.report import SectionResult, Status, Tour
@@ -121,8 +121,8 @@ def test_a_lab_that_fails_gives_its_own_error_line() -> None:
         print("error: --rate 0 is invalid: give requests per second > 0", file=sys.stderr)
         raise SystemExit(2)
 
-    with pytest.raises(sections.LabFailed, match=r"labs.loadtest exited with 2: error: --rate 0 is invalid"):
-        sections.lab("labs.loadtest", refusing, ["--rate", "0"])
+    with pytest.raises(running.LabFailed, match=r"labs.loadtest exited with 2: error: --rate 0 is invalid"):
+        running.lab("labs.loadtest", refusing, ["--rate", "0"])
 
 
 def test_every_section_renders_with_its_plot_in_a_real_browser(tmp_path: Path, tour: Tour) -> None:
