@@ -8,6 +8,7 @@ down.sh (said before either); a section that fails is reported in its place and 
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
@@ -128,8 +129,14 @@ def tour(args: argparse.Namespace, settings: Settings, folder: Path, command: st
     return record
 
 
+def stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM stops the tour as Ctrl-C does: the engines it started are stopped, the report so far is kept."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     if args.report:
         try:
             console.print(f"wrote {report.report(args.report)}")

@@ -9,6 +9,7 @@ from labs.tour.plan import SEED_BATCH, SEED_MAX_LEN_OVER_PAGED, SEEDS, Section
 from labs.tour.readings.shapes import Reading, Table, number, ratio, times
 
 SEED_CONTINUOUS_TTFT_P50_MS = 201  # the seed study's continuous TTFT p50 at max batch 16 (labs/engine.md)
+SEED_TTFT_RATIOS = {16: 5.1, 32: 21}  # the seed's static / continuous TTFT p50 at these max batches
 
 
 def read_seed(data: dict[str, Any]) -> Reading:
@@ -188,6 +189,15 @@ def read_batching(data: dict[str, Any]) -> Reading:
         f"{number(static['output_tokens_per_s'], 1)} ({times(throughput)}; the seed 1.1–1.9x), and its TTFT p99 was "
         f"{number(continuous['ttft_p99_ms'])} ms against {number(static['ttft_p99_ms'])}.",
     ]
+    by_key = {(row["policy"], row["max_batch_size"]): row for row in results}
+    for other, seed_times in SEED_TTFT_RATIOS.items():
+        pair = by_key.get(("static", other)), by_key.get(("continuous", other))
+        if other != batch and pair[0] and pair[1]:
+            sentences.append(
+                f"At max batch {other}: {times(ratio(pair[0]['ttft_p50_ms'], pair[1]['ttft_p50_ms']), 1)} TTFT p50 and "
+                f"{times(ratio(pair[1]['output_tokens_per_s'], pair[0]['output_tokens_per_s']))} tok/s (the seed: "
+                f"{seed_times}x TTFT p50)."
+            )
     behind = continuous["ttft_p50_ms"] / SEED_CONTINUOUS_TTFT_P50_MS
     if behind > 2:
         sentences.append(
