@@ -7,6 +7,7 @@ and is stopped before the next one starts: only one engine uses the CPUs at a ti
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from serve.config.machine import detect
+from serve.config.machine import ISA_CAPS, ISA_ENV, detect
 from serve.config.model import served_model_facts
 from serve.config.settings import KNOBS, Settings, load_env
 from serve.config.sizing import V1_CPU_BLOCK_SIZE
@@ -116,6 +117,21 @@ BUILTIN_ARMS = {
 }
 
 
+def add_cpu_isa_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cpu-isa",
+        choices=sorted(ISA_CAPS),
+        help="run as on a CPU with only this ISA: the kit's auto settings resolve for it and vLLM runs its "
+        "kernels (a stand-in: this machine's bandwidth and cores)",
+    )
+
+
+def use_cpu_isa(isa: str | None) -> None:
+    """--cpu-isa: every engine this process starts from now on, and the kit's `auto`, see that CPU."""
+    if isa is not None:
+        os.environ[ISA_ENV] = isa
+
+
 def parse_overrides(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     """['DTYPE=float32', 'VLLM_EXTRA_ARGS=--block-size 16'] -> (('DTYPE', 'float32'), ...)."""
     parsed = []
@@ -146,16 +162,21 @@ class Served:
     pid: int | None = None  # the server's process, where this benchmark started it
 
 
+# Environment an arm may hand the engine's processes besides vLLM's own (VLLM_...): the OpenMP runtimes'
+# (OMP_PROC_BIND, KMP_BLOCKTIME, GOMP_CPU_AFFINITY) and the dynamic loader's (LD_PRELOAD of an allocator).
+ENGINE_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "GOMP_", "LD_PRELOAD")
+
+
 def engine_environ(arm: Arm) -> dict[str, str]:
-    """The arm's overrides that are vLLM environment variables rather than kit settings (VLLM_USE_SPINLOOP_EXT=1):
-    they reach the engine's processes only. Any other unknown name is a typo, refused with the fix."""
+    """The arm's overrides that are engine environment variables rather than kit settings (VLLM_USE_SPINLOOP_EXT=1,
+    OMP_PROC_BIND=close): they reach the engine's processes only. Any other unknown name is a typo, refused."""
     known = {knob.env for knob in KNOBS}
     extra = {key: value for key, value in arm.overrides if key not in known}
-    typos = [key for key in extra if not key.startswith("VLLM_")]
+    typos = [key for key in extra if not key.startswith(ENGINE_ENV_PREFIXES)]
     if typos:
         raise ValueError(
-            f"arm {arm.name!r}: {', '.join(typos)} is neither a setting of .env.example nor a vLLM "
-            "environment variable (VLLM_...): check the spelling"
+            f"arm {arm.name!r}: {', '.join(typos)} is neither a setting of .env.example nor an engine "
+            f"environment variable ({', '.join(ENGINE_ENV_PREFIXES)}...): check the spelling"
         )
     return extra
 

@@ -27,7 +27,16 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from benchmarks.arms import BUILTIN_ARMS, Arm, Served, engine_environ, parse_overrides, serving
+from benchmarks.arms import (
+    BUILTIN_ARMS,
+    Arm,
+    Served,
+    add_cpu_isa_argument,
+    engine_environ,
+    parse_overrides,
+    serving,
+    use_cpu_isa,
+)
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons, print_report, write_plot
 from client.endpoint import Endpoint, EndpointError
@@ -106,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="warm restarts of each started vLLM arm before it is measured",
     )
     parser.add_argument("--seed", type=non_negative_int, default=0)
+    add_cpu_isa_argument(parser)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and results.png")
     return parser
 
@@ -237,6 +247,7 @@ def side_by_side(base: ArmRun, other: ArmRun | None, args: argparse.Namespace) -
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     arms = chosen_arms(args)
+    use_cpu_isa(args.cpu_isa)
     threads = detect().usable_cores
     with console.status(f"Measuring memory bandwidth (numpy copy, {threads} threads)"):
         bandwidth = measure_bandwidth(threads)
@@ -266,6 +277,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "duration_s": time.time() - started,
         "machine": {
             "usable_cores": machine.usable_cores,
+            "isa": machine.isa,
+            "isa_stand_in": args.cpu_isa is not None,
             "bf16_flag": machine.bf16_flag,
             "memory_available_bytes": machine.memory_available_bytes,
             "bandwidth": bandwidth.to_dict(),

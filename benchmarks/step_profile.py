@@ -37,11 +37,13 @@ from typing import Any
 import httpx
 import psutil
 
-from benchmarks.arms import Arm, Served, parse_overrides, serving
+from benchmarks.arms import Arm, Served, add_cpu_isa_argument, parse_overrides, serving, use_cpu_isa
+from benchmarks.roofline import Bandwidth, measure_bandwidth
 from client.endpoint import Endpoint, EndpointError
 from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.results import Envelope, MeasuredEngine, ResultsError, command_line, load, write
+from serve.config.machine import detect
 from serve.config.settings import ROOT, SettingsError
 from ui.cli import KitArgumentParser, positive_int, positive_ints
 from ui.progress import StepFailed, console, fail
@@ -149,9 +151,13 @@ class Profile:
     by_category: Counter = field(default_factory=Counter)
 
 
+MODEL_IN_ENGINE_CORE = "engine core (runs the model)"  # VLLM_ENABLE_V1_MULTIPROCESSING=false: no worker process
+
+
 def roles(api_pid: int) -> dict[str, int]:
-    """vLLM's three processes by role: the API server (the pid started), its EngineCore, and the Worker,
-    which vLLM names in their process titles ("VLLM::EngineCore", "VLLM::Worker")."""
+    """vLLM's processes by role: the API server (the pid started), its EngineCore, and the Worker, which vLLM
+    names in their process titles ("VLLM::EngineCore", "VLLM::Worker"). Without multiprocessing the engine
+    core runs the model itself: two processes, the engine core's role then MODEL_IN_ENGINE_CORE."""
     found = {"api server": api_pid}
     for child in psutil.Process(api_pid).children(recursive=True):
         try:
@@ -162,12 +168,12 @@ def roles(api_pid: int) -> dict[str, int]:
             found["engine core"] = child.pid
         elif "Worker" in title:
             found["worker"] = child.pid
+    if "engine core" in found and "worker" not in found:
+        found[MODEL_IN_ENGINE_CORE] = found.pop("engine core")
+        return found
     missing = [role for role in ROLES if role not in found]
     if missing:
-        raise StepFailed(
-            f"cannot find vLLM's {' and '.join(missing)} under pid {api_pid} (is "
-            "VLLM_ENABLE_V1_MULTIPROCESSING=false? then the model runs inside the engine core)"
-        )
+        raise StepFailed(f"cannot find vLLM's {' and '.join(missing)} under pid {api_pid}")
     return found
 
 
@@ -177,7 +183,8 @@ def categorize(stack: list[str], role: str) -> str:
     functions = [frame.split(" (", 1)[0] for frame in stack]
     if not functions:
         return NATIVE
-    for rule in CATEGORIES[role]:
+    rules = CATEGORIES["worker"] + CATEGORIES["engine core"] if role == MODEL_IN_ENGINE_CORE else CATEGORIES[role]
+    for rule in rules:
         if rule.matches(functions):
             return rule.name
     if any(marker in functions[-1] for marker in IDLE_LEAVES):
@@ -339,6 +346,21 @@ def described(users: int, plain: Window, profiled: Window, profiles: list[Profil
     return {"users": users, "plain": window_dict(plain), "profiled": window_dict(profiled), "processes": processes}
 
 
+def weights_floor(weight_bytes: int, bandwidth: Bandwidth, step_ms: float) -> dict[str, float]:
+    """The part of a step no kernel can beat: every weight read once, at the bandwidth measured in this run."""
+    read_ms = 1000 * weight_bytes / bandwidth.copy_bytes_per_s
+    console.print(
+        f"  reading the weights once ({weight_bytes / 1e6:.0f} MB at {bandwidth.copy_bytes_per_s / 1e9:.1f} GB/s): "
+        f"{read_ms:.1f} ms of the {step_ms:.1f} ms step; the other {step_ms - read_ms:.1f} ms are compute and overhead"
+    )
+    return {
+        "weight_bytes": weight_bytes,
+        "bandwidth_bytes_per_s": bandwidth.copy_bytes_per_s,
+        "read_ms": read_ms,
+        "rest_ms": step_ms - read_ms,
+    }
+
+
 def reread(folder: Path) -> tuple[Envelope, dict[str, Any]]:
     """A finished profile's stacks sorted again (after a change to CATEGORIES): nothing is run."""
     envelope, payload = load(folder / "results.json")
@@ -350,7 +372,8 @@ def reread(folder: Path) -> tuple[Envelope, dict[str, Any]]:
             read_folded(folded_path(folder, point["users"], role), role, process["pid"])
             for role, process in point["processes"].items()
         ]
-        payload["points"][number] = described(point["users"], plain, profiled, profiles)
+        kept = {"weights": point["weights"]} if "weights" in point else {}
+        payload["points"][number] = described(point["users"], plain, profiled, profiles) | kept
     return envelope, payload
 
 
@@ -392,6 +415,7 @@ def build_parser() -> KitArgumentParser:
         help="profile the vLLM already running at this /v1 URL "
         "(this machine's) instead of starting one, e.g. http://127.0.0.1:8009/v1",
     )
+    add_cpu_isa_argument(parser)
     parser.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, help="seconds per window")
     parser.add_argument("--rate", type=positive_int, default=DEFAULT_RATE_HZ, help="py-spy samples a second")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json and the stacks")
@@ -410,14 +434,24 @@ def profile(args: argparse.Namespace, arm: Arm, served: Served) -> dict[str, Any
     )
     endpoint.check()
     pids = roles(served.pid if served.pid is not None else listening_pid(served.api_url))
+    threads = detect().usable_cores
+    with console.status(f"Measuring memory bandwidth (numpy copy, {threads} threads)"):
+        bandwidth = measure_bandwidth(threads)
     points = [profile_point(endpoint, pids, count, args) for count in args.users]
+    for point in points:
+        point["weights"] = weights_floor(served.weight_bytes, bandwidth, point["plain"]["step_ms"])
     envelope = Envelope.now(
         command_line("python -m benchmarks.step_profile", args.argv),
         [MeasuredEngine(served.model, endpoint.root_url, "vllm")],
     )
     return {
         "envelope": envelope,
-        "payload": {"settings": dict(arm.overrides), "resolved": served.resolved, "points": points},
+        "payload": {
+            "settings": dict(arm.overrides),
+            "resolved": served.resolved,
+            "machine": {"isa": detect().isa, "isa_stand_in": args.cpu_isa is not None, "usable_cores": threads},
+            "points": points,
+        },
     }
 
 
@@ -429,6 +463,7 @@ def main(argv: list[str] | None = None) -> None:
             write(args.reread / "results.json", *reread(args.reread))
             return
         arm = Arm("kit", "vllm", parse_overrides(args.set), "the kit's defaults", attach_url=args.attach)
+        use_cpu_isa(args.cpu_isa)
         args.out.mkdir(parents=True, exist_ok=True)
         with serving(arm) as served:
             found = profile(args, arm, served)

@@ -45,8 +45,13 @@ def comparisons(baseline: str, ratios: dict[str, dict[int, float | None]]) -> di
 
 
 def print_report(report: dict[str, Any]) -> None:
-    bandwidth = report["machine"]["bandwidth"]["copy_bytes_per_s"]
-    table = Table(title=f"Output tok/s, TTFT and the decode ceiling (bandwidth {bandwidth / GB:.1f} GB/s)")
+    machine = report["machine"]
+    bandwidth = machine["bandwidth"]["copy_bytes_per_s"]
+    isa = machine.get("isa", "ISA unknown") + (" (stand-in)" if machine.get("isa_stand_in") else "")
+    table = Table(
+        title=f"Output tok/s, TTFT and the decode ceiling ({isa}, {machine['usable_cores']} cores, "
+        f"bandwidth {bandwidth / GB:.1f} GB/s)"
+    )
     for column in ("arm", "users", "ok", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "ceiling tok/s", "of ceiling"):
         table.add_column(column, justify="left" if column == "arm" else "right")
     for arm in report["arms"]:

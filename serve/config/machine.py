@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# The benchmarks' stand-in for a smaller CPU: with KIT_CPU_ISA=avx2 the kit resolves its `auto` settings as on a
+# CPU without AVX-512 and AMX, and the native engine runs that CPU's kernels (vLLM's _C_AVX2, torch's and
+# oneDNN's AVX2 code: engine_plugins/isa_avx2/). Memory bandwidth and core count stay this machine's.
+ISA_ENV = "KIT_CPU_ISA"
+ISA_CAPS = {"avx2": ("avx512", "amx")}  # the flags a CPU of that ISA lacks, by prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +29,17 @@ class Machine:
         return self.physical_cores or self.usable_cores
 
     @property
+    def isa(self) -> str:
+        """The vector ISA that decides the engine's kernels, as figures name it: AMX, AVX-512 (+ BF16), AVX2."""
+        if "amx_tile" in self.cpu_flags:
+            return "AVX-512 + AMX"
+        if "avx512f" in self.cpu_flags:
+            return "AVX-512 + BF16" if "avx512_bf16" in self.cpu_flags else "AVX-512"
+        if "avx2" in self.cpu_flags:
+            return "AVX2"
+        return "other"
+
+    @property
     def bf16_flag(self) -> str | None:
         """The CPU flag that gives BF16 a fast kernel here, if any."""
         return next((flag for flag in BF16_FLAGS if flag in self.cpu_flags), None)
@@ -32,14 +49,29 @@ CPUINFO = Path("/proc/cpuinfo")  # Linux only: elsewhere (a Docker Desktop host)
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 
 
+def isa_cap() -> str | None:
+    """The smaller ISA the benchmarks asked for (KIT_CPU_ISA), or None: this CPU as it is."""
+    cap = os.environ.get(ISA_ENV, "").strip().lower() or None
+    if cap is not None and cap not in ISA_CAPS:
+        raise ValueError(
+            f"{ISA_ENV}={cap!r} is not a CPU the kit can stand in for: use {', '.join(ISA_CAPS)} or unset it"
+        )
+    return cap
+
+
 def _cpu_flags(cpuinfo: Path | None = None) -> frozenset[str]:
+    flags: frozenset[str] = frozenset()
     try:
         for line in (cpuinfo or CPUINFO).read_text().splitlines():
             if line.startswith(("flags", "Features")):  # x86 / arm64
-                return frozenset(line.split(":", 1)[1].split())
+                flags = frozenset(line.split(":", 1)[1].split())
+                break
     except OSError:
         pass
-    return frozenset()
+    cap = isa_cap()
+    if cap is None:
+        return flags
+    return frozenset(flag for flag in flags if not flag.startswith(ISA_CAPS[cap]))
 
 
 def usable_cpus() -> set[int]:

