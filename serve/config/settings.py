@@ -383,7 +383,13 @@ class Settings:
     openblas_threads: int = setting(
         "OPENBLAS_NUM_THREADS", "1", positive_int, "keeps BLAS from spawning threads that fight the OpenMP ones"
     )
-    mkl_threads: int = setting("MKL_NUM_THREADS", "1", positive_int, "same as OPENBLAS_NUM_THREADS, for MKL")
+    mkl_threads: int | None = setting(  # None: auto
+        "MKL_NUM_THREADS",
+        "auto",
+        auto_or_positive_int,
+        "torch sizes its OpenMP pool from it; auto = the engine's OpenMP threads (1 would cap torch at one thread "
+        "whatever OMP_THREADS says)",
+    )
     api_key: str = setting(
         "VLLM_API_KEY", "", bearer_key, "when set, /v1 requires 'Authorization: Bearer <key>' (empty = no key)"
     )

@@ -109,6 +109,12 @@ def resolve(
     bind, bind_reason = resolve_binding(settings, machine, container)
     if bind == "auto":  # vLLM sets OMP_NUM_THREADS itself: one per core it binds
         threads, threads_reason = machine.cores - 1, f"binding {bind_reason}"
+    elif bind == "nobind" and settings.omp_threads is None and machine.usable_cores > 1:
+        threads = machine.usable_cores - 1
+        threads_reason = (
+            f"auto: {threads} of the {machine.usable_cores} cores this process may use, one left to the "
+            "scheduler and API server, as vLLM's own binding leaves"
+        )
     else:
         threads, threads_reason = resolve_threads(settings, machine)
 
@@ -222,7 +228,9 @@ def vllm_env(settings: Settings, resolved: Resolved) -> dict[str, str]:
         "VLLM_CPU_OMP_THREADS_BIND": resolved.omp_threads_bind,
         "OMP_NUM_THREADS": str(resolved.omp_threads),
         "OPENBLAS_NUM_THREADS": str(settings.openblas_threads),
-        "MKL_NUM_THREADS": str(settings.mkl_threads),
+        # torch's CPU build sizes its intra-op pool from MKL_NUM_THREADS where it is set (MKL_NUM_THREADS=1 with
+        # OMP_NUM_THREADS=2: torch.get_num_threads() is 1), so it follows the OpenMP threads unless set
+        "MKL_NUM_THREADS": str(settings.mkl_threads or resolved.omp_threads),
         # CPU: 0 keeps vLLM's UniProc executor (no worker process to spawn and import torch into)
         "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if settings.v1_multiprocessing else "0",
     }

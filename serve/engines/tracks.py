@@ -96,6 +96,8 @@ def resolve_for_container(settings: Settings, machine: Machine, track: Track) ->
     )
     if settings.omp_threads is None:
         reason = f"auto: the host's {machine.usable_cores} cores, capped by CPU_LIMIT={settings.cpu_limit:g}"
+        if resolved.omp_threads < cores:
+            reason += f": {cores}, one left to the scheduler and API server"
         resolved = dataclasses.replace(resolved, omp_threads_reason=reason)
     return resolved
 
@@ -165,6 +167,7 @@ def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[st
     env.update(
         RESOLVED_DTYPE=resolved.dtype,
         RESOLVED_OMP_THREADS=engine["OMP_NUM_THREADS"],
+        RESOLVED_MKL_THREADS=engine["MKL_NUM_THREADS"],
         RESOLVED_THREADS_BIND=container_threads_bind(engine["VLLM_CPU_OMP_THREADS_BIND"], version),
         RESOLVED_V1_MULTIPROCESSING=engine["VLLM_ENABLE_V1_MULTIPROCESSING"],
         RESOLVED_OPTIONAL_ARGS=shlex.join(optional_args(settings, track)),

@@ -96,7 +96,8 @@ def test_docker_cpu_track_sizes_for_cpu_limit_and_memory_limit() -> None:
     host = machine(cores=16, free_gib=64)
     small = settings(CPU_LIMIT="2", MEMORY_LIMIT="3g")
     resolved = resolve_for_container(small, host, CPU)
-    assert (resolved.omp_threads, resolved.max_num_seqs, resolved.kv_cache_space_gib) == (2, 32, 1)
+    # two cores: one computes, one is left to the scheduler and API server (as vLLM's own binding leaves)
+    assert (resolved.omp_threads, resolved.max_num_seqs, resolved.kv_cache_space_gib) == (1, 32, 1)
     # 16 x 16 cores = 256 sequences would need 6 GiB of KV; 8 GiB less weights and runtime leaves 5: 227 fit
     big = resolve_for_container(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), host, CPU)
     assert (big.max_num_seqs, big.kv_cache_space_gib) == (227, 5)
@@ -140,13 +141,32 @@ def test_binding_auto_is_vllms_own_where_a_core_can_be_spared(
     assert vllm_env(settings(), resolved)["VLLM_CPU_OMP_THREADS_BIND"] == bind
 
 
-def test_binding_set_by_hand_or_in_a_container_lets_omp_threads_compute() -> None:
+def test_without_vllms_binding_the_threads_leave_a_core_as_its_binding_does() -> None:
+    """nobind (set by hand, or in a container): OMP_THREADS=auto computes on all cores but one, the one vLLM's
+    own binding leaves to its scheduler and API server; a number set in OMP_THREADS is taken as it is."""
     host = Machine(4, frozenset(), 20 * GiB, 4)
     by_hand = resolve(settings(VLLM_CPU_OMP_THREADS_BIND="nobind"), host, SMOL)
-    assert (by_hand.omp_threads_bind, by_hand.omp_threads) == ("nobind", 4)
-    container = resolve_for_container(settings(CPU_LIMIT="2"), host, CPU)
+    assert (by_hand.omp_threads_bind, by_hand.omp_threads) == ("nobind", 3)
+    assert "one left to the scheduler and API server" in by_hand.omp_threads_reason
+    set_ = resolve(settings(VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_THREADS="4"), host, SMOL)
+    assert (set_.omp_threads, set_.omp_threads_reason) == (4, "set in OMP_THREADS")
+    container = resolve_for_container(settings(CPU_LIMIT="3"), host, CPU)
     assert (container.omp_threads_bind, container.omp_threads) == ("nobind", 2)
     assert "CPU_LIMIT caps CPU time" in container.omp_threads_bind_reason
+    assert "CPU_LIMIT=3: 3, one left" in container.omp_threads_reason
+    single = resolve_for_container(settings(CPU_LIMIT="1"), host, CPU)
+    assert single.omp_threads == 1
+
+
+def test_mkl_threads_follow_the_openmp_threads_unless_set() -> None:
+    """torch sizes its pool from MKL_NUM_THREADS where it is set: a fixed 1 would undo OMP_THREADS."""
+    host = Machine(4, frozenset(), 20 * GiB, 4)
+    nobind = settings(VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_THREADS="4")
+    assert vllm_env(nobind, resolve(nobind, host, SMOL))["MKL_NUM_THREADS"] == "4"
+    pinned = settings(VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_THREADS="4", MKL_NUM_THREADS="1")
+    assert vllm_env(pinned, resolve(pinned, host, SMOL))["MKL_NUM_THREADS"] == "1"
+    container = resolve_for_container(settings(CPU_LIMIT="3"), host, CPU)
+    assert compose_env(settings(CPU_LIMIT="3"), container, CPU)["RESOLVED_MKL_THREADS"] == "2"
 
 
 def test_block_size_auto_is_32_where_vllm_v1_runs_on_cpu() -> None:

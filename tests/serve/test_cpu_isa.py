@@ -14,7 +14,7 @@ import pytest
 from serve.config import machine
 from serve.config.machine import ISA_ENV, Machine
 from serve.config.settings import KNOBS, Settings
-from serve.config.vllm_command import resolve_dtype
+from serve.config.vllm_command import resolve, resolve_dtype, vllm_env
 from serve.engines.native import ENGINE_PLUGINS, ISA_CAP_ENV, VENV, NativeRuntime
 
 AVX512_FLAGS = "fpu sse4_2 avx fma f16c avx2 avx512f avx512bw avx512vl avx512_vnni avx512_bf16"
@@ -89,3 +89,26 @@ def test_vllm_under_the_stand_in_loads_its_avx2_kernels() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("]")[0].strip("[") == "'_C_AVX2.abi3.so'"
     assert result.stdout.split()[-1] == "AVX2"
+
+
+def test_torch_in_the_engine_computes_on_the_threads_the_recap_names() -> None:
+    """The engine's environment for nobind with OMP_THREADS=2, given to the vLLM venv's torch: its pool is 2.
+    (With MKL_NUM_THREADS=1, the kit's old default, torch.get_num_threads() was 1 whatever OMP_NUM_THREADS said.)"""
+    env_file = {knob.env: knob.default for knob in KNOBS} | {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_THREADS": "2"}
+    settings = Settings.from_env(env_file)
+    resolved = resolve(settings, Machine(2, frozenset(), 8 * 1024**3, 2), None)
+    env = {"PATH": "/usr/bin:/bin"} | vllm_env(settings, resolved)
+    probe = "import torch; print(torch.get_num_threads())"
+    threads = subprocess.run(
+        [str(VENV.python), "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert (resolved.omp_threads, threads.stdout.strip()) == (2, "2"), threads.stderr
+    capped = subprocess.run(
+        [str(VENV.python), "-c", probe],
+        env=env | {"MKL_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert capped.stdout.strip() == "1"  # what the old default did: the reason MKL_NUM_THREADS follows
