@@ -221,6 +221,8 @@ def _vllm_facts(settings: Settings) -> tuple[int, Resolved, dict[str, Any]]:
         "dtype_reason": resolved.dtype_reason,
         "omp_threads": resolved.omp_threads,
         "omp_threads_bind": resolved.omp_threads_bind,
+        "multiprocessing": resolved.multiprocessing,
+        "multiprocessing_reason": resolved.multiprocessing_reason,
         "max_num_seqs": resolved.max_num_seqs,
         "max_num_seqs_reason": resolved.max_num_seqs_reason,
         "block_size": resolved.kv_block_size,

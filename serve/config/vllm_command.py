@@ -44,6 +44,8 @@ class Resolved:
     kv_block_size: int  # the block size vLLM will use: what the KV sizing counts in
     kv_cache_space_gib: int | None  # None: not passed (the GPU track sizes KV by GPU_MEMORY_UTILIZATION)
     kv_cache_space_reason: str
+    multiprocessing: bool = True  # False: vLLM's uni executor, the model in the engine core's process
+    multiprocessing_reason: str = "vLLM's own: a worker process runs the model"
 
 
 def resolve_dtype(settings: Settings, machine: Machine) -> tuple[str, str]:
@@ -61,11 +63,32 @@ def resolve_threads(settings: Settings, machine: Machine) -> tuple[int, str]:
     return machine.usable_cores, f"auto: the {machine.usable_cores} cores this process may use"
 
 
-def resolve_binding(settings: Settings, machine: Machine, container: bool = False) -> tuple[str, str]:
+def resolve_multiprocessing(settings: Settings, machine: Machine, container: bool = False) -> tuple[bool, str]:
+    """VLLM_ENABLE_V1_MULTIPROCESSING as vLLM gets it. False keeps vLLM's uni executor on CPU: the model runs in
+    the engine core's process, no worker process, no hand-over queue between them, and no core left to a poller.
+    Measured on the AVX2 stand-in 1.5x (1 user) and 1.7x (16 users) vLLM's worker process; a tie or worse on
+    AVX-512 (labs/throughput.md)."""
+    if settings.v1_multiprocessing is not None:
+        return settings.v1_multiprocessing, "set in VLLM_ENABLE_V1_MULTIPROCESSING"
+    if container:
+        return True, "auto: vLLM's own in a container (a worker process runs the model)"
+    if machine.isa == "AVX2" and machine.usable_cores > 1:
+        return False, (
+            "auto: on a CPU with AVX2 and no AVX-512 the model runs in the engine core's process, on every core "
+            "(1.5x at 1 user, 1.7x at 16 measured: labs/throughput.md)"
+        )
+    return True, f"auto: vLLM's own on {machine.isa}: a worker process runs the model"
+
+
+def resolve_binding(
+    settings: Settings, machine: Machine, container: bool = False, multiprocessing: bool = True
+) -> tuple[str, str]:
     """VLLM_CPU_OMP_THREADS_BIND as vLLM gets it. vLLM's `auto` binds one OpenMP thread per physical core
     and reserves one core: its scheduler process polls busily for the worker (labs/throughput.md)."""
     if settings.omp_threads_bind != "auto":
         return settings.omp_threads_bind, "set in VLLM_CPU_OMP_THREADS_BIND"
+    if not multiprocessing:
+        return "nobind", "auto: nobind, vLLM binds only the worker processes it starts and the uni executor has none"
     if container:
         return "nobind", (
             "auto: nobind in a container (CPU_LIMIT caps CPU time, not CPUs: vLLM's binding "
@@ -106,9 +129,13 @@ def resolve(
     dtype, dtype_reason = resolve_dtype(settings, machine)
     blocks, blocks_reason = resolve_block_size(settings, block_size)
     kv_block_size = blocks or block_size
-    bind, bind_reason = resolve_binding(settings, machine, container)
+    multiprocessing, multiprocessing_reason = resolve_multiprocessing(settings, machine, container)
+    bind, bind_reason = resolve_binding(settings, machine, container, multiprocessing)
     if bind == "auto":  # vLLM sets OMP_NUM_THREADS itself: one per core it binds
         threads, threads_reason = machine.cores - 1, f"binding {bind_reason}"
+    elif not multiprocessing and settings.omp_threads is None:
+        threads = machine.usable_cores
+        threads_reason = f"auto: all {threads} cores this process may use: no worker process to wait on"
     elif bind == "nobind" and settings.omp_threads is None and machine.usable_cores > 1:
         threads = machine.usable_cores - 1
         threads_reason = (
@@ -133,6 +160,8 @@ def resolve(
             kv_block_size=kv_block_size,
             kv_cache_space_gib=kv_gib,
             kv_cache_space_reason=kv_reason,
+            multiprocessing=multiprocessing,
+            multiprocessing_reason=multiprocessing_reason,
         )
 
     cores = machine.usable_cores
@@ -232,7 +261,7 @@ def vllm_env(settings: Settings, resolved: Resolved) -> dict[str, str]:
         # OMP_NUM_THREADS=2: torch.get_num_threads() is 1), so it follows the OpenMP threads unless set
         "MKL_NUM_THREADS": str(settings.mkl_threads or resolved.omp_threads),
         # CPU: 0 keeps vLLM's UniProc executor (no worker process to spawn and import torch into)
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if settings.v1_multiprocessing else "0",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if resolved.multiprocessing else "0",
     }
     if resolved.kv_cache_space_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(resolved.kv_cache_space_gib)

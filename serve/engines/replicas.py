@@ -83,6 +83,8 @@ class Share:
             omp_threads=len(self.cpus),
             omp_threads_bind_reason=f"replica {self.index} of {self.count}: its own CPUs",
             omp_threads_reason=f"replica {self.index} of {self.count}: one per CPU it binds",
+            multiprocessing=True,  # vLLM binds a worker process only: the uni executor would spread over every CPU
+            multiprocessing_reason=f"replica {self.index} of {self.count}: a worker process, for vLLM's binding",
         )
 
 

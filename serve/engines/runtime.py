@@ -151,6 +151,13 @@ def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:
     if resolved.omp_threads_bind != "auto":  # else the reason above is the binding's
         threads += f", binding {resolved.omp_threads_bind} ({resolved.omp_threads_bind_reason})"
     rows.append(("threads", threads))
+    if not resolved.multiprocessing:
+        rows.append(
+            (
+                "processes",
+                f"API server and engine core, the model in the engine core ({resolved.multiprocessing_reason})",
+            )
+        )
     if resolved.max_num_seqs is not None:
         rows.append(("max num seqs", f"{resolved.max_num_seqs} ({resolved.max_num_seqs_reason})"))
     if resolved.block_size is not None:

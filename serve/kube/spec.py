@@ -124,7 +124,10 @@ def resolve_for_pod(settings: Settings, track: Track) -> Resolved:
             "cluster's CPUs are unknown here); set DTYPE=bfloat16 for avx512_bf16 nodes",
         )
     if track is CPU and settings.omp_threads is None:
-        resolved = dataclasses.replace(resolved, omp_threads_reason=f"auto: CPU_LIMIT={settings.cpu_limit:g}")
+        reason = f"auto: CPU_LIMIT={settings.cpu_limit:g}"
+        if resolved.omp_threads < settings.cpu_limit:
+            reason += ", one core left to the scheduler and API server"
+        resolved = dataclasses.replace(resolved, omp_threads_reason=reason)
     return resolved
 
 

@@ -14,6 +14,8 @@ from serve.config.settings import KNOBS, Settings
 from serve.config.sizing import AUTO_SEQS_CAP, SEQS_PER_CORE, GiB, kv_pool
 from serve.config.vllm_command import resolve, vllm_args, vllm_env
 from serve.engines.docker import CPU, GPU, compose_env, container_command, resolve_for_container
+from serve.engines.replicas import shares
+from serve.engines.runtime import resolved_rows
 from tests.serve.test_preflight import LLAMA_8B
 
 SMOL = bundled_model_facts()
@@ -194,3 +196,45 @@ def test_block_size_set_by_hand_goes_to_every_track() -> None:
     for resolved in (resolve(config, machine(), SMOL), resolve_for_container(config, machine(), GPU)):
         assert (resolved.block_size, resolved.block_size_reason) == (64, "set in BLOCK_SIZE")
     assert resolve_for_container(settings(), machine(), GPU).block_size is None  # GPU: vLLM's own 16
+
+
+AVX2 = frozenset({"avx2", "fma", "f16c"})
+AVX512 = AVX2 | {"avx512f", "avx512_bf16"}
+
+
+def test_on_avx2_the_model_runs_in_the_engine_core_on_every_core() -> None:
+    """VLLM_ENABLE_V1_MULTIPROCESSING=auto: vLLM's uni executor where it measured faster (AVX2, no AVX-512), with
+    both cores computing (no binding: vLLM binds only a worker), and torch's pool sized to match."""
+    resolved = resolve(settings(), Machine(2, AVX2, 20 * GiB, 2), SMOL)
+    assert (resolved.multiprocessing, resolved.omp_threads_bind, resolved.omp_threads) == (False, "nobind", 2)
+    assert "AVX2 and no AVX-512" in resolved.multiprocessing_reason
+    env = vllm_env(settings(), resolved)
+    assert (env["VLLM_ENABLE_V1_MULTIPROCESSING"], env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == ("0", "2", "2")
+    assert dict(resolved_rows(resolved))["processes"].startswith("API server and engine core")
+
+
+@pytest.mark.parametrize(
+    ("flags", "cores", "overrides", "expected"),
+    [
+        (AVX512, 2, {}, True),  # a tie at 1 user and slower at 16 there: vLLM's worker process stays
+        (AVX2, 1, {}, True),  # one core: nothing to gain from the spare core the worker's poller took
+        (AVX2, 2, {"VLLM_ENABLE_V1_MULTIPROCESSING": "true"}, True),  # the setting turns it off
+        (AVX512, 2, {"VLLM_ENABLE_V1_MULTIPROCESSING": "false"}, False),
+    ],
+)
+def test_multiprocessing_auto_keeps_vllms_worker_elsewhere_and_the_setting_wins(
+    flags: frozenset[str], cores: int, overrides: dict[str, str], expected: bool
+) -> None:
+    resolved = resolve(settings(**overrides), Machine(cores, flags, 20 * GiB, cores), SMOL)
+    assert resolved.multiprocessing is expected
+    assert vllm_env(settings(**overrides), resolved)["VLLM_ENABLE_V1_MULTIPROCESSING"] == ("1" if expected else "0")
+
+
+def test_docker_and_replicas_keep_the_worker_process_that_vllm_binds() -> None:
+    avx2_host = Machine(4, AVX2, 20 * GiB, 4)
+    container = resolve_for_container(settings(CPU_LIMIT="4"), avx2_host, CPU)
+    assert container.multiprocessing and compose_env(settings(), container, CPU)["RESOLVED_V1_MULTIPROCESSING"] == "1"
+    two = settings(REPLICAS="2")
+    share = shares(two, [0, 1, 2, 3])[0]
+    replica = share.apply(two, resolve(two, share.machine(avx2_host), SMOL))
+    assert (replica.multiprocessing, replica.omp_threads_bind) == (True, "0-1")

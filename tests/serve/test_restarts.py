@@ -190,3 +190,44 @@ def test_a_stepped_wall_clock_does_not_make_a_live_server_look_like_a_reused_pid
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_the_uni_executor_runs_two_processes_that_die_together_and_down_leaves_nothing() -> None:
+    """VLLM_ENABLE_V1_MULTIPROCESSING=false (auto on an AVX2 CPU): the model in the engine core, no worker. The
+    engine plugin still ends the engine core with its API server, and down.sh leaves nothing behind."""
+    port = free_port()
+    env = kit_env(
+        VLLM_PORT=str(port),
+        RUNTIME="native",
+        ENFORCE_EAGER="true",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_ENABLE_V1_MULTIPROCESSING="false",
+        RESTART_ATTEMPTS="0",
+    )
+    pidfile = process.PidFile(RUN_DIR / f"vllm-{port}.pid", API_SERVER_MODULE)
+    record_path = RUN_DIR / f"vllm-{port}.events.json"
+    seen: list[int] = []
+    group: int | None = None
+    try:
+        server = bring_up(port, env, "up.sh with the uni executor")
+        assert "processes" in server.up_output and "the model in the engine core" in server.up_output, server.up_output
+        group = pidfile.pid()
+        assert group is not None
+        record = Record.load(record_path)
+        assert record is not None and record.server_pid is not None
+        api_server = record.server_pid
+        engine = [pid for pid in process.group_members(group) if pid not in (group, api_server)]
+        titles = [process.cmdline(pid) for pid in engine]
+        assert any("EngineCore" in title for title in titles), titles
+        assert not any("Worker" in title for title in titles), titles  # one process fewer
+        seen += [api_server, *engine]
+        os.kill(api_server, signal.SIGKILL)
+        wait_until(lambda: not any(alive(pid) for pid in engine), 5, "the engine core to die with its API server")
+    finally:
+        down = run_script("down.sh", env, timeout_s=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert [pid for pid in seen if alive(pid)] == []
+    assert group is None or process.group_members(group) == []
+    assert process.port_is_free("127.0.0.1", port)
