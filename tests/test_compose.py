@@ -29,6 +29,7 @@ from serve.engines.docker import (
     resolve_for_container,
 )
 from tests.conftest import ROOT
+from tests.support.docs import ENGINES_PAGE
 
 SCHEMA = Path(__file__).parent / "data" / "compose-spec" / "compose-spec.json"
 COMPOSE = ROOT / "compose.yaml"
@@ -230,8 +231,8 @@ def test_every_shell_script_passes_shellcheck() -> None:
 
 
 def flags_table() -> list[list[str]]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Flags\n") :]
+    page = (ROOT / ENGINES_PAGE).read_text()
+    section = page[page.index("## Flags\n") :]
     section = section[: section.index("\n#")]
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     assert rows[0] == "| flag | env var | default | why |"
@@ -242,7 +243,7 @@ def unquote(cell: str) -> str:
     return "" if cell == "(empty)" else cell.strip("`")
 
 
-def test_readme_flags_table_matches_the_knobs_env_example_and_compose() -> None:
+def test_flags_table_matches_the_knobs_env_example_and_compose() -> None:
     knobs = {knob.env: knob for knob in KNOBS}
     env_example = (ROOT / ".env.example").read_text().splitlines()
     every_flag = Settings.from_env(
@@ -258,7 +259,7 @@ def test_readme_flags_table_matches_the_knobs_env_example_and_compose() -> None:
     rows = flags_table()
     for flag, variable, default, why in rows:
         name = unquote(variable)
-        assert name in knobs, f"{name} in the README's flags table is not a knob"
+        assert name in knobs, f"{name} in serve/engines/README.md's flags table is not a knob"
         assert unquote(default) == knobs[name].default, f"{name}: the table says {default}"
         assert f"{name}={knobs[name].default}" in env_example
         assert why == knobs[name].why, f"{name}: the table's why differs from serve/config/settings.py"

@@ -18,6 +18,7 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 README = doc_commands("README.md")
 CLIENT = ".venv/bin/python -m client"
+TOUR = "-m labs.tour"
 DEFAULT_MAX_TOKENS = 256  # the client's --max-tokens default
 # what `--usage` prints after a streamed answer (client/chat.py, Reply.usage_line)
 USAGE_LINE = re.compile(
@@ -51,7 +52,10 @@ def test_readme_talk_commands(vllm_server: Server) -> None:
     talk = [
         command
         for command in README[2:]
-        if "VLLM_PORT=8010" not in command and ":11434" not in command and not is_docker_command(command)
+        if "VLLM_PORT=8010" not in command
+        and ":11434" not in command
+        and TOUR not in command  # tests/labs/tour/test_tour.py runs the tour's commands
+        and not is_docker_command(command)
     ]
     curls = [command for command in talk if command.startswith("curl")]
     usages = [command for command in talk if command.endswith(f"| {CLIENT} --usage")]

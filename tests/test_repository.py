@@ -24,3 +24,18 @@ def test_no_tracked_file_reads_outside_the_repository() -> None:
         if OUTSIDE.search(line)
     ]
     assert not offenders, "files that reach outside the clone:\n" + "\n".join(offenders)
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_every_relative_link_of_the_guide_and_its_pages_resolves() -> None:
+    """The README sends a reader to the pages the details live on: none of those links may lead nowhere."""
+    pages = [ROOT / "README.md", *ROOT.glob("*/README.md"), *ROOT.glob("serve/*/README.md"), *ROOT.glob("labs/*.md")]
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in pages
+        for target in LINK.findall(page.read_text())
+        if "://" not in target and not (page.parent / target).exists()
+    ]
+    assert not broken, "links to nothing:\n" + "\n".join(broken)

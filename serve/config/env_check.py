@@ -26,6 +26,7 @@ from serve.config.settings import CLIENT_VARIABLES, KNOBS, ROOT
 KIT_VARIABLES = ("KIT_ENV_FILE",)  # which settings file (serve.config.settings.env_file)
 VLLM_PREFIX = "VLLM_"
 VLLM_NAMES_FILE = Path(__file__).with_name("vllm_env_names.txt")
+VLLM_NAMES_SHOWN = VLLM_NAMES_FILE.relative_to(Path(__file__).parents[2]).as_posix()  # as a warning names it
 SUGGEST_CUTOFF = 0.6  # difflib's own default: a key of the settings file gets a suggestion from there up
 NEAR_MISS_CUTOFF = 0.8  # a shell variable this close to a setting is probably meant as one
 COMMON_PREFIX_CHARS = 3
@@ -73,7 +74,7 @@ def problem(name: str, where: str) -> str:
     listed = f" and vLLM's own variables in {VLLM_NAMES_FILE.relative_to(ROOT)}" if name.startswith(VLLM_PREFIX) else ""
     return (
         f"{name} ({where}) is not a setting of the kit, which ignores it; the settings are the keys of "
-        f".env.example{listed}"
+        f".env.example (serve/config/README.md){listed}"
     )
 
 

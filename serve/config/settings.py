@@ -284,10 +284,10 @@ class Knob:
 
 def setting(env: str, default: str, parse: Callable[[str, str], T], why: str, serves: str | None = None) -> T:
     """Declare a Settings field read from the variable `env`: `parse(env, raw)` turns its text into the field's type
-    (or raises SettingsError naming the fix) and `why` is what it is for: the README's flags table copies it and
-    its comment in .env.example begins with it, word for word (tests check both). A port
-    setting names the engine that `serves` there: that makes the engine one ENGINES may name, and its port one of
-    the kit's own (api_key_for)."""
+    (or raises SettingsError naming the fix) and `why` is what it is for: its comment in .env.example begins with it,
+    word for word, and serve/config/README.md's table copies it (tests check both). A port setting names the engine
+    that `serves` there: that makes the engine one ENGINES may name, and its port one of the kit's own
+    (api_key_for)."""
     if not callable(parse):  # a parser named like a field declared above it would be that field here
         raise TypeError(f"{env}: {parse!r} is not a parser")
     return field(metadata={"env": env, "default": default, "parse": parse, "why": why, "serves": serves})
@@ -296,7 +296,7 @@ def setting(env: str, default: str, parse: Callable[[str, str], T], why: str, se
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Every setting of the kit, each declared once: its variable, its default, its parser and why it exists.
-    KNOBS lists them in this order, which is also .env.example's and the README's."""
+    KNOBS lists them in this order, which is also .env.example's and serve/config/README.md's."""
 
     runtime: str = setting(
         "RUNTIME",

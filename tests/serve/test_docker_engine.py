@@ -20,7 +20,7 @@ from serve.engines.docker import CPU, DockerRuntime, compose_env, resolve_for_co
 from serve.processes import process
 from tests.conftest import ROOT, free_port, kit_env, run_bounded, run_script
 from tests.support.docker.engine import Engine
-from tests.support.docs import doc_commands
+from tests.support.docs import ENGINES_PAGE, doc_commands
 
 ABSENT_REPOSITORY = "vllm-lab-kit/no-such-image"  # on no registry and not built here: pulling it always fails
 
@@ -229,13 +229,14 @@ def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: En
     assert 0 < seen <= cap_bytes, f"the container sees {seen} bytes available under a {cap_bytes}-byte cap"
 
 
-def test_the_readme_ollama_commands_select_the_profile_here(docker_engine: Engine) -> None:
-    """The README's Ollama commands with the Compose found here (v1 reads the same arguments as `docker compose`),
-    in a project of their own, on an image no registry has: the profile's service is selected, published on
-    127.0.0.1:11434, fails with compose's own words naming the image, and `down` leaves nothing."""
+def test_the_documented_ollama_commands_select_the_profile_here(docker_engine: Engine) -> None:
+    """serve/engines/README.md's Ollama commands with the Compose found here (v1 reads the same arguments as
+    `docker compose`), in a project of their own, on an image no registry has: the profile's service is
+    selected, published on 127.0.0.1:11434, fails with compose's own words naming the image, and `down`
+    leaves nothing."""
     compose = find("docker")
     commands = [
-        command for command in doc_commands("README.md") if command.startswith("docker compose --profile ollama")
+        command for command in doc_commands(ENGINES_PAGE) if command.startswith("docker compose --profile ollama")
     ]
     assert [command.split()[4] for command in commands] == ["up", "exec", "down"], commands
     project = f"{project_name()}-readme-ollama"

@@ -1,6 +1,7 @@
 """up.sh / down.sh on the Docker tracks where a real engine cannot answer here, through a stand-in `docker`
 with the Compose v2 plugin (tests/support/fake_docker.py): the GPU track's happy path (no GPU, no GPU image), the
-Ollama profile's README commands (no ollama image), and the v2 plugin's argv (Debian ships only v1).
+Ollama profile's commands in serve/engines/README.md (no ollama image), and the v2 plugin's argv (Debian ships
+only v1).
 
 The CPU track, compose's errors, a crashing container, RUNTIME=auto and the stop paths run on a real engine:
 tests/serve/test_docker_cpu.py and tests/serve/test_docker_engine.py.
@@ -27,7 +28,7 @@ from serve.engines.docker import COMPOSE_FILE
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR
 from tests.conftest import ROOT, free_port, kit_env
-from tests.support.docs import doc_commands, is_docker_command, retarget, run_doc
+from tests.support.docs import ENGINES_PAGE, doc_commands, is_docker_command, retarget, run_doc
 from tests.support.fake_docker import install
 
 pytestmark = pytest.mark.slow  # each case runs up.sh/down.sh a few times (seconds each)
@@ -99,7 +100,7 @@ def test_readme_docker_commands_run_as_documented(docker: FakeDocker) -> None:
     # Ollama's.
     commands = [
         command
-        for command in doc_commands("README.md")
+        for command in doc_commands("README.md") + doc_commands(ENGINES_PAGE)
         if is_docker_command(command) and "RUNTIME=docker " not in command
     ]
     assert len(commands) >= 5, commands

@@ -22,7 +22,8 @@ def test_a_near_miss_an_unrelated_key_and_a_passthrough_one_in_the_settings_file
     )
     assert lines == [
         "MAX_NUM_SEQ (in .env) is not a setting of the kit, which ignores it; did you mean MAX_NUM_SEQS?",
-        "GREETING (in .env) is not a setting of the kit, which ignores it; the settings are the keys of .env.example",
+        "GREETING (in .env) is not a setting of the kit, which ignores it; the settings are the keys of .env.example "
+        "(serve/config/README.md)",
     ]
 
 
@@ -86,8 +87,8 @@ def test_vllms_own_variables_in_the_settings_file_reach_the_native_engine(
 
 
 def test_the_committed_list_is_the_installed_vllms() -> None:
-    """serve/config/vllm_env_names.txt is vllm.envs' VLLM_* names in the native runtime's vLLM (tests/run.sh installs
-    it)."""
+    """serve/config/vllm_env_names.txt is vllm.envs' VLLM_* names in the native runtime's vLLM (tests/run.sh
+    installs it)."""
     script = (
         "import vllm.envs as e; print('\\n'.join(sorted(n for n in e.environment_variables if n.startswith('VLLM_'))))"
     )

@@ -22,6 +22,7 @@ BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 ENGINE_PORT = 8012  # the teaching engine's server on labs/engine.md and labs/contract.md
 ENGINE_SERVER = "-m labs.engine.server"
 ENGINE_START_TIMEOUT_S = 180
+ENGINES_PAGE = "serve/engines/README.md"  # the runtimes in depth: the Ollama compose profile's commands, the flags
 
 
 def doc_commands(relative_path: str) -> list[str]:
@@ -108,7 +109,7 @@ def run_page(
 
 
 def all_doc_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "labs").glob("*.md"))]
+    return [ROOT / "README.md", ROOT / ENGINES_PAGE, *sorted((ROOT / "labs").glob("*.md"))]
 
 
 EXAMPLE = re.compile(r"^```bash\n([^\n]*)\n```\n\n```text\n(.*?)^```", re.S | re.M)

@@ -32,7 +32,10 @@ FLAGS = (
 LOAD_TIMEOUT_S = 60.0
 IMAGES_JS = (
     "JSON.stringify({title: document.title, text: document.body.innerText, "
-    "images: [...document.images].map(i => ({complete: i.complete, width: i.naturalWidth}))})"
+    "images: [...document.images].map(i => ({complete: i.complete, width: i.naturalWidth})), "
+    "sections: [...document.querySelectorAll('section')].map(s => ({id: s.id, "
+    "heading: s.querySelector('h2') ? s.querySelector('h2').innerText : '', "
+    "images: [...s.querySelectorAll('img')].map(i => ({complete: i.complete, width: i.naturalWidth}))}))})"
 )
 
 
@@ -42,6 +45,7 @@ class PageCheck:
     text: str
     images: list[dict[str, Any]]
     errors: list[str] = field(default_factory=list)
+    sections: list[dict[str, Any]] = field(default_factory=list)  # each <section>: its id, heading and images
 
     @property
     def broken_images(self) -> list[dict[str, Any]]:
@@ -142,6 +146,8 @@ def check_page(path: Path) -> PageCheck:
             browser.wait_for("Page.loadEventFired")
             result = browser.send("Runtime.evaluate", {"expression": IMAGES_JS, "returnByValue": True}, session=session)
             page = json.loads(result["result"]["value"])
-            return PageCheck(page["title"], page["text"], page["images"], errors_in(browser.events))
+            return PageCheck(
+                page["title"], page["text"], page["images"], errors_in(browser.events), page.get("sections", [])
+            )
         finally:
             browser.close()

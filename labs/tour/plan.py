@@ -1,0 +1,142 @@
+"""What the tour runs, in the course's order: the sections, the seed's figures, and how big each run is.
+
+A section is one experiment of the course; `Sizes` says how much each lab is asked to do, in the full tour and
+in `--quick` (fewer requests, the same sections). The seconds each step is expected to take on a 2-core
+machine give the progress line its "time left" (rescaled by how the steps so far went).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Section(StrEnum):
+    """The course's experiments, in its order; the value is the section's id in the report."""
+
+    SEED = "seed"
+    PAGING = "paging"
+    BATCHING = "batching"
+    LOAD = "load"
+    QUANTIZATION = "quantization"
+    CONTRACT = "contract"
+
+
+TITLES = {
+    Section.SEED: "1. The seed experiment: one request at a time, then all at once, vLLM vs the Ollama-class engine",
+    Section.PAGING: "2. Paging: KV cache reserved vs used, a max_len slab per request vs blocks on demand",
+    Section.BATCHING: "3. Batching: static vs continuous, TTFT and throughput",
+    Section.LOAD: "4. Load: Poisson arrivals over a rate sweep, and what /metrics and the doctor saw",
+    Section.QUANTIZATION: "5. Quantization: float vs int8 weights, bytes per step, tok/s, perplexity",
+    Section.CONTRACT: "6. The contract: the OpenAI /v1 checks on every engine the tour ran",
+}
+
+LABS = {  # the lab each section runs, and its page
+    Section.SEED: ("labs.compare", "labs/compare.md"),
+    Section.PAGING: ("labs.sizing + labs.engine.experiment", "labs/sizing.md, labs/engine.md"),
+    Section.BATCHING: ("labs.engine.experiment", "labs/engine.md"),
+    Section.LOAD: ("labs.loadtest + labs.doctor", "labs/loadtest.md, labs/metrics.md"),
+    Section.QUANTIZATION: ("labs.quantization + labs.loadtest", "labs/quantization.md"),
+    Section.CONTRACT: ("labs.contract", "labs/contract.md"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """The course's own figure for a section (measured on the seed's machine), shown beside this machine's."""
+
+    figure: str
+    what: str
+    source: str = "the seed"  # whose figure: the course's seed study, or the lab page's own measurement
+
+
+SEEDS = {
+    Section.SEED: Seed("3.13x vs 1.10x", "matched sequential / concurrent wall time, vLLM vs Ollama"),
+    Section.PAGING: Seed("waste < 4%", "KV slots paged but not filled (the PagedAttention paper; the seed: 3.6x)"),
+    Section.BATCHING: Seed("5.1x TTFT p50", "static / continuous TTFT p50 at max batch 16"),
+}
+# The quantization lab's page: int8 / float output tok/s at 1 and 16 users and the perplexity it cost, per ISA
+QUANTIZATION_PAGE = {
+    "avx512f": Seed(
+        "1.16x / 1.21x, +0.89%", "int8 / float tok/s at 1 / 16 users, perplexity (AVX-512)", "labs/quantization.md"
+    ),
+    "avx2": Seed(
+        "0.40x / 0.73x, +3.43%", "int8 / float tok/s at 1 / 16 users, perplexity (AVX2 only)", "labs/quantization.md"
+    ),
+}
+SEED_MAX_LEN_OVER_PAGED = 3.6  # the seed study's max_len reservation over paged slots at max batch 16
+SEED_BATCH = 16  # the max batch the seed's TTFT figure is for
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much each lab is asked to do; every field goes to one lab's command line."""
+
+    compare_n: int
+    compare_max_tokens: int
+    engine_requests: int
+    engine_rate: float
+    engine_batches: str
+    engine_short_tokens: int
+    engine_long_tokens: int
+    load_rates: str
+    load_requests: int
+    load_lengths: str
+    quality_windows: int  # perplexity windows of 1,000 tokens (the text has 24)
+    speed_users: str
+    speed_requests: int
+    speed_lengths: str
+    contract_checks: str | None  # None: every check
+
+
+FULL = Sizes(
+    compare_n=8,
+    compare_max_tokens=48,
+    engine_requests=48,
+    engine_rate=25.0,
+    engine_batches="16,32",  # the seed's figures: 5.1x and 21x TTFT p50 (4 and 8 add minutes on two cores)
+    engine_short_tokens=24,
+    engine_long_tokens=150,
+    load_rates="2,8,32",  # 32/s fills the kit's 32 sequences on two cores: requests wait in the engine
+    load_requests=48,
+    load_lengths="mix:24@0.8,150@0.2",
+    quality_windows=24,
+    speed_users="1,16",
+    speed_requests=16,
+    speed_lengths="fixed:64",
+    contract_checks=None,
+)
+QUICK = Sizes(
+    compare_n=4,
+    compare_max_tokens=24,
+    engine_requests=16,
+    engine_rate=25.0,
+    engine_batches="16",
+    engine_short_tokens=12,
+    engine_long_tokens=48,
+    load_rates="2,16",
+    load_requests=16,
+    load_lengths="fixed:24",
+    quality_windows=2,
+    speed_users="1,8",
+    speed_requests=8,
+    speed_lengths="fixed:32",
+    contract_checks="models,chat,chat_stream,include_usage,completions,finish_length,stop_string,error_unknown_model",
+)
+
+# Seconds each step took on the kit's 2-core machine (full, quick): the progress line's first guess of time left
+ESTIMATES_S = {
+    "engines": (5, 5),  # both already up; starting them is a minute more
+    Section.SEED: (40, 15),
+    Section.PAGING: (150, 30),
+    Section.BATCHING: (1, 1),
+    Section.LOAD: (90, 15),
+    Section.QUANTIZATION: (300, 200),  # most of it the second vLLM's start
+    Section.CONTRACT: (60, 15),
+    "stop": (5, 5),
+}
+
+
+def estimate_s(step: str, quick: bool) -> float:
+    full, short = ESTIMATES_S[step]
+    return float(short if quick else full)

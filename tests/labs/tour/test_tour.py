@@ -1,0 +1,63 @@
+"""The README's and labs/tour.md's `python -m labs.tour --quick`, run as written against the real kit (the harness's
+vLLM and llama.cpp servers), and its report opened in headless Chromium: every section rendered, with its plot."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from labs import results
+from labs.tour.__main__ import parse_args
+from labs.tour.plan import TITLES, Section
+from labs.tour.report import TOUR_JSON
+from tests.conftest import ROOT, Server
+from tests.support.docs import doc_commands, retarget, run_doc
+from tests.support.loadtest_browser import CHROMIUM, check_page
+
+pytestmark = pytest.mark.slow
+QUICK = ".venv/bin/python -m labs.tour --quick"
+FULL = ".venv/bin/python -m labs.tour"
+QUICK_TIMEOUT_S = 1500  # a few minutes alone; the second vLLM's first start may compile for minutes
+WROTE = re.compile(r"^wrote (\S+/index\.html) \((\d+) s\)", re.M)
+
+
+def test_the_documented_commands_are_the_quick_and_the_full_tour() -> None:
+    for page in ("README.md", "labs/tour.md"):
+        tour = [command for command in doc_commands(page) if "-m labs.tour" in command]
+        assert tour == [QUICK, FULL], (page, tour)
+    assert parse_args(shlex.split(QUICK)[3:]).quick and not parse_args(shlex.split(FULL)[3:]).quick
+
+
+def test_the_quick_tour_on_the_real_kit_writes_every_section_with_its_plot(
+    vllm_server: Server, llamacpp_server: Server
+) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip("chromium is not installed (tests/system-packages.sh installs it)")
+    env = {**vllm_server.env, "LLAMACPP_PORT": str(llamacpp_server.port)}
+    result = run_doc(retarget(QUICK, {8009: vllm_server.port}), env, timeout_s=QUICK_TIMEOUT_S)
+    wrote = WROTE.search(result.stdout)
+    folder = ROOT / Path(wrote.group(1)).parent if wrote else None
+    try:
+        assert result.returncode == 0 and folder is not None, f"{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+        assert "tour 1/8" in result.stdout and "min left" in result.stdout  # progress with time left
+        assert "starting a second vLLM with QUANTIZATION=" in result.stdout  # said before it starts one
+        _, payload = results.load(folder / TOUR_JSON)
+        assert [(item["section"], item["status"]) for item in payload["sections"]] == [
+            (section.value, "ok") for section in Section
+        ], [item["error"] for item in payload["sections"]]
+        page = check_page(folder / "index.html")
+        assert not page.errors, page.errors
+        assert [(shown["id"], shown["heading"]) for shown in page.sections] == [
+            (section.value, TITLES[section]) for section in Section
+        ]
+        for shown in page.sections:
+            assert len(shown["images"]) == 1, shown
+            assert all(image["complete"] and image["width"] > 0 for image in shown["images"]), shown
+        assert "This machine:" in page.text and "the seed: 3.13x vs 1.10x" in page.text
+    finally:
+        if folder is not None and folder.is_relative_to(ROOT / "labs" / "results"):
+            shutil.rmtree(folder, ignore_errors=True)
