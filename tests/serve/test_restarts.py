@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -54,6 +55,25 @@ def plant_orphan(port: int) -> tuple[int, int]:
     leader.stdin.close()  # the leader exits; its child stays in the group
     leader.wait()
     return leader.pid, child
+
+
+def server_processes(pidfile: process.PidFile, record_path: Path) -> tuple[int, int, list[int]]:
+    """The started server's process group, its API server (as the supervisor recorded it) and the engine's
+    processes beside them in the group."""
+    group = pidfile.pid()
+    assert group is not None
+    record = Record.load(record_path)
+    assert record is not None and record.server_pid is not None
+    api_server = record.server_pid
+    return group, api_server, [pid for pid in process.group_members(group) if pid not in (group, api_server)]
+
+
+def assert_left_nothing(down: subprocess.CompletedProcess[str], seen: list[int], group: int | None, port: int) -> None:
+    """down.sh succeeded and nothing it should have stopped lives on: no process seen, no group member, the port."""
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert [pid for pid in seen if alive(pid)] == []
+    assert group is None or process.group_members(group) == []
+    assert process.port_is_free("127.0.0.1", port)
 
 
 def status(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -112,12 +132,9 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
             in server.up_output
         ), server.up_output
         assert not alive(orphan)
-        group = pidfile.pid()
-        assert group is not None
-        record = Record.load(record_path)
-        assert record is not None and record.server_pid is not None
-        api_server = record.server_pid
-        engine = [pid for pid in process.group_members(group) if pid not in (group, api_server)]
+        group, api_server, engine = server_processes(pidfile, record_path)
+        record = Record.load(record_path)  # the first start's events, until the supervisor records more
+        assert record is not None
         assert any("EngineCore" in process.cmdline(pid) for pid in engine), [process.cmdline(p) for p in engine]
         seen += [api_server, *engine]
 
@@ -151,10 +168,7 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
         assert "Address already in use" in crashed.stdout, crashed.stdout  # the log's root cause
     finally:
         down = run_script("down.sh", env, timeout_s=120)
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert [pid for pid in seen if alive(pid)] == []
-    assert group is None or process.group_members(group) == []
-    assert process.port_is_free("127.0.0.1", port)
+    assert_left_nothing(down, seen, group, port)
 
 
 def bind(sock: socket.socket, port: int) -> bool:
@@ -213,12 +227,7 @@ def test_the_uni_executor_runs_two_processes_that_die_together_and_down_leaves_n
     try:
         server = bring_up(port, env, "up.sh with the uni executor")
         assert "processes" in server.up_output and "the model in the engine core" in server.up_output, server.up_output
-        group = pidfile.pid()
-        assert group is not None
-        record = Record.load(record_path)
-        assert record is not None and record.server_pid is not None
-        api_server = record.server_pid
-        engine = [pid for pid in process.group_members(group) if pid not in (group, api_server)]
+        group, api_server, engine = server_processes(pidfile, record_path)
         titles = [process.cmdline(pid) for pid in engine]
         assert any("EngineCore" in title for title in titles), titles
         assert not any("Worker" in title for title in titles), titles  # one process fewer
@@ -227,7 +236,4 @@ def test_the_uni_executor_runs_two_processes_that_die_together_and_down_leaves_n
         wait_until(lambda: not any(alive(pid) for pid in engine), 5, "the engine core to die with its API server")
     finally:
         down = run_script("down.sh", env, timeout_s=120)
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert [pid for pid in seen if alive(pid)] == []
-    assert group is None or process.group_members(group) == []
-    assert process.port_is_free("127.0.0.1", port)
+    assert_left_nothing(down, seen, group, port)
