@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from serve.config.settings import api_key_for, load_env, refused_key_hint
+from client.keys import api_key_for, refused_key_hint
+from serve.config.environment import load_env
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8009/v1"
 MODELS_TIMEOUT_S = 10.0

@@ -30,7 +30,8 @@ from labs.loadtest.workload import (
     read_prompts,
 )
 from labs.results import Envelope, MeasuredEngine, command_line
-from serve.config.settings import Settings, SettingsError, load_env
+from serve.config.environment import load_env
+from serve.config.settings import Settings
 from serve.engines.replicas import replica_ports
 from ui.cli import (
     KitArgumentParser,
@@ -41,6 +42,7 @@ from ui.cli import (
     positive_int,
     positive_ints,
 )
+from ui.values import SettingsError
 
 DEFAULT_OUT = Path("results/loadtest")
 URL_SOURCE = "--base-url/OPENAI_BASE_URL"
