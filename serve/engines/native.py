@@ -23,19 +23,13 @@ from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_command import API_SERVER_MODULE, Resolved, engine_base_env, resolve, vllm_args, vllm_env
 from serve.engines.replicas import PREFIX_CACHING_FLAG, Share, check_memory
 from serve.engines.runtime import DecodeStep, Started, VllmRuntime
+from serve.engines.vllm_log import StartProgress
 from serve.install import checkpoints, system, vllm_venv
 from serve.processes.local_server import LocalRuntime, LocalServer
 
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's processes import (stdlib only)
 # KIT_CPU_ISA: torch's kernels and inductor's code (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_CPU_ISA) as on that CPU
 ISA_CAP_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
-# What vLLM's log says about the compile cache at start, in the order they are checked (patches/native/ makes
-# warm starts load it).
-COMPILE_CACHE_LOG = (
-    ("Directly load AOT compilation", "loaded from the compile cache"),
-    ("due to a load failure", "recompiled: the compile cache failed to load"),
-    ("saved AOT compiled function", "compiled (no cache yet)"),
-)
 
 
 class NativeRuntime(VllmRuntime, LocalRuntime):
@@ -137,7 +131,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         self.install()
         resolved = resolved or self.resolve()
         argv, env = self.command(resolved)
-        pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s)
+        pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s, progress=StartProgress().describe)
         return Started(pid, waited, resolved)
 
 
@@ -166,10 +160,3 @@ def decode_step(settings: Settings) -> DecodeStep:
         "extra_args": list(settings.extra_args),
     }
     return DecodeStep(model.weight_bytes(plan.dtype), plan.max_num_seqs or 1, facts, plan)
-
-
-def compile_cache_state(log_text: str, settings: Settings) -> str:
-    """What a start compiled, from its log (COMPILE_CACHE_LOG); nothing with ENFORCE_EAGER."""
-    if settings.enforce_eager:
-        return "eager: nothing compiled"
-    return next((state for marker, state in COMPILE_CACHE_LOG if marker in log_text), "unknown")

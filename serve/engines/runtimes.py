@@ -17,7 +17,7 @@ from pathlib import Path
 from serve.config.model import MODEL_DIR
 from serve.config.settings import ENGINES as SETTINGS_ENGINES
 from serve.config.settings import Settings
-from serve.engines import compose, llama_server, llamacpp, native, replicas
+from serve.engines import compose, llama_server, llamacpp, native, replicas, vllm_log
 from serve.engines.docker import CPU, TRACKS, DockerRuntime
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime
@@ -165,7 +165,7 @@ VLLM = Engine(
     ),
     runtimes=vllm_runtimes,
     decode_step=native.decode_step,
-    compile_cache=native.compile_cache_state,
+    compile_cache=vllm_log.compile_cache_state,
     installs=vllm_installs,
     stops=vllm_to_stop,
 )

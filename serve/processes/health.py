@@ -43,8 +43,10 @@ def wait_healthy(
     title: str,
     path: str = "/health",
     patience: str = SLOW_NOT_HUNG,
+    progress: Callable[[str], str] | None = None,
 ) -> float:
-    """Poll `path` (/health) until 200; seconds waited. Raise StepFailed if the server dies or time runs out."""
+    """Poll `path` (/health) until 200; seconds waited. Raise StepFailed if the server dies or time runs out.
+    Meanwhile the progress line is `progress(the log so far)` (what the engine is doing), else the log's last line."""
     started = time.monotonic()
     with step(f"{title} ({patience})") as update:
         while not is_healthy(base_url, path=path):
@@ -60,7 +62,10 @@ def wait_healthy(
                     f"no healthy answer from {base_url}{path} after {timeout_s:.0f} s "
                     f"(START_TIMEOUT). Last lines of {log_path}:\n{tail(log_path, 40)}"
                 )
-            update(_strip_log_prefix(last_log_line(log_path)))
+            if progress is None:
+                update(_strip_log_prefix(last_log_line(log_path)))
+            else:
+                update(progress(log_path.read_text(errors="replace") if log_path.exists() else ""))
             time.sleep(POLL_S)
     return time.monotonic() - started
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,9 +107,15 @@ class LocalServer:
         ensure_port_free(self.host, self.port, self.port_setting, hint)
 
     def launch(
-        self, argv: Sequence[str], env: dict[str, str], timeout_s: float, patience: str = SLOW_NOT_HUNG
+        self,
+        argv: Sequence[str],
+        env: dict[str, str],
+        timeout_s: float,
+        patience: str = SLOW_NOT_HUNG,
+        progress: Callable[[str], str] | None = None,
     ) -> tuple[int, float]:
-        """Spawn, record the pid, wait until healthy: (pid, seconds). On failure it is stopped, the log shown."""
+        """Spawn, record the pid, wait until healthy: (pid, seconds). On failure it is stopped, the log shown.
+        `progress` turns the log so far into the wait's progress line (default: the log's last line)."""
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_suffix(".log.1"))
         self.record_path.unlink(missing_ok=True)
@@ -143,6 +149,7 @@ class LocalServer:
                 f"Starting {self.label} (pid {pid}, log {self.log_path.relative_to(ROOT)})",
                 path=self.health_path,
                 patience=patience,
+                progress=progress,
             )
         except (StepFailed, KeyboardInterrupt):
             self.stop(quiet=True)

@@ -30,8 +30,8 @@ from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
 from serve.config.settings import KNOBS, PORT_FIELDS, Settings
 from serve.engines import llama_server, llamacpp
-from serve.engines.native import compile_cache_state
 from serve.engines.runtimes import ENGINES
+from serve.engines.vllm_log import compile_cache_state
 from serve.install.vllm_venv import PATCH_DIR, VENV
 from tests.conftest import ROOT, Server, start_server, stop_server
 from tests.support.docs import doc_commands, run_doc

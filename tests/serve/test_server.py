@@ -15,6 +15,7 @@ from serve.config.model import bundled_model_facts
 from serve.config.settings import Settings
 from serve.config.sizing import GiB, kv_pool
 from serve.config.vllm_command import resolve
+from serve.engines.vllm_log import BEFORE_ENGINE, PHASES
 from serve.processes.local_server import LOG_DIR
 from tests.conftest import MODEL, ROOT, Server, run_script
 
@@ -46,6 +47,17 @@ def test_up_recaps_every_auto_as_vllm_got_it(vllm_server: Server) -> None:
     assert f"'max_num_seqs': {resolved.max_num_seqs}" in log  # vLLM's own echo of its arguments
     pool = kv_pool(bundled_model_facts(), resolved.dtype, resolved.kv_cache_space_gib * GiB)
     assert f"{pool.num_tokens:,} tokens" in recap  # the KV line vLLM logged: the budget it was given
+
+
+def test_up_names_vllms_phase_while_it_waits_never_vllms_alarms(vllm_server: Server) -> None:
+    """up.sh's progress lines (one every 15 s off a terminal) say which phase vLLM's log reached, with its seconds."""
+    doings = (BEFORE_ENGINE, *(phase.doing for phase in PHASES))
+    waits = [line for line in vllm_server.up_output.splitlines() if line.startswith("  ... ")]
+    assert waits, vllm_server.up_output  # a vLLM start takes longer than one progress interval
+    for line in waits:
+        assert any(doing in line for doing in doings) and line.endswith(" s so far"), line
+    assert "No available shared memory" not in vllm_server.up_output
+    assert "Attempted to load weight" not in vllm_server.up_output
 
 
 def test_health(vllm_server: Server) -> None:
