@@ -15,7 +15,7 @@ from serve.config.settings import Settings
 from serve.config.vllm_command import Resolved
 from serve.engines import replicas, runtimes
 from serve.engines.runtime import Runtime, Started
-from serve.install import system
+from serve.install import llamacpp_venv, system
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR, LocalRuntime, condition
 from ui.cli import KitArgumentParser
@@ -79,10 +79,19 @@ def up(settings: Settings) -> int:
     engines = runtimes.for_engines(settings)
     check_system(engines)
     plans = {id(runtime): plan_for(runtime) for runtime in engines}
+    build_ahead(settings)
     replicas.record(settings)  # down.sh stops every replica, whatever REPLICAS says then
     for runtime in engines:
         up_one(settings, runtime, plans[id(runtime)])
     return 0
+
+
+def build_ahead(settings: Settings) -> None:
+    """LLAMACPP_BUILD_AHEAD: start llama.cpp's one-time build beside what follows, where it will be needed."""
+    if settings.llamacpp_build_ahead or "llamacpp" in settings.engines:
+        said = llamacpp_venv.start_background_build()
+        if said:
+            console.print(f"Meanwhile {said}")
 
 
 def plan_for(runtime: Runtime) -> Resolved | None:
@@ -147,6 +156,11 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
         report_stopped(started, stopped)
         if engine.name == "vllm":
             replicas.forget(settings)
+    stopped_build = llamacpp_venv.stop_background_build()
+    if stopped_build is not None:
+        console.print(
+            f"Stopped llama.cpp's build in the background (pid {stopped_build}); the next up.sh starts it again"
+        )
     return 0
 
 

