@@ -83,5 +83,9 @@ def test_install_from_pypi_and_a_torch_index_serves_the_model(tmp_path: Path) ->
         assert sorted(path.parent.name for path in prepared) == float_and_int8[: len(prepared)], prepared
         assert len(prepared) == (2 if quantization_for(Settings.from_env({}), "native")[0] == "int8" else 1)
         assert "KV cache" in output, output  # the recap read vLLM's own line
+        # the install's import check recorded what vLLM learns of the model's class, before the first start
+        assert "vLLM's model registry knows LlamaForCausalLM" in log, log[-2000:]
+        model_infos = clone.parent / "caches" / "xdg" / "vllm" / "modelinfos"
+        assert [path.name for path in model_infos.glob("*LlamaForCausalLM.json")], model_infos
     finally:
         shutil.rmtree(clone.parent, ignore_errors=True)  # the scratch folder: clone, caches (GBs)
