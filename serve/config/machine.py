@@ -22,6 +22,7 @@ class Machine:
     cpu_flags: frozenset[str]
     memory_available_bytes: int
     physical_cores: int | None = None  # distinct cores under usable_cores (SMT siblings share one)
+    vendor: str = ""  # /proc/cpuinfo's vendor_id: "AuthenticAMD", "GenuineIntel"; "" where unknown
 
     @property
     def cores(self) -> int:
@@ -72,6 +73,16 @@ def _cpu_flags(cpuinfo: Path | None = None) -> frozenset[str]:
     if cap is None:
         return flags
     return frozenset(flag for flag in flags if not flag.startswith(ISA_CAPS[cap]))
+
+
+def _cpu_vendor(cpuinfo: Path | None = None) -> str:
+    try:
+        for line in (cpuinfo or CPUINFO).read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def usable_cpus() -> set[int]:
@@ -147,4 +158,5 @@ def detect() -> Machine:
         cpu_flags=_cpu_flags(),
         memory_available_bytes=_memory_available_bytes(),
         physical_cores=_physical_cores(cpus),
+        vendor=_cpu_vendor(),
     )

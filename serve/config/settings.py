@@ -223,6 +223,13 @@ class Settings:
         "torch sizes its OpenMP pool from it; auto = the engine's OpenMP threads (1 would cap torch at one thread "
         "whatever OMP_THREADS says)",
     )
+    compile_threads: int | None = setting(  # None: auto
+        "COMPILE_THREADS",
+        "auto",
+        auto_or_positive_int,
+        "processes inductor builds the model's C++ kernels in at a start that compiles; auto = the cores this "
+        "process may use (vLLM's own: 1)",
+    )
     api_key: str = setting(
         "VLLM_API_KEY", "", bearer_key, "when set, /v1 requires 'Authorization: Bearer <key>' (empty = no key)"
     )

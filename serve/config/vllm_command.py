@@ -46,6 +46,9 @@ class Resolved:
     kv_cache_space_reason: str
     multiprocessing: bool = True  # False: vLLM's uni executor, the model in the engine core's process
     multiprocessing_reason: str = "vLLM's own: a worker process runs the model"
+    compile_threads: int = 1  # processes inductor builds kernels in (serve/engine_plugins/kit_compile_threads.py)
+    compile_threads_reason: str = "vLLM's own"
+    zentorch_reason: str | None = None  # on an AMD CPU: why the engine runs without AMD's zentorch
 
 
 def resolve_dtype(settings: Settings, machine: Machine) -> tuple[str, str]:
@@ -61,6 +64,35 @@ def resolve_threads(settings: Settings, machine: Machine) -> tuple[int, str]:
     if settings.omp_threads is not None:
         return settings.omp_threads, "set in OMP_THREADS"
     return machine.usable_cores, f"auto: the {machine.usable_cores} cores this process may use"
+
+
+def resolve_compile_threads(settings: Settings, machine: Machine) -> tuple[int, str]:
+    """COMPILE_THREADS: a start compiles before it serves anything, so every core it may use is free for it."""
+    if settings.compile_threads is not None:
+        return settings.compile_threads, "set in COMPILE_THREADS"
+    return machine.usable_cores, (
+        f"auto: the {machine.usable_cores} cores this process may use (nothing is served while it compiles)"
+    )
+
+
+AMD = "AuthenticAMD"
+ZENTORCH_AVX2 = "labs/measured/zentorch-avx2-2026-12-03.json"
+
+
+def resolve_zentorch(machine: Machine) -> str | None:
+    """On an AMD CPU, why the kit installs no zentorch (AMD's PyPI extension that vLLM 0.32 switches to its
+    ZenCpuPlatform for): None elsewhere. Measured on both ISAs; on neither does it win at every load."""
+    if machine.vendor != AMD:
+        return None
+    if "avx512f" not in machine.cpu_flags:
+        return (
+            "auto: not installed; vLLM 0.32 uses it only on a Zen CPU with AVX-512 "
+            f"(vllm/platforms/__init__.py), and its linear kernels were no faster here at every load ({ZENTORCH_AVX2})"
+        )
+    return (
+        "auto: not installed; measured by hand on a Zen 4 with int8 weights it decoded faster for one user and "
+        "slower for 16 (labs/throughput.md)"
+    )
 
 
 def resolve_multiprocessing(settings: Settings, machine: Machine, container: bool = False) -> tuple[bool, str]:
@@ -130,6 +162,7 @@ def resolve(
     blocks, blocks_reason = resolve_block_size(settings, block_size)
     kv_block_size = blocks or block_size
     multiprocessing, multiprocessing_reason = resolve_multiprocessing(settings, machine, container)
+    compile_threads, compile_threads_reason = resolve_compile_threads(settings, machine)
     bind, bind_reason = resolve_binding(settings, machine, container, multiprocessing)
     if bind == "auto":  # vLLM sets OMP_NUM_THREADS itself: one per core it binds
         threads, threads_reason = machine.cores - 1, f"binding {bind_reason}"
@@ -162,6 +195,9 @@ def resolve(
             kv_cache_space_reason=kv_reason,
             multiprocessing=multiprocessing,
             multiprocessing_reason=multiprocessing_reason,
+            compile_threads=compile_threads,
+            compile_threads_reason=compile_threads_reason,
+            zentorch_reason=None if container else resolve_zentorch(machine),
         )
 
     cores = machine.usable_cores
@@ -261,6 +297,8 @@ def vllm_env(settings: Settings, resolved: Resolved) -> dict[str, str]:
         "MKL_NUM_THREADS": str(settings.mkl_threads or resolved.omp_threads),
         # CPU: 0 keeps vLLM's UniProc executor (no worker process to spawn and import torch into)
         "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if resolved.multiprocessing else "0",
+        # the kit's vLLM plugin hands it to inductor in the engine's processes (vLLM forces 1 at import)
+        "KIT_COMPILE_THREADS": str(resolved.compile_threads),
     }
     if resolved.kv_cache_space_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(resolved.kv_cache_space_gib)

@@ -169,6 +169,10 @@ def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:
         rows.append(("block size", f"{resolved.block_size} tokens ({resolved.block_size_reason})"))
     if resolved.kv_cache_space_gib is not None:
         rows.append(("KV budget", f"{resolved.kv_cache_space_gib} GiB ({resolved.kv_cache_space_reason})"))
+    if resolved.compile_threads != 1:
+        rows.append(("compile", f"{resolved.compile_threads} processes ({resolved.compile_threads_reason})"))
+    if resolved.zentorch_reason is not None:
+        rows.append(("zentorch", resolved.zentorch_reason))
     return rows
 
 
