@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from serve.config.settings import Settings
+from serve.config.settings import ROOT, Settings
 from serve.install import system
 from serve.observe import scrape
 from serve.processes.local_server import LocalRuntime, LocalServer
@@ -87,7 +87,8 @@ class PrometheusRuntime(LocalRuntime):
     def recap_lines(self) -> list[str]:
         targets = ", ".join(f"{job.name} {' '.join(job.targets)}" for job in scrape.jobs(self.settings))
         return [
-            f"  Prometheus  {self.base_url} (config {scrape.CONFIG_PATH}, log {self.log_path})",
+            f"  Prometheus  {self.base_url} (config {scrape.CONFIG_PATH.relative_to(ROOT)}, "
+            f"log {self.log_path.relative_to(ROOT)})",
             f"  scraping    {targets or 'nothing: no engine in ENGINES publishes metrics'} every "
             f"{scrape.SCRAPE_INTERVAL_S} s",
             *(f"  {line}" for line in scrape.not_scraped(self.settings)),
