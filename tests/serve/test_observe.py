@@ -153,6 +153,7 @@ def native_commands() -> list[str]:
     return commands
 
 
+@pytest.mark.slow
 def test_the_page_starts_prometheus_beside_vllm_and_it_scrapes_vllm_under_load(vllm_server: Server) -> None:
     """labs/observe.md's native commands, verbatim, beside the harness's vLLM: `PROMETHEUS=true bash up.sh` leaves
     the running vLLM as it is and starts Debian's Prometheus on the generated configuration; during a load test
@@ -205,6 +206,8 @@ def test_the_page_starts_prometheus_beside_vllm_and_it_scrapes_vllm_under_load(v
     assert httpx.get(f"{vllm_server.base_url}/health", timeout=10).status_code == 200
 
 
+@pytest.mark.server  # a real llama-server, started through up.sh
+@pytest.mark.slow
 def test_prometheus_scrapes_llama_server_behind_the_key() -> None:
     """llama-server, started with --metrics, guards /metrics with the kit's key: the configuration hands Prometheus
     the key file, and the target is healthy (a wrong key would leave it down with a 401)."""
