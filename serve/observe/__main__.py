@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import sys
 
-from serve.config.settings import ROOT, Settings, SettingsError
+from serve.config.paths import ROOT
+from serve.config.settings import Settings
 from serve.observe import scrape
 from ui.cli import KitArgumentParser
 from ui.progress import console, fail
+from ui.values import SettingsError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from serve.config.settings import ROOT, Settings
+from serve.config.paths import ROOT
+from serve.config.settings import Settings
 from serve.install import system
 from serve.observe import scrape
 from serve.processes.local_server import LocalRuntime, LocalServer

@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from serve.config.settings import STATE_DIR, Settings
+from serve.config.paths import STATE_DIR
+from serve.config.settings import Settings
 from serve.engines import replicas, runtimes
 
 OBSERVE_DIR = STATE_DIR / "observe"

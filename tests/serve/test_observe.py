@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from serve.config.settings import KNOBS, Settings, SettingsError
+from serve.config.settings import KNOBS, Settings
 from serve.engines import runtimes
 from serve.install import system
 from serve.observe import prometheus, scrape
@@ -26,6 +26,7 @@ from serve.processes import process
 from tests.conftest import Server, free_port, kit_env, run_script
 from tests.support.docs import doc_commands, retarget, run_doc
 from tests.support.load import closed_loop
+from ui.values import SettingsError
 
 DEFAULTS = {knob.env: knob.default for knob in KNOBS}
 PAGE = "labs/observe.md"
