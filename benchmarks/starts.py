@@ -25,6 +25,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import psutil
 from rich.table import Table
 
 from benchmarks.arms import BUILTIN_ARMS, Arm, arm_settings, engine_environ, exported, parse_overrides
@@ -35,6 +36,7 @@ from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.config.paths import ROOT
 from serve.engines.runtimes import ENGINES
 from serve.engines.vllm_log import PHASES, compile_cache_state, phase_starts
+from serve.processes import process
 from ui.cli import KitArgumentParser, non_negative_int, positive_int
 from ui.progress import StepFailed, console, fail
 from ui.values import SettingsError
@@ -107,6 +109,19 @@ def first_token_s(base_url: str, model: str) -> float:
     return record.first_token_s - record.sent_s
 
 
+def cpu_seconds(group: int) -> float:
+    """CPU seconds the start's processes used so far, their reaped children (the compilers) included: what a start
+    costs whatever else the machine runs, where its wall seconds depend on what the other processes leave it."""
+    total = 0.0
+    for member in process.group_members(group):
+        try:
+            times = psutil.Process(member).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, Any]:
     """Start the arm on `cache`, time /health and the first token, read its log's phases, stop it."""
     settings = arm_settings(arm)
@@ -120,6 +135,7 @@ def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, 
         with exported(env):
             started = runtime.start(plan)
         token_s = first_token_s(runtime.base_url, runtime.served_model)
+        cpu_s = cpu_seconds(started.pid)
         log_text = runtime.log_path.read_text(errors="replace")
     finally:
         runtime.stop(quiet=True)
@@ -135,12 +151,13 @@ def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, 
         "seconds_to_healthy": started.seconds_to_healthy,
         "health_to_first_token_s": token_s,
         "launch_to_first_token_s": started.seconds_to_healthy + token_s,
+        "cpu_s": cpu_s,
         "compile_cache": compile_cache_state(log_text, settings),
         "phase_starts_s": phases,
     }
     console.print(
         f"  {arm.name:<12} {kind:<5} round {round_number}: healthy {started.seconds_to_healthy:5.1f} s, first token "
-        f"+{token_s:.2f} s ({result['compile_cache']}; load {load_1m:.1f}); phases {phases}"
+        f"+{token_s:.2f} s, {cpu_s:.0f} CPU s ({result['compile_cache']}; load {load_1m:.1f}); phases {phases}"
     )
     return result
 
@@ -160,6 +177,7 @@ def summary(starts: list[dict[str, Any]], arms: list[Arm]) -> list[dict[str, Any
                 "starts": len(mine),
                 "median_seconds_to_healthy": median(start["seconds_to_healthy"] for start in mine),
                 "median_launch_to_first_token_s": median(start["launch_to_first_token_s"] for start in mine),
+                "median_cpu_s": median(start["cpu_s"] for start in mine),
             }
             base = base or row
             first_token_s = row["median_launch_to_first_token_s"]
@@ -170,7 +188,7 @@ def summary(starts: list[dict[str, Any]], arms: list[Arm]) -> list[dict[str, Any
 
 def print_summary(rows: list[dict[str, Any]]) -> None:
     table = Table(title="Starts: medians over rounds (seconds from launch)")
-    for column in ("arm", "start", "n", "healthy", "first token", "first token vs baseline"):
+    for column in ("arm", "start", "n", "healthy", "first token", "CPU s", "first token vs baseline"):
         table.add_column(column, justify="left" if column in ("arm", "start") else "right")
     for row in rows:
         table.add_row(
@@ -179,6 +197,7 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
             str(row["starts"]),
             f"{row['median_seconds_to_healthy']:.1f}",
             f"{row['median_launch_to_first_token_s']:.1f}",
+            f"{row['median_cpu_s']:.0f}",
             f"{row['first_token_vs_baseline']:.2f}x",
         )
     console.print(table)

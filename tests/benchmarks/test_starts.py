@@ -19,7 +19,13 @@ from tests.conftest import ROOT, kit_env
 
 
 def start(arm: str, kind: str, healthy_s: float, token_s: float) -> dict[str, object]:
-    return {"arm": arm, "kind": kind, "seconds_to_healthy": healthy_s, "launch_to_first_token_s": token_s}
+    return {
+        "arm": arm,
+        "kind": kind,
+        "seconds_to_healthy": healthy_s,
+        "launch_to_first_token_s": token_s,
+        "cpu_s": 2 * healthy_s,
+    }
 
 
 def test_summary_takes_medians_per_arm_and_kind_and_ratios_to_the_first_arm() -> None:
@@ -35,6 +41,7 @@ def test_summary_takes_medians_per_arm_and_kind_and_ratios_to_the_first_arm() ->
     rows = summary(starts, [Arm("kit", "vllm"), Arm("eager", "vllm")])
     by = {(row["arm"], row["kind"]): row for row in rows}
     assert by["kit", "cold"]["median_seconds_to_healthy"] == 120 and by["kit", "cold"]["starts"] == 3
+    assert by["kit", "cold"]["median_cpu_s"] == 240
     assert by["eager", "cold"]["median_launch_to_first_token_s"] == 36
     assert by["eager", "cold"]["first_token_vs_baseline"] == pytest.approx(36 / 121)
     assert by["eager", "warm"]["first_token_vs_baseline"] == pytest.approx(16 / 21)
@@ -86,5 +93,5 @@ def test_an_eager_engine_cold_then_warm(tmp_path: Path) -> None:
             <= phases["http"]
             <= item["seconds_to_healthy"] + 1
         )
-        assert "compile" not in phases and item["health_to_first_token_s"] > 0
+        assert "compile" not in phases and item["health_to_first_token_s"] > 0 and item["cpu_s"] > 1
     assert report["envelope"]["command"].startswith("python -m benchmarks.starts")
