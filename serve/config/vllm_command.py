@@ -87,7 +87,8 @@ def resolve_zentorch(machine: Machine) -> str | None:
     if "avx512f" not in machine.cpu_flags:
         return (
             "auto: not installed; vLLM 0.32 uses it only on a Zen CPU with AVX-512 "
-            f"(vllm/platforms/__init__.py), and its linear kernels were no faster here at every load ({ZENTORCH_AVX2})"
+            f"(vllm/platforms/__init__.py); its linears were faster here for one sequence a step, not for 4 or 16 "
+            f"({ZENTORCH_AVX2})"
         )
     return (
         "auto: not installed; measured by hand on a Zen 4 with int8 weights it decoded faster for one user and "
