@@ -168,7 +168,9 @@ def summary(starts: list[dict[str, Any]], arms: list[Arm]) -> list[dict[str, Any
     for kind in ("cold", "warm"):
         base = None
         for arm in arms:
-            mine = [start for start in starts if start["arm"] == arm.name and start["kind"] == kind]
+            mine = [
+                start for start in starts if start["arm"] == arm.name and start["kind"] == kind and "error" not in start
+            ]
             if not mine:
                 continue
             row = {
@@ -214,9 +216,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for arm in order:
                 cache = scratch / f"{arm.name}-{round_number}"
                 cold_cache(cache)
-                starts.append(one_start(arm, cache, "cold", round_number))
-                for _ in range(args.warm):
-                    starts.append(one_start(arm, cache, "warm", round_number))
+                for kind in ["cold"] + ["warm"] * args.warm:
+                    try:
+                        starts.append(one_start(arm, cache, kind, round_number))
+                    except StepFailed as exc:  # recorded, and the run goes on: a timed-out start is a result too
+                        console.print(f"  {arm.name:<12} {kind:<5} round {round_number}: failed: {str(exc)[:200]}")
+                        starts.append({"arm": arm.name, "round": round_number, "kind": kind, "error": str(exc)[:2000]})
+                        break  # a warm start needs the cold one's cache
                 shutil.rmtree(cache, ignore_errors=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
