@@ -33,7 +33,6 @@ import httpx
 import psutil
 
 from benchmarks.replicas import measure, plain_messages, running
-from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from serve.config.paths import ROOT
 from serve.config.settings import Settings
@@ -42,6 +41,7 @@ from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime, worker_gauges
 from serve.processes import process
 from serve.processes.local_server import LocalRuntime
+from serve.processes.metrics import scrape
 from ui.cli import KitArgumentParser, positive_int
 
 RSS_BOUND = 1.25  # a group's RSS at the end over the same group's after warm-up (a fresh replica included)

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from serve.config import env_check
 from serve.config.environment import env_file
+from serve.config.plan import Plan
 from serve.config.settings import Settings
-from serve.config.vllm_command import Resolved
 from serve.engines import replicas, runtimes
 from serve.engines.runtime import Runtime, Started
 from serve.install import system
@@ -85,7 +85,7 @@ def up(settings: Settings) -> int:
     return 0
 
 
-def plan_for(runtime: Runtime) -> Resolved | None:
+def plan_for(runtime: Runtime) -> Plan | None:
     """The preflight's plan for a runtime that is not already up (one that is keeps what it runs with)."""
     if runtime.running_pid() is not None and runtime.healthy():
         return None
@@ -99,7 +99,7 @@ def try_it(settings: Settings, runtime: Runtime) -> str:
     return f'OPENAI_BASE_URL={runtime.base_url}/v1 MODEL={runtime.served_model} python -m client "Say OK."[/bold]'
 
 
-def up_one(settings: Settings, runtime: Runtime, plan: Resolved | None) -> None:
+def up_one(settings: Settings, runtime: Runtime, plan: Plan | None) -> None:
     console.print(
         f"Bringing up [bold]{runtime.served_model}[/bold] ({runtime.label}) on {runtime.base_url}/v1 "
         f"(runtime {runtime.name})"

@@ -17,8 +17,8 @@ import time
 from serve.config.environment import env_file
 from serve.config.machine import detect
 from serve.config.paths import ROOT
+from serve.config.plan import Plan
 from serve.config.settings import Settings
-from serve.config.vllm_command import Resolved
 from serve.engines.compose import Compose, project_name
 from serve.engines.runtime import Started, VllmRuntime
 from serve.engines.tracks import (
@@ -168,7 +168,7 @@ class DockerRuntime(VllmRuntime):
             )
         return result.stdout.strip()
 
-    def _env(self, resolved: Resolved | None) -> dict[str, str]:
+    def _env(self, resolved: Plan | None) -> dict[str, str]:
         resolved = resolved or self.resolve()
         return {**os.environ, **compose_env(self.settings, resolved, self.track)}
 
@@ -220,10 +220,10 @@ class DockerRuntime(VllmRuntime):
     def check(self) -> None:
         ensure_port_free(self.settings.host, self.port, self.track.port_setting)
 
-    def resolve(self) -> Resolved:
+    def resolve(self) -> Plan:
         return resolve_for_container(self.settings, detect(), self.track)
 
-    def start(self, resolved: Resolved | None = None) -> Started:
+    def start(self, resolved: Plan | None = None) -> Started:
         """Build or pull, `compose up -d`, then wait for /health; on failure the service is taken down."""
         self.check()
         resolved = resolved or self.resolve()

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 
 from serve.config.machine import detect
+from serve.config.plan import resolve_threads
 from serve.config.settings import Settings
-from serve.config.vllm_command import resolve_threads
 from serve.engines.llamacpp import MODEL_ALIAS, GgufRuntime, Install
 from serve.engines.runtime import DecodeStep, Engine, Started
 from serve.install.llama_server_build import BINARY, GGUF, LLAMACPP_VERSION, install, will_build

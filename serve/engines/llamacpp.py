@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from serve.config.machine import detect
+from serve.config.plan import Plan, resolve_threads
 from serve.config.settings import Settings
-from serve.config.vllm_command import Resolved, resolve_threads
 from serve.engines.runtime import DecodeStep, Engine, Started
 from serve.install import system
 from serve.install.llamacpp_venv import LLAMACPP_VERSION, VENV, gguf_path, install, will_build
@@ -63,7 +63,7 @@ class GgufRuntime(LocalRuntime):
     def threads(self) -> int:
         return resolve_threads(self.settings, detect())[0]
 
-    def start(self, resolved: Resolved | None = None) -> Started:
+    def start(self, resolved: Plan | None = None) -> Started:
         """Start the server and wait until it answers (`resolved`: none, no `auto` plan). On failure it is stopped."""
         self.server.ensure_port_free(hint=self.port_hint)
         self.install()

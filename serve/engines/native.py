@@ -18,9 +18,10 @@ from serve.config.environment import load_env
 from serve.config.machine import detect, isa_cap
 from serve.config.model import native_model_dir, quantization_for, served_model_facts, served_weights_dir
 from serve.config.paths import ROOT
+from serve.config.plan import Plan, resolve
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
-from serve.config.vllm_command import API_SERVER_MODULE, Resolved, engine_base_env, resolve, vllm_args, vllm_env
+from serve.config.vllm_flags import API_SERVER_MODULE, engine_base_env, vllm_args, vllm_env
 from serve.engines.replicas import PREFIX_CACHING_FLAG, Share, check_memory
 from serve.engines.runtime import DecodeStep, Started, VllmRuntime
 from serve.install import checkpoints, system, vllm_venv
@@ -72,7 +73,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         if quantization_for(self.settings, self.name)[0] == "int8":
             checkpoints.prepare_int8(native_model_dir(self.settings))
 
-    def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
+    def command(self, resolved: Plan) -> tuple[list[str], dict[str, str]]:
         argv = [
             str(vllm_venv.VENV.python),
             "-m",
@@ -105,7 +106,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         return argv, env
 
-    def resolve(self) -> Resolved:
+    def resolve(self) -> Plan:
         native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
         facts = served_model_facts(self.settings, self.name)
         whole = detect()
@@ -116,7 +117,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         )
         return self.share.apply(self.settings, resolved)
 
-    def preflight(self) -> Resolved:
+    def preflight(self) -> Plan:
         """A replica also refuses a port in use and REPLICAS that the memory cannot hold, before any starts."""
         resolved = super().preflight()
         if self.share is not None:
@@ -131,7 +132,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
                 )
         return resolved
 
-    def start(self, resolved: Resolved | None = None) -> Started:
+    def start(self, resolved: Plan | None = None) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown."""
         self.server.ensure_port_free()
         self.install()

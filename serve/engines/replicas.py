@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serve.config.machine import Machine, detect, usable_cpus
+from serve.config.plan import AUTO_KV_MEMORY_SHARE, Plan
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
-from serve.config.vllm_command import AUTO_KV_MEMORY_SHARE, Resolved
 from serve.processes.local_server import RUN_DIR
 from ui.values import SettingsError
 
@@ -74,7 +74,7 @@ class Share:
     def memory_cap_bytes(self, whole: Machine) -> int:
         return int(whole.memory_available_bytes * AUTO_KV_MEMORY_SHARE) // self.count
 
-    def apply(self, settings: Settings, resolved: Resolved) -> Resolved:
+    def apply(self, settings: Settings, resolved: Plan) -> Plan:
         """Bind to this share's CPUs, one OpenMP thread each, unless VLLM_CPU_OMP_THREADS_BIND is set."""
         if settings.omp_threads_bind != "auto":
             return resolved

@@ -21,8 +21,8 @@ import os
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from serve.config.plan import Plan
 from serve.config.settings import Settings
-from serve.config.vllm_command import Resolved
 from serve.engines.runtime import Started
 from serve.install import system
 from serve.install.router_venv import VENV, install
@@ -129,7 +129,7 @@ class RouterRuntime(LocalRuntime):
         ]
         return argv, {**os.environ}
 
-    def start(self, resolved: Resolved | None = None) -> Started:  # no `auto` plan of its own
+    def start(self, resolved: Plan | None = None) -> Started:  # no `auto` plan of its own
         self.server.ensure_port_free()
         install()
         argv, env = self.command()

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from serve.config import preflight
 from serve.config.model import quantization_for, served_model_facts
+from serve.config.plan import Plan
 from serve.config.settings import Settings
 from serve.config.sizing import ModelFacts
-from serve.config.vllm_command import Resolved
 from serve.install import system
 from serve.processes.health import kv_cache_report
 from ui.progress import console
@@ -25,7 +25,7 @@ from ui.progress import console
 class Started:
     pid: int
     seconds_to_healthy: float
-    resolved: Resolved | None  # the `auto` settings as vLLM got them; None for an engine without any
+    resolved: Plan | None  # the `auto` settings as vLLM got them; None for an engine without any
 
 
 class Runtime(Protocol):
@@ -60,7 +60,7 @@ class Runtime(Protocol):
         """What `python -m serve install` readies ahead of the first start: venv, model. Nothing for an image."""
         ...
 
-    def preflight(self) -> Resolved | None:
+    def preflight(self) -> Plan | None:
         """Refuse (SettingsError) a configuration it could not start with; the plan `start` then takes."""
         ...
 
@@ -68,7 +68,7 @@ class Runtime(Protocol):
 
     def healthy(self) -> bool: ...
 
-    def start(self, resolved: Resolved | None = None) -> Started:
+    def start(self, resolved: Plan | None = None) -> Started:
         """Start and wait until it answers; on failure it is stopped and its log shown (StepFailed)."""
         ...
 
@@ -100,11 +100,11 @@ class VllmRuntime:
     def served_model(self) -> str:
         return self.settings.model_name
 
-    def resolve(self) -> Resolved:
+    def resolve(self) -> Plan:
         """Every `auto` setting as this runtime will start with it."""
         raise NotImplementedError
 
-    def preflight(self) -> Resolved:
+    def preflight(self) -> Plan:
         resolved = self.resolve()
         verdict = preflight.run(self.settings, resolved, self.name)  # refuses (exit 2) what vLLM could not start with
         for line in verdict.lines():
@@ -149,7 +149,7 @@ def weights_row(facts: ModelFacts, dtype: str, why: str) -> str:
     return f"{dtype}: {facts.num_params / 1e6:.0f}M parameters, {size} ({why})"
 
 
-def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:
+def resolved_rows(resolved: Plan) -> list[tuple[str, str]]:
     """The `auto` settings as vLLM got them, each with its reason."""
     rows = [("dtype", f"{resolved.dtype} ({resolved.dtype_reason})")]
     threads = f"{resolved.omp_threads} ({resolved.omp_threads_reason})"
@@ -181,7 +181,7 @@ class DecodeStep:
     weight_bytes: int
     max_sequences: int
     facts: dict[str, Any]
-    plan: Resolved | None = None  # the `auto` plan its runtime's start() takes (vLLM); None for an engine without one
+    plan: Plan | None = None  # the `auto` plan its runtime's start() takes (vLLM); None for an engine without one
 
 
 Job = Literal["runtimes", "installs", "stops"]

@@ -15,18 +15,11 @@ from dataclasses import dataclass
 
 from serve.config.machine import Machine
 from serve.config.model import served_model_facts
+from serve.config.plan import Plan, resolve, resolve_block_size
 from serve.config.preflight import block_size_for
 from serve.config.settings import KNOBS, Settings
 from serve.config.sizing import V1_GPU_BLOCK_SIZE
-from serve.config.vllm_command import (
-    SWAP_SPACE_REMOVED_IN,
-    Resolved,
-    auth_args,
-    resolve,
-    resolve_block_size,
-    vllm_args,
-    vllm_env,
-)
+from serve.config.vllm_flags import SWAP_SPACE_REMOVED_IN, auth_args, vllm_args, vllm_env
 
 CONTAINER_HOST = "0.0.0.0"  # inside the container; the published port stays on VLLM_HOST
 CONTAINER_PORT = 8000
@@ -54,14 +47,14 @@ def container_threads_bind(bind: str, vllm_version: tuple[int, int]) -> str:
     return "all" if bind == "nobind" and vllm_version < NOBIND_ADDED_IN else bind
 
 
-def resolve_for_container(settings: Settings, machine: Machine, track: Track) -> Resolved:
+def resolve_for_container(settings: Settings, machine: Machine, track: Track) -> Plan:
     """CPU: the `auto`s against the host's cores capped by CPU_LIMIT and the memory capped by MEMORY_LIMIT.
     GPU: DTYPE=auto stays auto (the checkpoint's), MAX_NUM_SEQS=auto is left to vLLM, KV is GPU memory's."""
     if track is GPU:
         reason = "set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype"
         seqs_reason = "set in MAX_NUM_SEQS" if settings.max_num_seqs else "auto: vLLM's own default on GPU"
         blocks, blocks_reason = resolve_block_size(settings, V1_GPU_BLOCK_SIZE)
-        return Resolved(
+        return Plan(
             dtype=settings.dtype,
             dtype_reason=reason,
             omp_threads=1,
@@ -103,7 +96,7 @@ def optional_args(settings: Settings, track: Track) -> list[str]:
     return args
 
 
-def container_command(settings: Settings, resolved: Resolved, track: Track) -> list[str]:
+def container_command(settings: Settings, resolved: Plan, track: Track) -> list[str]:
     """The argv the track's compose service must render to (tests/test_compose.py holds compose to it).
 
     CPU: exactly vllm_args() for the image's vLLM version. GPU: vllm_args() as of vLLM 0.18 (never
@@ -142,7 +135,7 @@ def _export(value: object) -> str:
     return str(value)
 
 
-def compose_env(settings: Settings, resolved: Resolved, track: Track) -> dict[str, str]:
+def compose_env(settings: Settings, resolved: Plan, track: Track) -> dict[str, str]:
     """Every knob as compose reads it, plus the RESOLVED_* values compose.yaml names."""
     env = {knob.env: _export(getattr(settings, knob.field)) for knob in KNOBS}
     engine = vllm_env(settings, resolved)

@@ -18,7 +18,7 @@ from pathlib import Path
 from serve.config.model import MODEL_PACKAGE
 from serve.config.paths import ROOT, STATE_DIR
 from serve.config.settings import DEFAULT_TORCH_INDEX_URL, VLLM_VERSION
-from serve.config.vllm_command import API_SERVER_MODULE, parse_version
+from serve.config.vllm_flags import API_SERVER_MODULE, parse_version
 from serve.install.pip_config import installer as installer_for
 from serve.install.venv import Venv
 from serve.processes.local_server import LOG_DIR

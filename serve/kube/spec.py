@@ -19,9 +19,10 @@ import yaml
 
 from serve.config import preflight
 from serve.config.machine import Machine
+from serve.config.plan import Plan
 from serve.config.settings import Settings
 from serve.config.sizing import MemorySize
-from serve.config.vllm_command import Resolved, vllm_env
+from serve.config.vllm_flags import vllm_env
 from serve.engines.tracks import (
     CONTAINER_PORT,
     CPU,
@@ -61,7 +62,7 @@ class EngineSpec:
     env: dict[str, str]  # never the API key: that comes from API_KEY_SECRET
     cpu: str  # Kubernetes quantities, from CPU_LIMIT and MEMORY_LIMIT
     memory: str
-    resolved: Resolved
+    resolved: Plan
     api_key_secret: bool
 
     @property
@@ -111,7 +112,7 @@ def pod_machine(settings: Settings) -> Machine:
     )
 
 
-def resolve_for_pod(settings: Settings, track: Track) -> Resolved:
+def resolve_for_pod(settings: Settings, track: Track) -> Plan:
     resolved = resolve_for_container(settings, pod_machine(settings), track)
     if track is CPU and settings.dtype == "auto":
         resolved = dataclasses.replace(

@@ -10,9 +10,10 @@ import pytest
 
 from serve.config.machine import Machine
 from serve.config.model import bundled_model_facts
+from serve.config.plan import resolve
 from serve.config.settings import KNOBS, Settings
 from serve.config.sizing import AUTO_SEQS_CAP, SEQS_PER_CORE, GiB, kv_pool
-from serve.config.vllm_command import resolve, vllm_args, vllm_env
+from serve.config.vllm_flags import vllm_args, vllm_env
 from serve.engines.docker import CPU, GPU, compose_env, container_command, resolve_for_container
 from serve.engines.replicas import shares
 from serve.engines.runtime import resolved_rows

@@ -13,8 +13,9 @@ import pytest
 
 from serve.config import machine
 from serve.config.machine import ISA_ENV, Machine
+from serve.config.plan import resolve, resolve_dtype
 from serve.config.settings import KNOBS, Settings
-from serve.config.vllm_command import resolve, resolve_dtype, vllm_env
+from serve.config.vllm_flags import vllm_env
 from serve.engines.native import ENGINE_PLUGINS, ISA_CAP_ENV, NativeRuntime
 from serve.install.vllm_venv import VENV
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serve.config.vllm_command import API_SERVER_MODULE
+from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.engines.compose import project_name
 from serve.engines.docker import COMPOSE_FILE
 from serve.processes import process

@@ -9,10 +9,10 @@ import pytest
 
 from serve.config.machine import Machine
 from serve.config.model import bundled_model_facts
+from serve.config.plan import resolve
 from serve.config.preflight import GPU_RUNTIMES, Verdict, block_size_for, check
 from serve.config.settings import KNOBS, Settings
 from serve.config.sizing import V1_CPU_BLOCK_SIZE, GiB, ModelFacts, load_model_facts
-from serve.config.vllm_command import resolve
 from serve.engines.docker import GPU
 from serve.engines.docker import resolve_for_container as resolve_for_gpu
 from serve.processes.local_server import LOG_DIR, RUN_DIR

@@ -21,7 +21,6 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client.metrics import MetricsSnapshot
 from labs.doctor import replicas as doctor_replicas
 from serve.config.machine import Machine
 from serve.config.settings import Settings
@@ -31,6 +30,7 @@ from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime, worker_gauges
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR
+from serve.processes.metrics import MetricsSnapshot
 from tests.conftest import MODEL, ROOT, kit_env, run_bounded, run_script
 from tests.support.waiting import wait_until
 from ui.values import SettingsError

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serve.config.vllm_command import API_SERVER_MODULE
+from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR
 from serve.processes.supervisor import Record, next_step, root_cause

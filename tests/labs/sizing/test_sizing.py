@@ -12,15 +12,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from client.metrics import MetricsSnapshot, scrape
 from labs.doctor.diagnosis import HIGH_KV_USAGE
-from labs.sizing.verify import compare, served
+from labs.served import served
+from labs.sizing.verify import compare
 from serve.config.machine import detect
 from serve.config.model import bundled_model_facts
+from serve.config.plan import resolve
 from serve.config.settings import Settings
 from serve.config.sizing import GiB
-from serve.config.vllm_command import resolve
 from serve.processes.local_server import LOG_DIR
+from serve.processes.metrics import MetricsSnapshot, scrape
 from tests.conftest import ROOT, Server, free_port, kit_env, start_server, stop_server
 from tests.support.docs import doc_commands, doc_examples, retarget, run_doc, shows
 from tests.support.load import closed_loop
