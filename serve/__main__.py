@@ -14,10 +14,11 @@ from serve.config.environment import env_file
 from serve.config.plan import Plan
 from serve.config.settings import Settings
 from serve.engines import replicas, runtimes
+from serve.engines import status as engine_status
 from serve.engines.runtime import Runtime, Started
 from serve.install import system
-from serve.processes import process
-from serve.processes.local_server import RUN_DIR, LocalRuntime, condition
+from serve.processes import process, run_record
+from serve.processes.local_server import RUN_DIR
 from ui.cli import KitArgumentParser
 from ui.progress import StepFailed, console, fail, warn
 from ui.values import SettingsError
@@ -79,7 +80,6 @@ def up(settings: Settings) -> int:
     engines = runtimes.for_engines(settings)
     check_system(engines)
     plans = {id(runtime): plan_for(runtime) for runtime in engines}
-    replicas.record(settings)  # down.sh stops every replica, whatever REPLICAS says then
     for runtime in engines:
         up_one(settings, runtime, plans[id(runtime)])
     return 0
@@ -109,8 +109,7 @@ def up_one(settings: Settings, runtime: Runtime, plan: Plan | None) -> None:
     pid = runtime.running_pid()
     if pid is not None and runtime.healthy():
         console.print(f"[green]✓[/green] {runtime.label} already up (pid {pid}); nothing to do")
-        runtimes.record(settings, runtime)
-        recap(settings, runtime, None)
+        recap(settings, runtime, None)  # its record stays the one its own up wrote
         return
     if pid is not None:  # ours but not answering: a half-started server, or what a dead one left; start afresh
         console.print(
@@ -119,7 +118,8 @@ def up_one(settings: Settings, runtime: Runtime, plan: Plan | None) -> None:
         )
         runtime.stop(quiet=True)
     started = runtime.start(plan)
-    runtimes.record(settings, runtime)  # down.sh with RUNTIME=auto stops this runtime, whatever answers then
+    # what it runs with, for status, the labs and down (RUNTIME=auto stops this runtime, whatever answers then)
+    run_record.write(started.record)
     console.print(
         f"[green]✓[/green] {runtime.label} is up in {started.seconds_to_healthy:.0f} s. Try: "
         f"[bold]{try_it(settings, runtime)}"
@@ -143,10 +143,8 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
             continue
         stopped = runtimes.stop_each(started, remove_volumes)
         for runtime in started:
-            runtimes.forget(settings, runtime)  # nothing of it runs now
+            run_record.remove(runtime.port)  # nothing of it runs now
         report_stopped(started, stopped)
-        if engine.name == "vllm":
-            replicas.forget(settings)
     return 0
 
 
@@ -170,27 +168,12 @@ def report_stopped(started: list[Runtime], stopped: list[Runtime]) -> None:
 
 
 def status(settings: Settings) -> int:
-    """0 when every engine in ENGINES is healthy; else the worst code (1 unhealthy, 3 down)."""
-    codes = []
-    for runtime in runtimes.for_engines(settings):
-        if isinstance(runtime, LocalRuntime):  # a supervised local server: it tells a crash from a stop
-            code, lines = condition(runtime.server)
-            for line in filter(None, lines):
-                console.print(line, soft_wrap=True, highlight=False)
-            codes.append(code)
-            continue
-        pid = runtime.running_pid()
-        if pid is None:
-            console.print(f"{runtime.label} down: no {runtime.label} started by this kit on port {runtime.port}")
-            codes.append(3)
-            continue
-        healthy = runtime.healthy()
-        console.print(
-            f"{runtime.label} up: pid {pid}, {'healthy' if healthy else 'starting or unhealthy'}, "
-            f"{runtime.base_url}/v1 (runtime {runtime.name})"
-        )
-        codes.append(0 if healthy else 1)
-    return max(codes)
+    """One line per engine the kit runs (serve/engines/status.py); 0 when every engine in ENGINES is healthy, else
+    the worst code (1 unhealthy, 3 down)."""
+    code, lines = engine_status.report(settings)
+    for line in lines:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+    return code
 
 
 def prepare(settings: Settings) -> int:

@@ -30,6 +30,7 @@ from serve.engines.tracks import (
     Track,
     compose_env,
     container_command,
+    container_env,
     container_threads_bind,
     resolve_for_container,
 )
@@ -223,11 +224,11 @@ class DockerRuntime(VllmRuntime):
     def resolve(self) -> Plan:
         return resolve_for_container(self.settings, detect(), self.track)
 
-    def start(self, resolved: Plan | None = None) -> Started:
+    def start(self, plan: Plan | None = None) -> Started:
         """Build or pull, `compose up -d`, then wait for /health; on failure the service is taken down."""
         self.check()
-        resolved = resolved or self.resolve()
-        env = self._env(resolved)
+        plan = plan or self.resolve()
+        env = self._env(plan)
         service = self.track.service
         logged_before = self.compose_log.stat().st_size if self.compose_log.exists() else 0
         try:
@@ -275,7 +276,10 @@ class DockerRuntime(VllmRuntime):
             raise
         finally:
             process.stop_group(follower)
-        return Started(self.running_pid() or 0, waited, resolved)
+        self.engine_version = f"image {self.image()}"
+        argv = container_command(self.settings, plan, self.track)
+        inside = container_env(self.settings, plan, self.track)  # what vLLM runs with in the container
+        return Started(self.record(self.running_pid() or 0, plan, argv, inside, self.settings.model_name), waited)
 
     def unreachable_image_way_out(self, log_offset: int) -> str | None:
         """After a failed build or pull: when the engine does not hold the image and compose's output since

