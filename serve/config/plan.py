@@ -1,4 +1,8 @@
-"""The plan: every `auto` setting resolved, once, against the machine and the runtime's limits.
+"""The plan: every `auto` setting resolved, once, against the machine and the runtime's limits (`resolve`).
+
+The one resolver for every runtime: natively, in a container (its CPU and memory caps), as a replica (its share of
+the CPUs and memory) and on a GPU (KV from GPU memory): each runtime states its limits (RuntimeLimits) and `resolve`
+does the rest. The KV budget and the batch that fit the memory left are sizing's arithmetic (sizing.plan_batch).
 
 Each value carries the reason it was chosen, so that `up.sh` can show it in its recap; `up` records the plan it
 started with (serve/processes/run_record.py), and everything after reads that record instead of resolving again.
@@ -6,6 +10,7 @@ started with (serve/processes/run_record.py), and everything after reads that re
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from serve.config.machine import Machine
@@ -112,38 +117,110 @@ def resolve_block_size(settings: Settings, engine_block_size: int) -> tuple[int 
     return None, f"auto: vLLM's own ({engine_block_size})"
 
 
-def resolve(
-    settings: Settings,
-    machine: Machine,
-    facts: ModelFacts | None,
-    *,
-    memory_cap_bytes: int | None = None,
-    block_size: int = V1_CPU_BLOCK_SIZE,
-    container: bool = False,
-) -> Plan:
-    """Every `auto` against this machine. `facts` is the served model (None: unknown, KV not sized);
-    `memory_cap_bytes` the memory the engine may use (a container's cap; default: a share of what is free);
-    `block_size` the engine's own default block size (vLLM V1 on CPU: 128, V0: 16)."""
-    dtype, dtype_reason = resolve_dtype(settings, machine)
-    blocks, blocks_reason = resolve_block_size(settings, block_size)
-    kv_block_size = blocks or block_size
-    multiprocessing, multiprocessing_reason = resolve_multiprocessing(settings, machine, container)
-    bind, bind_reason = resolve_binding(settings, machine, container, multiprocessing)
-    if bind == "auto":  # vLLM sets OMP_NUM_THREADS itself: one per core it binds
-        threads, threads_reason = machine.cores - 1, f"binding {bind_reason}"
-    elif not multiprocessing and settings.omp_threads is None:
-        threads = machine.usable_cores
-        threads_reason = f"auto: all {threads} cores this process may use: no worker process to wait on"
-    elif bind == "nobind" and settings.omp_threads is None and machine.usable_cores > 1:
-        threads = machine.usable_cores - 1
-        threads_reason = (
-            f"auto: {threads} of the {machine.usable_cores} cores this process may use, one left to the "
-            "scheduler and API server, as vLLM's own binding leaves"
-        )
-    else:
-        threads, threads_reason = resolve_threads(settings, machine)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeLimits:
+    """What the engine may use where it runs: the resolver's input beside the settings, the CPU and the model.
+    Each runtime states its own: natively `native_limits`, a container's caps (serve/engines/tracks.py), a replica's
+    share (serve/engines/replicas.py), a GPU (whose KV pool is GPU memory's, sized by vLLM)."""
 
-    def resolved(max_num_seqs: int, max_num_seqs_reason: str, kv_gib: int, kv_reason: str) -> Plan:
+    cores: int  # cores it may compute on
+    memory_bytes: int | None  # what weights + KV + runtime may take; None: GPU memory (GPU_MEMORY_UTILIZATION's)
+    engine_block_size: int  # the engine's own default KV block size (vLLM V1 on CPU: 128, V0: 16, GPU: 16)
+    cpus: tuple[int, ...] = ()  # CPUs of its own to bind its threads to (a replica's share); () for none
+    container: bool = False  # CPU_LIMIT caps CPU time, not CPUs: vLLM's binding would spread over the host's
+    gpu: bool = False
+    where: str = ""  # how the reasons name these limits: "CPU_LIMIT=2", "replica 1 of 2"
+
+
+def native_limits(machine: Machine) -> RuntimeLimits:
+    """A native engine alone on this machine: its cores, a share of the memory available now (AUTO_KV_MEMORY_SHARE:
+    the rest is for everything else the machine runs)."""
+    return RuntimeLimits(
+        cores=machine.usable_cores,
+        memory_bytes=int(machine.memory_available_bytes * AUTO_KV_MEMORY_SHARE),
+        engine_block_size=V1_CPU_BLOCK_SIZE,
+    )
+
+
+def gpu_plan(settings: Settings, limits: RuntimeLimits) -> Plan:
+    """On a GPU, DTYPE=auto stays auto (the checkpoint's), MAX_NUM_SEQS=auto is left to vLLM, and the KV pool is what
+    GPU_MEMORY_UTILIZATION leaves (vLLM sizes it); the CPU threads only serve the API."""
+    blocks, blocks_reason = resolve_block_size(settings, limits.engine_block_size)
+    return Plan(
+        dtype=settings.dtype,
+        dtype_reason="set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype",
+        omp_threads=1,
+        omp_threads_reason="GPU: CPU threads only serve the API",
+        omp_threads_bind=settings.omp_threads_bind,
+        omp_threads_bind_reason="GPU: not used",
+        max_num_seqs=settings.max_num_seqs,
+        max_num_seqs_reason="set in MAX_NUM_SEQS" if settings.max_num_seqs else "auto: vLLM's own default on GPU",
+        block_size=blocks,
+        block_size_reason=blocks_reason,
+        kv_block_size=blocks or limits.engine_block_size,
+        kv_cache_space_gib=None,
+        kv_cache_space_reason=f"GPU: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} sizes the KV pool",
+    )
+
+
+def resolve_own_cpus(settings: Settings, limits: RuntimeLimits) -> tuple[str, str, int, str, str] | None:
+    """An engine with CPUs of its own (a replica's share): bound to them, one OpenMP thread each, in a worker process
+    (vLLM binds a worker only: the uni executor would spread over every CPU); None when it has none, or when
+    VLLM_CPU_OMP_THREADS_BIND is set (then that is what it gets)."""
+    if not limits.cpus or settings.omp_threads_bind != "auto":
+        return None
+    return (
+        cpu_list(limits.cpus),
+        f"{limits.where}: its own CPUs",
+        len(limits.cpus),
+        f"{limits.where}: one per CPU it binds",
+        f"{limits.where}: a worker process, for vLLM's binding",
+    )
+
+
+def cpu_list(cpus: tuple[int, ...]) -> str:
+    """(0, 1, 2, 5) -> '0-2,5': the form VLLM_CPU_OMP_THREADS_BIND takes."""
+    parts: list[str] = []
+    start = previous = cpus[0]
+    for cpu in (*cpus[1:], None):
+        if cpu is not None and cpu == previous + 1:
+            previous = cpu
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if cpu is not None:
+            start = previous = cpu
+    return ",".join(parts)
+
+
+def resolve(
+    settings: Settings, machine: Machine, facts: ModelFacts | None, limits: RuntimeLimits | None = None
+) -> Plan:
+    """The one resolver: every `auto` against this machine's CPU and the runtime's `limits` (default: a native engine
+    alone here, `native_limits`). `facts` is the served model (None: unknown, KV not sized)."""
+    limits = limits or native_limits(machine)
+    if limits.gpu:
+        return gpu_plan(settings, limits)
+    # the machine as the engine sees it: its cores (a container's cap, a replica's share), the same CPU
+    cores = max(1, min(machine.usable_cores, limits.cores))
+    seen = dataclasses.replace(machine, usable_cores=cores, physical_cores=min(machine.cores, cores))
+    dtype, dtype_reason = resolve_dtype(settings, seen)
+    blocks, blocks_reason = resolve_block_size(settings, limits.engine_block_size)
+    kv_block_size = blocks or limits.engine_block_size
+    own = resolve_own_cpus(settings, limits)
+    if own is not None:
+        bind, bind_reason, threads, threads_reason, multiprocessing_reason = own
+        multiprocessing = True
+    else:
+        multiprocessing, multiprocessing_reason = resolve_multiprocessing(settings, seen, limits.container)
+        bind, bind_reason = resolve_binding(settings, seen, limits.container, multiprocessing)
+        threads, threads_reason = resolve_thread_count(settings, seen, bind, bind_reason, multiprocessing)
+        if limits.container and settings.omp_threads is None:
+            capped = f"auto: the host's {machine.usable_cores} cores, capped by {limits.where}"
+            threads_reason = capped + (
+                f": {cores}, one left to the scheduler and API server" if threads < cores else ""
+            )
+
+    def planned(max_num_seqs: int, max_num_seqs_reason: str, kv_gib: int, kv_reason: str) -> Plan:
         return Plan(
             dtype=dtype,
             dtype_reason=dtype_reason,
@@ -162,9 +239,8 @@ def resolve(
             multiprocessing_reason=multiprocessing_reason,
         )
 
-    cores = machine.usable_cores
-    if facts is None:  # the model unknown: MAX_NUM_SEQS and the KV budget as set, or their unsized defaults
-        return resolved(
+    if facts is None or limits.memory_bytes is None:  # the model unknown: as set, or the unsized defaults
+        return planned(
             settings.max_num_seqs or auto_seqs(cores),
             "set in MAX_NUM_SEQS" if settings.max_num_seqs else auto_seqs_reason(cores),
             settings.kv_cache_space_gib or UNSIZED_KV_GIB,
@@ -172,10 +248,8 @@ def resolve(
             if settings.kv_cache_space_gib
             else f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default",
         )
-    if memory_cap_bytes is None:
-        memory_cap_bytes = int(machine.memory_available_bytes * AUTO_KV_MEMORY_SHARE)
-    room = memory_cap_bytes - facts.weight_bytes(dtype) - VLLM_CPU_OVERHEAD_BYTES
-    plan = plan_batch(
+    room = limits.memory_bytes - facts.weight_bytes(dtype) - VLLM_CPU_OVERHEAD_BYTES
+    batch = plan_batch(
         facts,
         dtype,
         settings.max_model_len,
@@ -185,4 +259,22 @@ def resolve(
         settings.kv_cache_space_gib,
         kv_block_size,
     )
-    return resolved(plan.max_num_seqs, plan.max_num_seqs_reason, plan.kv_space_gib, plan.kv_space_reason)
+    return planned(batch.max_num_seqs, batch.max_num_seqs_reason, batch.kv_space_gib, batch.kv_space_reason)
+
+
+def resolve_thread_count(
+    settings: Settings, machine: Machine, bind: str, bind_reason: str, multiprocessing: bool
+) -> tuple[int, str]:
+    """OMP_NUM_THREADS as vLLM gets it, for the binding and executor already resolved."""
+    if bind == "auto":  # vLLM sets OMP_NUM_THREADS itself: one per core it binds
+        return machine.cores - 1, f"binding {bind_reason}"
+    if not multiprocessing and settings.omp_threads is None:
+        threads = machine.usable_cores
+        return threads, f"auto: all {threads} cores this process may use: no worker process to wait on"
+    if bind == "nobind" and settings.omp_threads is None and machine.usable_cores > 1:
+        threads = machine.usable_cores - 1
+        return threads, (
+            f"auto: {threads} of the {machine.usable_cores} cores this process may use, one left to the "
+            "scheduler and API server, as vLLM's own binding leaves"
+        )
+    return resolve_threads(settings, machine)

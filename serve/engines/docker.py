@@ -31,8 +31,7 @@ from serve.engines.tracks import (
     compose_env,
     container_command,
     container_env,
-    container_threads_bind,
-    resolve_for_container,
+    plan_for_container,
 )
 from serve.install import system
 from serve.processes import process
@@ -52,8 +51,7 @@ __all__ = [
     "Track",
     "compose_env",
     "container_command",
-    "container_threads_bind",
-    "resolve_for_container",
+    "plan_for_container",
 ]  # the tracks' names stay importable from here
 
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -222,7 +220,7 @@ class DockerRuntime(VllmRuntime):
         ensure_port_free(self.settings.host, self.port, self.track.port_setting)
 
     def resolve(self) -> Plan:
-        return resolve_for_container(self.settings, detect(), self.track)
+        return plan_for_container(self.settings, detect(), self.track)
 
     def start(self, plan: Plan | None = None) -> Started:
         """Build or pull, `compose up -d`, then wait for /health; on failure the service is taken down."""

@@ -21,8 +21,8 @@ from serve.config.paths import ROOT
 from serve.config.plan import Plan, resolve
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
-from serve.config.vllm_flags import API_SERVER_MODULE, engine_base_env, parse_version, vllm_args, vllm_env
-from serve.engines.replicas import PREFIX_CACHING_FLAG, REPLICA_LABEL, Share, check_memory
+from serve.config.vllm_flags import API_SERVER_MODULE, Target, engine_base_env, parse_version, vllm_args, vllm_env
+from serve.engines.replicas import REPLICA_LABEL, Share, check_memory
 from serve.engines.runtime import DecodeStep, Started, VllmRuntime
 from serve.install import checkpoints, system, vllm_venv
 from serve.processes.local_server import LocalRuntime, LocalServer
@@ -73,27 +73,21 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         if quantization_for(self.settings, self.name)[0] == "int8":
             checkpoints.prepare_int8(native_model_dir(self.settings))
 
-    def command(self, resolved: Plan, release: str | None = None) -> tuple[list[str], dict[str, str]]:
-        """The argv and environment of the api_server (`release`: the venv's vLLM, asked when not given)."""
-        argv = [
-            str(vllm_venv.VENV.python),
-            "-m",
-            API_SERVER_MODULE,
-            *vllm_args(
-                self.settings,
-                resolved,
-                str(served_weights_dir(self.settings)),
-                parse_version(release or vllm_venv.installed_vllm_release()),
-                port=self.port,
-            ),
-        ]
-        if self.share is not None and PREFIX_CACHING_FLAG not in argv:
-            argv.append(PREFIX_CACHING_FLAG)
+    def target(self, release: str | None = None) -> Target:
+        """Where its flags go: the venv's vLLM (`release`, asked when not given), serving the checkpoint folder."""
+        version = parse_version(release or vllm_venv.installed_vllm_release())
+        model = str(served_weights_dir(self.settings))
+        return Target(model, self.settings.host, self.port, version, replica=self.share is not None)
+
+    def command(self, plan: Plan, release: str | None = None) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of the api_server: the one mapping's flags (serve/config/vllm_flags.py)."""
+        target = self.target(release)
+        argv = [str(vllm_venv.VENV.python), "-m", API_SERVER_MODULE, *vllm_args(self.settings, plan, target)]
         # vLLM's own variables set in .env reach the engine too; the shell's win, the kit's settings over both
         env = {
             **vllm_passthrough(load_env()),
             **engine_base_env(vllm_venv.bytecode_env()),
-            **vllm_env(self.settings, resolved),
+            **vllm_env(self.settings, plan, target),
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
         }
@@ -111,12 +105,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
         facts = served_model_facts(self.settings, self.name)
         whole = detect()
-        if self.share is None:
-            return resolve(self.settings, whole, facts)
-        resolved = resolve(
-            self.settings, self.share.machine(whole), facts, memory_cap_bytes=self.share.memory_cap_bytes(whole)
-        )
-        return self.share.apply(self.settings, resolved)
+        return resolve(self.settings, whole, facts, None if self.share is None else self.share.limits(whole))
 
     def preflight(self) -> Plan:
         """A replica also refuses a port in use and REPLICAS that the memory cannot hold, before any starts."""
