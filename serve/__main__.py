@@ -117,9 +117,7 @@ def up_one(settings: Settings, runtime: Runtime, plan: Plan | None) -> None:
             "still runs (a half-started server, or what a crashed one left behind): stopping it first"
         )
         runtime.stop(quiet=True)
-    started = runtime.start(plan)
-    # what it runs with, for status, the labs and down (RUNTIME=auto stops this runtime, whatever answers then)
-    run_record.write(started.record)
+    started = runtime.start(plan)  # its record written: what it runs with, for status, the labs and down
     console.print(
         f"[green]✓[/green] {runtime.label} is up in {started.seconds_to_healthy:.0f} s. Try: "
         f"[bold]{try_it(settings, runtime)}"

@@ -137,7 +137,11 @@ def verify(args: argparse.Namespace) -> int:
     model = load_model_facts(args.model) if args.model else None
     given = inputs(engine, model, args.dtype, args.kv_gib)
     facts, dtype, budget = given.facts, given.dtype, given.kv_budget_bytes
-    console.print(f"The engine's settings: from {given.source}; dtype {dtype} from {given.dtype_source}")
+    seqs = "unknown (vLLM does not report it)" if engine.max_num_seqs is None else engine.max_num_seqs
+    console.print(
+        f"The engine runs with max_num_seqs {seqs}, max_model_len {engine.max_model_len}: from {given.source}; "
+        f"dtype {dtype} from {given.dtype_source}"
+    )
     rows = compare(facts, dtype, budget, engine)
     console.print(f"Predicted for {facts.name} in {dtype} with {budget / GiB:g} GiB vs what {url} reports:")
     out = table("quantity", "source", "predicted", "vLLM", "")

@@ -34,7 +34,7 @@ from serve.engines.tracks import (
     plan_for_container,
 )
 from serve.install import system
-from serve.processes import process
+from serve.processes import process, run_record
 from serve.processes.health import is_healthy, wait_for_kv_line, wait_healthy
 from serve.processes.local_server import LOG_DIR, ensure_port_free
 from ui.progress import StepFailed, console, run_logged
@@ -277,7 +277,9 @@ class DockerRuntime(VllmRuntime):
         self.engine_version = f"image {self.image()}"
         argv = container_command(self.settings, plan, self.track)
         inside = container_env(self.settings, plan, self.track)  # what vLLM runs with in the container
-        return Started(self.record(self.running_pid() or 0, plan, argv, inside, self.settings.model_name), waited)
+        return Started.recorded(
+            self.record(self.running_pid() or 0, plan, argv, inside, self.settings.model_name), waited
+        )
 
     def unreachable_image_way_out(self, log_offset: int) -> str | None:
         """After a failed build or pull: when the engine does not hold the image and compose's output since
@@ -324,6 +326,7 @@ class DockerRuntime(VllmRuntime):
         run_logged(
             f"Removing the {self.track.service} container ({what})", remove, self.compose_log, env=self._env(None)
         )
+        run_record.remove(self.port)  # what it ran with runs no more
         if not process.wait_port_free(self.settings.host, self.port):
             raise StepFailed(f"{what} finished, but port {self.port} is still in use by another process")
         if not quiet:

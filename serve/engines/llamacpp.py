@@ -83,7 +83,7 @@ class GgufRuntime(LocalRuntime):
         self.install()
         argv, env = self.command(self.threads())
         pid, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
-        return Started(self.record(pid, argv, env), waited)
+        return Started.recorded(self.record(pid, argv, env), waited)
 
     def gguf(self) -> Path:
         """The GGUF file it serves."""

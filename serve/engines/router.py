@@ -153,7 +153,7 @@ class RouterRuntime(LocalRuntime):
             replica_ports=tuple(urlsplit(url).port or 0 for url in self.replica_urls),
             notes={"policy": self.settings.router_policy, "metrics_url": self.metrics_url},
         )
-        return Started(record, waited)
+        return Started.recorded(record, waited)
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         return [

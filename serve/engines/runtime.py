@@ -39,6 +39,13 @@ class Started:
         """The `auto` settings as vLLM got them; None for an engine without any."""
         return self.record.plan
 
+    @classmethod
+    def recorded(cls, record: RunRecord, seconds_to_healthy: float) -> Started:
+        """An engine that answers now, its record written (.kit/run/<port>.json): whoever started it (`up`, the tour,
+        a benchmark), what runs there is on record for every reader; its runtime's stop removes it."""
+        run_record.write(record)
+        return cls(record, seconds_to_healthy)
+
 
 class Runtime(Protocol):
     """One engine on one port, started, checked and stopped by this kit."""

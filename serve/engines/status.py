@@ -93,7 +93,9 @@ def metrics_cells(record: RunRecord | None, base_url: str) -> tuple[str, str, st
     if snapshot.kv_usage is not None:
         tokens = snapshot.cache_config.get("kv_cache_size_tokens", "")
         kv = f"{snapshot.kv_usage:.0%}" + (f" of {int(tokens):,} tokens" if tokens.isdigit() else "")
-    return f"{snapshot.running:g}", f"{snapshot.waiting:g}", kv
+    cap = record.plan.max_num_seqs if record is not None and record.plan is not None else None
+    running = f"{snapshot.running:g}" + ("" if cap is None else f"/{cap}")  # of the batch it may run (MAX_NUM_SEQS)
+    return running, f"{snapshot.waiting:g}", kv
 
 
 def since_s(record: RunRecord | None, events: Record | None, pgid: int) -> float | None:

@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from serve.config.paths import RUN_DIR
 from serve.config.plan import Plan
 from serve.config.sizing import ModelFacts
 from serve.processes import process
-from serve.processes.local_server import RUN_DIR
 
 SCHEMA_VERSION = 1
 REDACTED = "(redacted)"

@@ -151,6 +151,8 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
         restarted = status(env)
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
         assert "restarted 1 time(s)" in restarted.stdout and f"pid {api_server} killed by SIGKILL" in restarted.stdout
+        (row,) = [line for line in restarted.stdout.splitlines() if line.startswith("vLLM ")]
+        assert row.endswith("ago, killed by SIGKILL"), restarted.stdout  # its line's LAST CRASH
 
         second = Record.load(record_path).server_pid
         seen += [pid for pid in process.group_members(group) if pid != group]
@@ -163,8 +165,9 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
             crashed = status(env)
         assert crashed.returncode == 3, crashed.stdout + crashed.stderr
         lines = crashed.stdout.splitlines()
-        assert lines[0].startswith("vLLM crashed: last crash") and "exited with code" in lines[0], crashed.stdout
-        assert "gave up: 1 restart(s) in a row never reached /health (RESTART_ATTEMPTS=1)" in lines[0], crashed.stdout
+        assert lines[0].startswith("Nothing runs: no engine started by this kit answers"), crashed.stdout
+        assert lines[1].startswith("vLLM crashed: last crash") and "exited with code" in lines[1], crashed.stdout
+        assert "gave up: 1 restart(s) in a row never reached /health (RESTART_ATTEMPTS=1)" in lines[1], crashed.stdout
         assert "Address already in use" in crashed.stdout, crashed.stdout  # the log's root cause
     finally:
         down = run_script("down.sh", env, timeout_s=120)
