@@ -136,16 +136,28 @@ def state(runtime: Runtime) -> State:
     if isinstance(runtime, LocalRuntime):  # a supervised local server: it tells a crash from a stop
         code, lines = condition(runtime.server)
         pgid, events = runtime.running_pid(), runtime.server.record()
-        quiet = code == HEALTHY and not (events and events.restarts)  # the row says all
-        return State(code, None if pgid is None else row(runtime, record, pgid, events), [] if quiet else lines)
-    pid = runtime.running_pid()
-    if pid is None:
-        return State(
-            DOWN, None, [f"{runtime.label} down: no {runtime.label} started by this kit on port {runtime.port}"]
+        if code == HEALTHY and not (events and events.restarts):  # the row says all
+            lines = []
+    else:
+        pgid, events = runtime.running_pid(), None
+        if pgid is None:
+            return State(
+                DOWN, None, [f"{runtime.label} down: no {runtime.label} started by this kit on port {runtime.port}"]
+            )
+        code = HEALTHY if runtime.healthy() else UNHEALTHY
+        lines = (
+            [] if code == HEALTHY else [f"{runtime.label} up: pid {pgid}, starting or unhealthy, {runtime.base_url}/v1"]
         )
-    healthy = runtime.healthy()
-    lines = [] if healthy else [f"{runtime.label} up: pid {pid}, starting or unhealthy, {runtime.base_url}/v1"]
-    return State(HEALTHY if healthy else UNHEALTHY, row(runtime, record, pid, None), lines)
+    if pgid is None:
+        return State(code, None, lines)
+    if record is None:
+        lines = [
+            *lines,
+            f"{runtime.label} on port {runtime.port}: no record of what up started it with "
+            f"({run_record.record_path(runtime.port)}): its weights and plan are unknown here, its line shows what "
+            "the process and /metrics say (bash down.sh, then bash up.sh, writes one)",
+        ]
+    return State(code, row(runtime, record, pgid, events), lines)
 
 
 def table(rows: list[tuple[str, ...]]) -> list[str]:
@@ -158,7 +170,8 @@ def table(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def report(settings: Settings) -> tuple[int, list[str]]:
-    """(exit code, lines): every engine of ENGINES, then any other engine a live record says the kit runs."""
+    """(exit code, lines): every engine of ENGINES, then any other engine a live record says this checkout runs (on
+    ports these settings do not name: ENGINES or a port changed since its `up`)."""
     ours = runtimes.for_engines(settings)
     states = [state(runtime) for runtime in ours]
     rows = [item.row for item in states if item.row is not None]
@@ -167,7 +180,7 @@ def report(settings: Settings) -> tuple[int, list[str]]:
     for record in others:
         rows.append(
             (
-                f"{record.label} (not in ENGINES={','.join(settings.engines)})",
+                f"{record.label} (beyond these settings)",
                 record.served_model,
                 NONE if record.weights is None else f"{record.weights.format}, {record.weights.megabytes}",
                 str(record.port),
@@ -178,11 +191,8 @@ def report(settings: Settings) -> tuple[int, list[str]]:
                 NONE,
             )
         )
-    lines = (
-        table(rows)
-        if rows
-        else [f"Nothing runs: no engine started by this kit answers (ENGINES={','.join(settings.engines)})."]
-    )
+    lines = [] if any(item.row for item in states) else [f"Nothing runs of ENGINES={','.join(settings.engines)}."]
+    lines += table(rows) if rows else []
     for item in states:
         lines += [line for line in item.lines if line]
     return max(item.code for item in states), lines
