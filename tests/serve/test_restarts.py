@@ -23,7 +23,7 @@ from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR
 from serve.processes.supervisor import Record, next_step, root_cause
-from tests.conftest import ROOT, bring_up, free_port, kit_env, run_bounded, run_script
+from tests.conftest import MODEL, ROOT, bring_up, free_port, kit_env, run_bounded, run_script
 from tests.support.waiting import wait_until
 
 
@@ -151,7 +151,7 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
         restarted = status(env)
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
         assert "restarted 1 time(s)" in restarted.stdout and f"pid {api_server} killed by SIGKILL" in restarted.stdout
-        (row,) = [line for line in restarted.stdout.splitlines() if line.startswith("vLLM ")]
+        (row,) = [line for line in restarted.stdout.splitlines() if line.startswith("vLLM ") and MODEL in line]
         assert row.endswith("ago, killed by SIGKILL"), restarted.stdout  # its line's LAST CRASH
 
         second = Record.load(record_path).server_pid
