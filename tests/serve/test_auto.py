@@ -16,8 +16,7 @@ from serve.config.sizing import AUTO_SEQS_CAP, SEQS_PER_CORE, GiB, kv_pool
 from serve.config.vllm_flags import Target, vllm_args, vllm_env
 from serve.engines.replicas import shares
 from serve.engines.runtime import resolved_rows
-from serve.engines.tracks import CPU, GPU, compose_env, container_command
-from serve.engines.tracks import plan_for_container as resolve_for_container
+from serve.engines.tracks import CPU, GPU, compose_env, container_command, plan_for_container
 from tests.serve.test_preflight import LLAMA_8B
 
 SMOL = bundled_model_facts()
@@ -100,11 +99,11 @@ def test_an_unknown_model_gets_the_core_rule_and_vllms_cpu_default() -> None:
 def test_docker_cpu_track_sizes_for_cpu_limit_and_memory_limit() -> None:
     host = machine(cores=16, free_gib=64)
     small = settings(CPU_LIMIT="2", MEMORY_LIMIT="3g")
-    resolved = resolve_for_container(small, host, CPU)
+    resolved = plan_for_container(small, host, CPU)
     # two cores: one computes, one is left to the scheduler and API server (as vLLM's own binding leaves)
     assert (resolved.omp_threads, resolved.max_num_seqs, resolved.kv_cache_space_gib) == (1, 32, 1)
     # 16 x 16 cores = 256 sequences would need 6 GiB of KV; 8 GiB less weights and runtime leaves 5: 227 fit
-    big = resolve_for_container(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), host, CPU)
+    big = plan_for_container(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), host, CPU)
     assert (big.max_num_seqs, big.kv_cache_space_gib) == (227, 5)
     exported = compose_env(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), big, CPU)
     assert (exported["RESOLVED_MAX_NUM_SEQS"], exported["RESOLVED_VLLM_CPU_KVCACHE_SPACE"]) == ("227", "5")
@@ -119,11 +118,11 @@ def test_a_llama_under_a_tight_container_cap_gets_one_full_length_sequence() -> 
 
 
 def test_gpu_track_leaves_max_num_seqs_to_vllm_unless_set() -> None:
-    auto = resolve_for_container(settings(), machine(), GPU)
+    auto = plan_for_container(settings(), machine(), GPU)
     assert auto.max_num_seqs is None and "--max-num-seqs" not in container_command(settings(), auto, GPU)
     assert compose_env(settings(), auto, GPU)["RESOLVED_MAX_NUM_SEQS_ARGS"] == ""
     set_ = settings(MAX_NUM_SEQS="64")
-    fixed = resolve_for_container(set_, machine(), GPU)
+    fixed = plan_for_container(set_, machine(), GPU)
     command = container_command(set_, fixed, GPU)
     assert command[command.index("--max-num-seqs") + 1] == "64"
     assert compose_env(set_, fixed, GPU)["RESOLVED_MAX_NUM_SEQS_ARGS"] == "--max-num-seqs 64"
@@ -156,11 +155,11 @@ def test_without_vllms_binding_the_threads_leave_a_core_as_its_binding_does() ->
     assert "one left to the scheduler and API server" in by_hand.omp_threads_reason
     set_ = resolve(settings(VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_THREADS="4"), host, SMOL)
     assert (set_.omp_threads, set_.omp_threads_reason) == (4, "set in OMP_THREADS")
-    container = resolve_for_container(settings(CPU_LIMIT="3"), host, CPU)
+    container = plan_for_container(settings(CPU_LIMIT="3"), host, CPU)
     assert (container.omp_threads_bind, container.omp_threads) == ("nobind", 2)
     assert "CPU_LIMIT caps CPU time" in container.omp_threads_bind_reason
     assert "CPU_LIMIT=3: 3, one left" in container.omp_threads_reason
-    single = resolve_for_container(settings(CPU_LIMIT="1"), host, CPU)
+    single = plan_for_container(settings(CPU_LIMIT="1"), host, CPU)
     assert single.omp_threads == 1
 
 
@@ -171,7 +170,7 @@ def test_mkl_threads_follow_the_openmp_threads_unless_set() -> None:
     assert vllm_env(nobind, resolve(nobind, host, SMOL), NATIVE)["MKL_NUM_THREADS"] == "4"
     pinned = settings(VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_THREADS="4", MKL_NUM_THREADS="1")
     assert vllm_env(pinned, resolve(pinned, host, SMOL), NATIVE)["MKL_NUM_THREADS"] == "1"
-    container = resolve_for_container(settings(CPU_LIMIT="3"), host, CPU)
+    container = plan_for_container(settings(CPU_LIMIT="3"), host, CPU)
     assert compose_env(settings(CPU_LIMIT="3"), container, CPU)["RESOLVED_MKL_NUM_THREADS"] == "2"
 
 
@@ -187,7 +186,7 @@ def test_block_size_auto_is_32_where_vllm_v1_runs_on_cpu() -> None:
 @pytest.mark.parametrize(("tag", "flag", "kv_block"), [("0.9.1-oe2403lts", None, 16), ("0.14.0", 32, 32)])
 def test_docker_cpu_track_passes_a_block_size_only_to_a_v1_image(tag: str, flag: int | None, kv_block: int) -> None:
     config = settings(CPU_IMAGE_TAG=tag)
-    resolved = resolve_for_container(config, machine(), CPU)
+    resolved = plan_for_container(config, machine(), CPU)
     assert (resolved.block_size, resolved.kv_block_size) == (flag, kv_block)
     command = container_command(config, resolved, CPU)
     assert ("--block-size" in command) == (flag is not None)
@@ -197,9 +196,9 @@ def test_docker_cpu_track_passes_a_block_size_only_to_a_v1_image(tag: str, flag:
 
 def test_block_size_set_by_hand_goes_to_every_track() -> None:
     config = settings(BLOCK_SIZE="64")
-    for resolved in (resolve(config, machine(), SMOL), resolve_for_container(config, machine(), GPU)):
+    for resolved in (resolve(config, machine(), SMOL), plan_for_container(config, machine(), GPU)):
         assert (resolved.block_size, resolved.block_size_reason) == (64, "set in BLOCK_SIZE")
-    assert resolve_for_container(settings(), machine(), GPU).block_size is None  # GPU: vLLM's own 16
+    assert plan_for_container(settings(), machine(), GPU).block_size is None  # GPU: vLLM's own 16
 
 
 AVX2 = frozenset({"avx2", "fma", "f16c"})
@@ -238,7 +237,7 @@ def test_multiprocessing_auto_keeps_vllms_worker_elsewhere_and_the_setting_wins(
 
 def test_docker_and_replicas_keep_the_worker_process_that_vllm_binds() -> None:
     avx2_host = Machine(4, AVX2, 20 * GiB, 4)
-    container = resolve_for_container(settings(CPU_LIMIT="4"), avx2_host, CPU)
+    container = plan_for_container(settings(CPU_LIMIT="4"), avx2_host, CPU)
     assert (
         container.multiprocessing
         and compose_env(settings(), container, CPU)["RESOLVED_VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
