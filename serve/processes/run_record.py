@@ -94,13 +94,14 @@ class RunRecord:
         return max(0.0, time.time() - self.started_at)
 
     def alive(self) -> bool:
-        """Whether the process group it names still runs the processes `up` started (see the module's docstring)."""
+        """Whether the processes `up` started still run (see the module's docstring): `pid` itself, the same process
+        (its start), or, its leader gone, members of its group that started no earlier (the engine left behind)."""
         if self.boot_id != process.boot_id() or self.start_ticks is None:
             return False
-        members = process.group_members(self.pid)
-        if self.pid in members:
-            return process.start_ticks(self.pid) == self.start_ticks
-        starts = [process.start_ticks(member) for member in members]  # its leader gone, the engine left behind
+        leader = process.start_ticks(self.pid)
+        if leader is not None:  # `pid` runs: the recorded process, or another that was given its number since
+            return leader == self.start_ticks
+        starts = [process.start_ticks(member) for member in process.group_members(self.pid)]
         return bool(starts) and all(start is not None and start >= self.start_ticks for start in starts)
 
     def to_dict(self) -> dict[str, Any]:
