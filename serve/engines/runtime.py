@@ -244,7 +244,8 @@ class Engine:
     """One engine ENGINES may name, declared once beside its runtimes (serve/engines/runtimes.py collects them):
     where clients reach it, what it serves, how it is configured, the runtimes `up`, `install` and `down` drive, and
     what a decode step of it reads. The labs and the benchmarks read it too. A new engine is its module declaring one
-    of these (with its installer in serve/install/ if it needs one), its line in ENGINES (serve/engines/runtimes.py),
+    of these (its runtime's `start` returning `Started.recorded` with what it started: status and the labs read that
+    record), with its installer in serve/install/ if it needs one, its line in ENGINES (serve/engines/runtimes.py),
     its port setting (`serves=` its name, serve/config/settings.py, and that setting's line in .env.example) and its
     tests."""
 
