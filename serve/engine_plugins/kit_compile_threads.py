@@ -5,7 +5,7 @@ and 10619: stray compile workers), so a first start builds inductor's C++ kernel
 whatever the environment says. torch 2.13 builds them in a SubprocPool started with subprocess.Popen, which the
 engine core (a daemonic process) may start (torch/_inductor/async_compile.py, _process_pool_allowed). vLLM loads
 every `vllm.general_plugins` entry point in each process it starts (EngineCore.__init__, the workers), before
-the model compiles; here those processes take the kit's value (COMPILE_THREADS, serve/config/vllm_command.py).
+the model compiles; here those processes take the kit's value (COMPILE_THREADS, serve/config/plan.py and vllm_flags.py).
 The API server, which compiles nothing, is left alone.
 """
 

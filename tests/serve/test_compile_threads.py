@@ -14,8 +14,9 @@ import pytest
 
 from serve.config import machine
 from serve.config.machine import Machine
+from serve.config.plan import RuntimeLimits, resolve, resolve_zentorch
 from serve.config.settings import Settings
-from serve.config.vllm_command import resolve, resolve_zentorch, vllm_env
+from serve.config.vllm_flags import Target, vllm_env
 from serve.engines.native import ENGINE_PLUGINS
 from serve.engines.runtime import resolved_rows
 from serve.install.vllm_venv import VENV
@@ -51,7 +52,11 @@ if __name__ == "__main__":
 def test_auto_compiles_on_every_core_this_process_may_use() -> None:
     resolved = resolve(Settings.from_env({}), AVX2_AMD, None)
     assert resolved.compile_threads == 2 and "2 cores" in resolved.compile_threads_reason
-    assert vllm_env(Settings.from_env({}), resolved)["KIT_COMPILE_THREADS"] == "2"
+    native = Target("m", "127.0.0.1", 8009, (0, 32))
+    assert vllm_env(Settings.from_env({}), resolved, native)["KIT_COMPILE_THREADS"] == "2"
+    assert "KIT_COMPILE_THREADS" not in vllm_env(
+        Settings.from_env({}), resolved, Target("m", "h", 1, (0, 32), gpu=True)
+    )
     pinned = resolve(Settings.from_env({"COMPILE_THREADS": "1"}), AVX2_AMD, None)
     assert (pinned.compile_threads, pinned.compile_threads_reason) == (1, "set in COMPILE_THREADS")
     assert (
@@ -91,7 +96,8 @@ def test_the_recap_says_why_no_zentorch_on_amd_and_nothing_elsewhere() -> None:
     rows = dict(resolved_rows(resolve(Settings.from_env({}), AVX2_AMD, None)))
     assert rows["zentorch"] == avx2
     assert "zentorch" not in dict(resolved_rows(resolve(Settings.from_env({}), AVX512_INTEL, None)))
-    assert resolve(Settings.from_env({}), AVX2_AMD, None, container=True).zentorch_reason is None
+    container = RuntimeLimits(cores=2, memory_bytes=4 * GiB, engine_block_size=128, container=True)
+    assert resolve(Settings.from_env({}), AVX2_AMD, None, container).zentorch_reason is None
 
 
 def test_the_vendor_is_read_from_cpuinfo(tmp_path: Path) -> None:
