@@ -412,8 +412,11 @@ def test_scale_page_runs_its_render_commands_and_checks_the_cluster_ones_on_pape
             if command.startswith(".venv/bin/python -m serve.kube"):
                 result = run_doc(here(command), kit_env(), timeout_s=120)
                 assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
-                missing = shows(result.stdout.replace(f"{tmp_path}/", ""), examples.get(command, []))
+                output = result.stdout.replace(f"{tmp_path}/", "")
+                missing = shows(output, examples.get(command, []))
                 assert not missing, f"{command} no longer prints {missing}"
+                unshown = [line for line in output.splitlines() if line.startswith("wrote")]
+                assert not shows("\n".join(examples.get(command, [])), unshown), f"the page hides files: {unshown}"
             else:
                 assert cluster, f"{command!r} is neither run by this test nor in a block marked as on a cluster"
                 assert command.split()[0] in ("helm", "kubectl", "docker", "curl"), command
