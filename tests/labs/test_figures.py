@@ -7,8 +7,16 @@ from pathlib import Path
 import pytest
 
 from labs import figures
-from labs.figures import Figure, FigureError, figures_in, mismatch, problems, resolve
+from labs.figures import FIGURE, Figure, FigureError, figures_in, mismatch, problems, resolve
 from labs.results import Envelope, MachineFacts, load, write
+from tests.conftest import ROOT
+
+PAGE_MAX_LINES = {"README.md": 150, "labs/throughput.md": 200}
+# Where a newcomer reads how long things take, per kind of CPU: every cell a measured figure (a link to its
+# results file), or says plainly that it was not measured
+TIMES = {"README.md": "## How long it takes", "serve/install/README.md": "## How long each step takes"}
+NOT_MEASURED = "not measured yet"
+ISAS = ("AVX-512 + BF16", "AVX2 only")
 
 DOCUMENT = {
     "arms": [
@@ -41,6 +49,24 @@ def test_every_curated_file_names_its_machine_its_command_and_what_it_measured(p
     assert machine.cpu_model and machine.usable_cores >= 1 and machine.isa != "other", machine
     assert envelope.command.strip() and envelope.created_utc[:4].isdigit(), envelope
     assert payload.get(figures.ABOUT, "").strip(), f"{path.name} says nothing of what it measured"
+
+
+@pytest.mark.parametrize(("page", "most"), PAGE_MAX_LINES.items())
+def test_the_guide_and_the_throughput_page_stay_short(page: str, most: int) -> None:
+    assert len((ROOT / page).read_text().splitlines()) <= most
+
+
+@pytest.mark.parametrize(("page", "heading"), TIMES.items())
+def test_the_times_a_newcomer_plans_around_are_measured_per_kind_of_cpu(page: str, heading: str) -> None:
+    text = (ROOT / page).read_text()
+    assert heading in text, f"{page} has no {heading!r} section"
+    table = [line for line in text.split(heading, 1)[1].split("\n\n##", 1)[0].splitlines() if line.startswith("|")]
+    header, _, *rows = table
+    assert [cell.strip() for cell in header.strip("|").split("|")][1:] == list(ISAS), header
+    assert rows, f"{page}: no times under {heading!r}"
+    for row in rows:
+        for cell in [cell.strip() for cell in row.strip("|").split("|")][1:]:
+            assert FIGURE.search(cell) or cell == NOT_MEASURED, f"{page}: {cell!r} is no figure, nor {NOT_MEASURED!r}"
 
 
 @pytest.mark.parametrize(
