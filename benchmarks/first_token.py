@@ -27,7 +27,7 @@ from pathlib import Path
 from rich.table import Table
 
 from labs.results import Envelope, command_line, write
-from serve.config.settings import ROOT
+from serve.config.paths import ROOT
 from serve.processes.process import free_port, stop_group
 from tests.support.clone import fresh_clone, stock_pip, user_env
 from tests.support.torch_index import serve_index, torch_wheel, write_index

@@ -46,9 +46,10 @@ from labs.loadtest.runner import run_load
 from labs.loadtest.workload import DEFAULT_PROMPTS, WorkloadSpec, parse_lengths
 from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.config.machine import detect
-from serve.config.settings import ROOT, SettingsError
+from serve.config.paths import ROOT
 from ui.cli import KitArgumentParser, non_negative_int, positive_int, positive_ints
 from ui.progress import StepFailed, console, fail
+from ui.values import SettingsError
 
 DEFAULT_ARMS = "kit,vllm-defaults,llamacpp,llamaserver-1,llamaserver-n"
 DEFAULT_CONCURRENCY = "1,4,8,16"

@@ -24,7 +24,7 @@ from client.endpoint import Endpoint
 from labs.loadtest.aggregate import Summary, summarize
 from labs.loadtest.runner import run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
-from serve.config.settings import ROOT
+from serve.config.paths import ROOT
 from serve.processes.process import free_port
 from ui.cli import KitArgumentParser, positive_float, positive_int
 

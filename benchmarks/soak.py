@@ -35,7 +35,8 @@ import psutil
 from benchmarks.replicas import measure, plain_messages, running
 from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
-from serve.config.settings import ROOT, Settings
+from serve.config.paths import ROOT
+from serve.config.settings import Settings
 from serve.engines import runtimes
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime, worker_gauges

@@ -44,9 +44,10 @@ from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.results import Envelope, MeasuredEngine, ResultsError, command_line, load, write
 from serve.config.machine import detect
-from serve.config.settings import ROOT, SettingsError
+from serve.config.paths import ROOT
 from ui.cli import KitArgumentParser, positive_float, positive_int, positive_ints
 from ui.progress import StepFailed, console, fail
+from ui.values import SettingsError
 
 DEFAULT_USERS = "1,16"
 DEFAULT_WINDOW_S = 8.0

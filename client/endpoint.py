@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 import httpx
 
-from serve.config.settings import api_key_for, load_env, refused_key_hint
+from client.keys import api_key_for, refused_key_hint
+from serve.config.environment import load_env
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8009/v1"
+ENDPOINT_SPEC = "NAME=URL[@MODEL]"  # an engine on a lab's command line (--endpoint), any OpenAI-compatible one
 MODELS_TIMEOUT_S = 10.0
 KEY_REFUSED = (401, 403)
 
@@ -85,6 +87,19 @@ class Endpoint:
         base_url = base_url.rstrip("/")
         key, key_source = api_key_for(base_url, env)
         return cls(name, base_url, model, key or "", key_source, kind, url_source, model_source)
+
+    @classmethod
+    def from_spec(cls, spec: str, env: Mapping[str, str] | None = None, url_source: str = "--endpoint") -> Endpoint:
+        """An engine named on a command line as NAME=URL[@MODEL] (ENDPOINT_SPEC), e.g.
+        ollama=http://127.0.0.1:11434/v1@smollm2:135m; ValueError (one line, with an example) for anything else."""
+        name, sep, rest = spec.partition("=")
+        url, _, model = rest.partition("@")
+        if not sep or not name.strip() or not url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"--endpoint {spec!r} is invalid: write {ENDPOINT_SPEC}, e.g. "
+                "ollama=http://127.0.0.1:11434/v1@smollm2:135m"
+            )
+        return cls.at(name.strip(), url, model, env, url_source=url_source)
 
     @property
     def root_url(self) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 from rich.table import Table
 
 from serve.config import env_check
-from serve.config.settings import Settings, SettingsError, env_file
+from serve.config.environment import env_file
+from serve.config.settings import Settings
 from serve.config.vllm_command import Resolved
 from serve.engines import replicas, runtimes
 from serve.engines.runtime import Runtime, Started
@@ -19,6 +20,7 @@ from serve.processes import process
 from serve.processes.local_server import RUN_DIR, LocalRuntime, condition
 from ui.cli import KitArgumentParser
 from ui.progress import StepFailed, console, fail, warn
+from ui.values import SettingsError
 
 
 def recap(settings: Settings, runtime: Runtime, started: Started | None) -> None:

@@ -15,8 +15,9 @@ import jsonschema
 import pytest
 import yaml
 
+from serve.config.environment import load_env
 from serve.config.machine import detect
-from serve.config.settings import KNOBS, Settings, load_env
+from serve.config.settings import KNOBS, Settings
 from serve.config.vllm_command import vllm_args, vllm_env
 from serve.engines.docker import (
     CONTAINER_HOST,

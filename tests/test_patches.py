@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from serve.config.settings import KNOBS, STATE_DIR
+from serve.config.paths import STATE_DIR
+from serve.config.settings import KNOBS
 from tests.conftest import ROOT
 from tests.support.wheels import downloaded_wheel
 

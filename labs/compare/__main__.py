@@ -22,10 +22,12 @@ from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_l
 from labs.compare.run import check, engine_died, http_client, run_phase, warm_up
 from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, phases, targets
 from labs.results import command_line
-from serve.config.settings import ROOT, Settings, SettingsError, engine_list
+from serve.config.paths import ROOT
+from serve.config.settings import Settings, engine_list
 from serve.engines.runtimes import ENGINES
 from ui.cli import KitArgumentParser, positive_int
 from ui.progress import console, err_console, fail
+from ui.values import SettingsError
 
 RESULTS_DIR = ROOT / "results"
 

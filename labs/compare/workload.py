@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from itertools import cycle, islice
 
 from client.endpoint import Endpoint
-from serve.config.settings import Settings, load_env
+from serve.config.environment import load_env
+from serve.config.settings import Settings
 from serve.engines.runtimes import ENGINES
 
 MAX_TOKENS = 48

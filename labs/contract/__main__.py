@@ -20,9 +20,12 @@ from labs.contract.probe import MAX_TOKENS, CheckRecord
 from labs.contract.registry import CHECKS, run_all
 from labs.contract.report import difference_lines, matrix_lines, write_html, write_results
 from labs.results import Envelope, MeasuredEngine, command_line
-from serve.config.settings import ROOT, Settings, SettingsError, engine_list, load_env
+from serve.config.environment import load_env
+from serve.config.paths import ROOT
+from serve.config.settings import Settings, engine_list
 from ui.cli import KitArgumentParser
 from ui.progress import console, fail
+from ui.values import SettingsError
 
 RESULTS_DIR = ROOT / "results"
 

@@ -27,11 +27,12 @@ from labs.doctor import replicas
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
 from serve.config.machine import detect
 from serve.config.model import bundled_model_facts
-from serve.config.settings import Settings, SettingsError
+from serve.config.settings import Settings
 from serve.config.vllm_command import resolve
 from serve.engines.runtimes import VLLM
 from ui.cli import KitArgumentParser, positive_float, positive_int
 from ui.progress import console, fail
+from ui.values import SettingsError
 
 NO_METRICS_EXIT = 3
 MODELS_TIMEOUT_S = 5.0

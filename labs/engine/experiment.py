@@ -35,7 +35,7 @@ from labs.engine.sequence import SamplingParams, Sequence
 from labs.engine.study import BatchingResult, write_study
 from labs.results import Envelope, MeasuredEngine, command_line
 from serve.config.model import MODEL_DIR
-from serve.config.settings import ROOT
+from serve.config.paths import ROOT
 from ui.cli import KitArgumentParser, non_negative_int, positive_float, positive_int
 
 DEFAULT_OUT = ROOT / "results" / "engine" / "study.json"

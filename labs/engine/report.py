@@ -11,7 +11,7 @@ from rich.table import Table
 
 from labs.engine.engine import Engine
 from labs.engine.sequence import Sequence
-from labs.engine.study import BatchingResult
+from labs.engine.study import COLUMNS, BatchingResult
 from labs.loadtest.aggregate import MS_PER_S, Distribution
 
 
@@ -51,17 +51,7 @@ def summarize(engine: Engine, seqs: list[Sequence], wall_s: float) -> BatchingRe
 
 def latency_table(results: list[BatchingResult]) -> Table:
     table = Table(title="Static vs continuous batching")
-    for header in (
-        "max batch",
-        "policy",
-        "output tok/s",
-        "TTFT p50 ms",
-        "TTFT p95 ms",
-        "TTFT p99 ms",
-        "e2e p99 s",
-        "preemptions",
-        "prefix hits",
-    ):
+    for header in (*COLUMNS, "prefix hits"):
         table.add_column(header, justify="right")
     for r in results:
         table.add_row(

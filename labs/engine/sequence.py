@@ -67,10 +67,6 @@ class Sequence:
         return self.token_ids[self.num_prompt_tokens :]
 
     @property
-    def last_token_id(self) -> int:
-        return self.token_ids[-1]
-
-    @property
     def num_blocks(self) -> int:
         return -(-self.num_tokens // self.block_size)
 

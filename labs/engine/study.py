@@ -12,6 +12,18 @@ from typing import Any
 
 from labs.results import Envelope, ResultsError, load, write
 
+# What a table of the study shows of each BatchingResult, in this order (the teaching engine's report, the tour's)
+COLUMNS = (
+    "max batch",
+    "policy",
+    "output tok/s",
+    "TTFT p50 ms",
+    "TTFT p95 ms",
+    "TTFT p99 ms",
+    "e2e p99 s",
+    "preemptions",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class BatchingResult:

@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from client.endpoint import Endpoint, EndpointError
+from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError
 from labs.loadtest.aggregate import summarize
 from labs.loadtest.console import console, progress_bar, results_table
 from labs.loadtest.files import write_data
@@ -30,7 +30,8 @@ from labs.loadtest.workload import (
     read_prompts,
 )
 from labs.results import Envelope, MeasuredEngine, command_line
-from serve.config.settings import Settings, SettingsError, load_env
+from serve.config.environment import load_env
+from serve.config.settings import Settings
 from serve.engines.replicas import replica_ports
 from ui.cli import (
     KitArgumentParser,
@@ -41,6 +42,7 @@ from ui.cli import (
     positive_int,
     positive_ints,
 )
+from ui.values import SettingsError
 
 DEFAULT_OUT = Path("results/loadtest")
 URL_SOURCE = "--base-url/OPENAI_BASE_URL"
@@ -62,7 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--endpoint",
         action="append",
         default=[],
-        metavar="NAME=URL[@MODEL]",
+        metavar=ENDPOINT_SPEC,
         help="an engine to compare side by side (repeat it); the model defaults to the first one the engine lists",
     )
     load = parser.add_argument_group("workload")
@@ -135,13 +137,10 @@ def build_endpoints(args: argparse.Namespace) -> list[Endpoint]:
         ]
     )
     for item in args.endpoint:
-        name, sep, rest = item.partition("=")
-        if not sep or not name or not rest.startswith("http"):
-            raise UsageError(
-                f"--endpoint {item!r} is invalid: write NAME=URL[@MODEL], e.g. vllm=http://127.0.0.1:8009/v1"
-            )
-        url, _, model = rest.partition("@")
-        endpoints.append(Endpoint.at(name, url, model, env, url_source=URL_SOURCE))
+        try:
+            endpoints.append(Endpoint.from_spec(item, env, url_source=URL_SOURCE))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     return [replace(endpoint, replica_urls=behind_router(endpoint.base_url, env)) for endpoint in endpoints]
 
 

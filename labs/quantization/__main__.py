@@ -26,12 +26,14 @@ from labs.quantization.quality import (
     perplexity,
     tokenize,
 )
+from serve.config.environment import load_env
 from serve.config.machine import detect
-from serve.config.settings import Settings, SettingsError, load_env
+from serve.config.settings import Settings
 from serve.config.sizing import SizingError, load_model_facts
 from serve.config.vllm_command import resolve_dtype
 from ui.cli import KitArgumentParser, positive_int
 from ui.progress import console, fail
+from ui.values import SettingsError
 
 DEFAULT_OUT = Path("results") / "quantization.json"
 

@@ -14,7 +14,7 @@ from client.metrics import NoMetrics
 from labs.sizing.verify import compare, served
 from serve.config.machine import detect
 from serve.config.model import bundled_model_facts
-from serve.config.settings import Settings, SettingsError
+from serve.config.settings import Settings
 from serve.config.sizing import (
     KV_DTYPE_BYTES,
     V0_BLOCK_SIZE,
@@ -36,6 +36,7 @@ from serve.engines.runtimes import VLLM
 from serve.processes.local_server import LOG_DIR
 from ui.cli import KitArgumentParser, fraction, non_negative_float, positive_float, positive_int
 from ui.progress import console, fail
+from ui.values import SettingsError
 
 FIRST_LENGTH_TOKENS = 512  # the fit table's shortest max_model_len; each next row doubles it
 SHOWN_LENGTHS = 9

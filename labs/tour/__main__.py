@@ -22,9 +22,11 @@ from labs.tour import report, sections
 from labs.tour.engines import KitEngines
 from labs.tour.plan import FULL, QUICK, TITLES, Section, estimate_s
 from labs.tour.report import SectionResult, Status, Tour
-from serve.config.settings import ROOT, Settings, SettingsError
+from serve.config.paths import ROOT
+from serve.config.settings import Settings
 from ui.cli import KitArgumentParser
 from ui.progress import console, fail
+from ui.values import SettingsError
 
 RESULTS_DIR = ROOT / "labs" / "results"
 LSCPU_KEYS = ("Model name", "CPU(s)", "Core(s) per socket", "Thread(s) per core", "Socket(s)")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from contextlib import redirect_stderr
 from typing import Any
 
-from serve.config.settings import ROOT
+from serve.config.paths import ROOT
 from ui.progress import console
 
 TAIL_LINES = 12  # what a failed command leaves in its section of the report

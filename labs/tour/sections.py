@@ -30,7 +30,8 @@ from labs.tour.plan import Sizes
 from labs.tour.running import LabFailed, lab, run
 from serve.config.machine import detect
 from serve.config.model import bundled_model_facts
-from serve.config.settings import ROOT, Settings
+from serve.config.paths import ROOT
+from serve.config.settings import Settings
 from serve.config.sizing import GiB
 from serve.config.vllm_command import resolve, resolve_dtype
 from serve.processes.local_server import LOG_DIR

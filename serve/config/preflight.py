@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from serve.config.machine import Machine, detect
 from serve.config.model import AMX_FLAG, quantization_for, served_model_facts
-from serve.config.settings import CPU_QUANTIZATIONS, Settings, SettingsError
+from serve.config.settings import CPU_QUANTIZATIONS, Settings
 from serve.config.sizing import (
     V0_BLOCK_SIZE,
     V1_CPU_BLOCK_SIZE,
@@ -33,6 +33,7 @@ from serve.config.sizing import (
     kv_space_gib_for_tokens,
 )
 from serve.config.vllm_command import Resolved
+from ui.values import SettingsError
 
 CONTAINER_RUNTIMES = ("docker",)  # capped by MEMORY_LIMIT
 GPU_RUNTIMES = ("docker-gpu",)  # KV pool set by GPU memory utilization, not VLLM_CPU_KVCACHE_SPACE

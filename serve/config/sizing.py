@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ui.values import invalid
+
 GiB = 1 << 30
 V0_BLOCK_SIZE = 16  # vLLM V0 (0.9.x, the openEuler image)
 V1_CPU_BLOCK_SIZE = 128  # vLLM V1 on CPU (>= 0.10)
@@ -69,7 +71,6 @@ PROJECTION_SUFFIXES = (
     "up_proj.weight",
     "down_proj.weight",
 )
-SAFETENSORS_DTYPE_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 MEMORY_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgtp]?)i?b?$", re.I)  # docker's units: binary, b k m g t p
 MEMORY_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 
@@ -103,6 +104,14 @@ class MemorySize:
 
     def __str__(self) -> str:
         return self.text
+
+    @classmethod
+    def setting(cls, name: str, raw: str) -> MemorySize:
+        """The parser of a memory-size setting (MEMORY_LIMIT): SettingsError naming the variable and the fix."""
+        try:
+            return cls(raw, parse_memory_size(raw))
+        except SizingError as exc:
+            raise invalid(name, raw, str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)

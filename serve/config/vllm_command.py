@@ -233,7 +233,6 @@ def vllm_args(
 # /tokenize answer without it. With a key set, the kit's middleware (serve/engine_plugins/kit_auth.py, on the
 # engine's PYTHONPATH natively and in the image) requires it on every route but probes and /metrics.
 AUTH_MIDDLEWARE = "kit_auth.RequireKeyEverywhere"
-CONTAINER_PLUGINS = "/opt/vllm-lab-kit/plugins"  # where Dockerfile.cpu copies serve/engine_plugins/
 
 
 def auth_args(settings: Settings) -> list[str]:

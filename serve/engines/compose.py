@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from serve.config.settings import ROOT
+from serve.config.paths import ROOT
 
 PROBE_TIMEOUT_S = 15
 V1_MIN_VERSION = (1, 28)  # profiles (the gpu and ollama tracks) arrived in docker-compose 1.28

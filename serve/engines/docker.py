@@ -14,8 +14,10 @@ import shlex
 import subprocess
 import time
 
+from serve.config.environment import env_file
 from serve.config.machine import detect
-from serve.config.settings import ROOT, Settings, SettingsError, env_file
+from serve.config.paths import ROOT
+from serve.config.settings import Settings
 from serve.config.vllm_command import Resolved
 from serve.engines.compose import Compose, project_name
 from serve.engines.runtime import Started, VllmRuntime
@@ -36,6 +38,7 @@ from serve.processes import process
 from serve.processes.health import is_healthy, wait_for_kv_line, wait_healthy
 from serve.processes.local_server import LOG_DIR, ensure_port_free
 from ui.progress import StepFailed, console, run_logged
+from ui.values import SettingsError
 
 __all__ = [
     "COMPOSE_FILE",

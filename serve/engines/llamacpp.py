@@ -17,12 +17,15 @@ from typing import ClassVar
 from serve.config.machine import detect
 from serve.config.settings import Settings
 from serve.config.vllm_command import Resolved, resolve_threads
+from serve.engines.ollama import SAME_MODEL, Ollama, find
 from serve.engines.runtime import DecodeStep, Engine, Started
 from serve.install import system
 from serve.install.llamacpp_venv import LLAMACPP_VERSION, VENV, gguf_path, install, will_build
 from serve.processes.local_server import LocalRuntime, LocalServer
+from serve.processes.process import next_free_port, port_is_free
+from ui.values import SettingsError
 
-MODEL_ALIAS = "smollm2:135m"  # what Ollama calls this model; clients ask for it by this name
+MODEL_ALIAS = SAME_MODEL  # what Ollama calls this model; clients ask for it by this name
 SERVER_MODULE = "llama_cpp.server"
 HEALTH_PATH = "/v1/models"  # llama-cpp-python's server has no /health
 START_TIMEOUT_S = 120  # it loads a 98 MB GGUF in seconds; no compile step
@@ -58,7 +61,10 @@ class GgufRuntime(LocalRuntime):
         return system.llamacpp_build_needs() if self.installs.will_build() else []
 
     def preflight(self) -> None:
-        """Nothing to judge ahead: no `auto` settings but the threads, and the GGUF loads in seconds."""
+        """Refuse a port something else holds, before any engine of `up` starts (no `auto` settings to judge but
+        the threads, and the GGUF loads in seconds)."""
+        if self.running_pid() is None:  # a server of ours on the port is `up`'s to restart, not a stranger
+            self.server.ensure_port_free(hint=self.port_hint)
 
     def threads(self) -> int:
         return resolve_threads(self.settings, detect())[0]
@@ -73,11 +79,11 @@ class GgufRuntime(LocalRuntime):
 
 
 class LlamaCppRuntime(GgufRuntime):
-    """One llama.cpp server per port (LLAMACPP_PORT), started from the project's llama venv."""
+    """One llama.cpp server per port (LLAMACPP_PORT, Ollama's own port by default), started from the project's llama
+    venv. A learner's own Ollama found holding that port is never fought (serve/engines/ollama.py)."""
 
     engine = "llamacpp"
     label = "llama.cpp"
-    port_hint = " (an Ollama?)"
     port_setting = "LLAMACPP_PORT"
     installs = Install(run=install, will_build=will_build)
 
@@ -87,6 +93,14 @@ class LlamaCppRuntime(GgufRuntime):
         self.server = LocalServer.of(
             settings, "llama.cpp", "llamacpp", SERVER_MODULE, self.port, self.port_setting, HEALTH_PATH
         )
+
+    def preflight(self) -> None:
+        """A learner's own Ollama on the port gets one line saying how to use it, or run the kit's beside it."""
+        if self.running_pid() is None and not port_is_free(self.settings.host, self.port):
+            ollama = find(self.base_url)
+            if ollama is not None:
+                raise SettingsError(ollama_holds_port(self.settings, ollama, self.port_setting, self.port))
+        super().preflight()
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
         argv = [
@@ -127,6 +141,18 @@ class LlamaCppRuntime(GgufRuntime):
             + " (LLAMACPP_INTERRUPT_REQUESTS)"
         )
         return [("threads", str(self.threads())), ("requests", requests)]
+
+
+def ollama_holds_port(settings: Settings, ollama: Ollama, port_setting: str, port: int) -> str:
+    """What `up` says when the learner's Ollama holds the llama.cpp server's port: nothing of theirs is touched."""
+    model = SAME_MODEL if ollama.holds_same_model or not ollama.models else ollama.models[0]
+    pull = "" if ollama.holds_same_model else f" (`ollama pull {SAME_MODEL}` first: the kit's model, the same bytes)"
+    return (
+        f"{port_setting}={port} is held by your own Ollama {ollama.version} ({ollama.base_url}/api/version answered); "
+        f"the kit starts nothing there and stops nothing of yours. Talk to it as to the kit: OPENAI_BASE_URL="
+        f"{ollama.api_url} MODEL={model} .venv/bin/python -m client \"Say OK.\"{pull}; or run the kit's llama.cpp "
+        f"beside it: {port_setting}={next_free_port(settings.host, port + 1)} bash up.sh"
+    )
 
 
 def decode_step(settings: Settings) -> DecodeStep:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 
 from serve.config.env_check import vllm_passthrough
+from serve.config.environment import load_env
 from serve.config.machine import detect, isa_cap
 from serve.config.model import native_model_dir, quantization_for, served_model_facts, served_weights_dir
-from serve.config.settings import ROOT, Settings, load_env
+from serve.config.paths import ROOT
+from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_command import API_SERVER_MODULE, Resolved, engine_base_env, resolve, vllm_args, vllm_env
 from serve.engines.replicas import PREFIX_CACHING_FLAG, Share, check_memory

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serve.config.machine import Machine, detect, usable_cpus
-from serve.config.settings import Settings, SettingsError
+from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_command import AUTO_KV_MEMORY_SHARE, Resolved
 from serve.processes.local_server import RUN_DIR
+from ui.values import SettingsError
 
 PREFIX_CACHING_FLAG = "--enable-prefix-caching"
 

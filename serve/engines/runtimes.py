@@ -16,13 +16,14 @@ from pathlib import Path
 
 from serve.config.model import MODEL_DIR
 from serve.config.settings import ENGINES as SETTINGS_ENGINES
-from serve.config.settings import Settings, SettingsError
+from serve.config.settings import Settings
 from serve.engines import compose, llama_server, llamacpp, native, replicas
 from serve.engines.docker import CPU, TRACKS, DockerRuntime
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime
 from serve.engines.runtime import Engine, Job, Runtime
 from serve.processes.local_server import RUN_DIR
+from ui.values import SettingsError
 
 DOCKER_PROBE_TIMEOUT_S = 15
 AUTO_CHOICES = ("native", CPU.runtime)  # what RUNTIME=auto may pick, so what a record may say
@@ -41,15 +42,6 @@ def find_docker() -> compose.Compose:
         first = (result.stderr or result.stdout).strip().splitlines()[:1]
         raise compose.ComposeUnavailable(f"`docker info` failed ({first[0] if first else f'exit {result.returncode}'})")
     return compose.find(docker)
-
-
-def docker_unusable_reason() -> str | None:
-    """None when a Docker engine and a Compose (plugin or docker-compose >= 1.28) both answer, else what failed."""
-    try:
-        find_docker()
-    except compose.ComposeUnavailable as exc:
-        return str(exc)
-    return None
 
 
 def record_path(settings: Settings) -> Path:

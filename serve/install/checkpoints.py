@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from serve.config.model import MODEL_DIR, int8_dir
-from serve.config.settings import ROOT
+from serve.config.paths import ROOT
 from serve.install.quantize import RECIPE_FILE, recipe_record
 from serve.install.venv import gguf_in
 from serve.install.vllm_venv import VENV, bytecode_env

@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 from serve.config.model import GGUF_NAME, MODEL_PACKAGE
-from serve.config.settings import CACHE_DIR, STATE_DIR
+from serve.config.paths import CACHE_DIR, STATE_DIR
 from serve.install.llamacpp_venv import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS, SIGILL_EXIT, pip_detail
 from serve.processes import process
 from serve.processes.health import is_healthy

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from serve.config.model import MODEL_PACKAGE
-from serve.config.settings import CACHE_DIR, STATE_DIR
+from serve.config.paths import CACHE_DIR, STATE_DIR
 from serve.install.venv import Venv, gguf_in
 from serve.processes.local_server import LOG_DIR
 from ui.progress import StepFailed, run_logged

@@ -3,7 +3,7 @@ The engine that runs it is serve/engines/router.py."""
 
 from __future__ import annotations
 
-from serve.config.settings import STATE_DIR
+from serve.config.paths import STATE_DIR
 from serve.install.venv import Venv
 from serve.processes.local_server import LOG_DIR
 from ui.progress import run_logged

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serve.config.model import GGUF_NAME
-from serve.config.settings import ROOT
+from serve.config.paths import ROOT
 from ui.progress import StepFailed, run_logged
 
 STAMP_NAME = ".kit-installed"

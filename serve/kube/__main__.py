@@ -12,13 +12,14 @@ import re
 import sys
 from pathlib import Path
 
-from serve.config.settings import Settings, SettingsError, pinned_image
+from serve.config.settings import Settings
 from serve.engines.tracks import CPU, GPU, Track
 from serve.kube import manifests as kube_manifests
 from serve.kube import values as kube_values
 from serve.kube.spec import engine_spec
 from ui.cli import KitArgumentParser
 from ui.progress import console, fail, warn
+from ui.values import SettingsError, pinned_image
 
 DEFAULT_NAMESPACE = "vllm-lab-kit"
 # Prometheus's community chart (prometheus-community/prometheus) in namespace monitoring: it scrapes pods that

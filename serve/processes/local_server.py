@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from serve.config.settings import ROOT, STATE_DIR, Settings, SettingsError
+from serve.config.paths import ROOT, STATE_DIR
+from serve.config.settings import Settings
 from serve.processes import process, supervisor
 from serve.processes.health import SLOW_NOT_HUNG, is_healthy, wait_healthy
 from ui.progress import StepFailed, console, tail
+from ui.values import SettingsError
 
 LOG_DIR = STATE_DIR / "logs"
 RUN_DIR = STATE_DIR / "run"

@@ -84,7 +84,7 @@ def test_gpu_track_uses_its_profile_image_port_and_quantization(docker: FakeDock
     assert docker.compose_calls("build") == []
     (pull,) = docker.compose_calls("pull")
     assert pull["argv"] == [*compose_prefix(), "--profile", "gpu", "pull", "vllm-gpu"]
-    assert pull["env"]["GPU_IMAGE"] == "vllm/vllm-openai:v0.11.0"
+    assert pull["env"]["GPU_IMAGE"] == "vllm/vllm-openai:v0.32.0"
     assert pull["env"]["RESOLVED_OPTIONAL_ARGS"] == "--enforce-eager --quantization awq"
     assert docker.compose_calls("up")[0]["argv"][-4:] == ["up", "-d", "--no-build", "vllm-gpu"]
     assert f"http://127.0.0.1:{gpu_port}/v1" in up.stdout

@@ -23,7 +23,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import ValidationError, all_versions
 
-from serve.config.settings import ROOT, Settings
+from serve.config.paths import ROOT
+from serve.config.settings import Settings
 from serve.engines.tracks import CPU, GPU, container_command
 from serve.kube import __main__ as kube
 from serve.kube import spec as kube_spec
@@ -301,7 +302,7 @@ def test_settings_flow_into_both_outputs_and_the_key_stays_out(tmp_path: Path) -
 def test_gpu_track_asks_for_a_gpu_and_the_pinned_image(tmp_path: Path) -> None:
     rendered = render(tmp_path, GPU, MAX_NUM_SEQS="64")
     engine = one(rendered, "Deployment", kube_spec.ENGINE)["spec"]["template"]["spec"]["containers"][0]
-    assert engine["image"] == "vllm/vllm-openai:v0.11.0"
+    assert engine["image"] == "vllm/vllm-openai:v0.32.0"
     assert engine["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert "--gpu-memory-utilization" in engine["args"] and "--swap-space" not in engine["args"]
     assert "securityContext" not in engine

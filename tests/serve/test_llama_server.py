@@ -13,12 +13,14 @@ import pytest
 
 from benchmarks.arms import BUILTIN_ARMS, arm_settings
 from client.stream import RequestRecord, chat_payload, stream_chat
-from serve.config.settings import CACHE_DIR, KNOBS, Settings, SettingsError
+from serve.config.paths import CACHE_DIR
+from serve.config.settings import KNOBS, Settings
 from serve.engines.llama_server import LlamaServerRuntime
 from serve.install import llama_server_build
 from serve.install.llamacpp_venv import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS
 from serve.processes import process
 from tests.conftest import LLAMACPP_MODEL, ROOT, free_port, kit_env, run_script
+from ui.values import SettingsError
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 SLOTS = 3  # not the default (4): the server reporting 3 proves the setting reached it

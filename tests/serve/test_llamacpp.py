@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from client.stream import RequestRecord, chat_payload, stream_chat
-from serve.config.settings import Settings, SettingsError
+from serve.config.settings import Settings
 from tests.conftest import LLAMACPP_MODEL, ROOT, Server, free_port, kit_env, run_script, start_llamacpp
+from ui.values import SettingsError
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

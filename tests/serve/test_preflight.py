@@ -10,13 +10,14 @@ import pytest
 from serve.config.machine import Machine
 from serve.config.model import bundled_model_facts
 from serve.config.preflight import GPU_RUNTIMES, Verdict, block_size_for, check
-from serve.config.settings import KNOBS, Settings, SettingsError
+from serve.config.settings import KNOBS, Settings
 from serve.config.sizing import V1_CPU_BLOCK_SIZE, GiB, ModelFacts, load_model_facts
 from serve.config.vllm_command import resolve
 from serve.engines.docker import GPU
 from serve.engines.docker import resolve_for_container as resolve_for_gpu
 from serve.processes.local_server import LOG_DIR, RUN_DIR
 from tests.conftest import ROOT, free_port, kit_env, run_script
+from ui.values import SettingsError
 
 SMOL = bundled_model_facts()
 LLAMA_8B = load_model_facts(ROOT / "labs" / "sizing" / "examples" / "llama-3.1-8b-config.json")

@@ -15,10 +15,11 @@ import pytest
 from serve.config.machine import Machine
 from serve.config.model import INT8_DIR, MODEL_DIR, int8_dir, quantization_for
 from serve.config.preflight import quantization_problem
-from serve.config.settings import Settings, SettingsError
+from serve.config.settings import Settings
 from serve.config.sizing import load_model_facts, model_facts
 from serve.install.checkpoints import int8_current
 from serve.install.quantize import RECIPE_FILE, recipe_record
+from ui.values import SettingsError
 
 GiB_FREE = 16 << 30
 AVX512_BF16 = Machine(2, frozenset({"avx2", "avx512f", "avx512_bf16"}), GiB_FREE)

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from client.metrics import MetricsSnapshot
 from labs.doctor import replicas as doctor_replicas
 from serve.config.machine import Machine
-from serve.config.settings import Settings, SettingsError
+from serve.config.settings import Settings
 from serve.config.sizing import GiB
 from serve.engines import replicas, runtimes
 from serve.engines.native import NativeRuntime
@@ -33,6 +33,7 @@ from serve.processes import process
 from serve.processes.local_server import RUN_DIR
 from tests.conftest import MODEL, ROOT, kit_env, run_bounded, run_script
 from tests.support.waiting import wait_until
+from ui.values import SettingsError
 
 KEY = "replicas-test-key"
 SUCCESS = "vllm:request_success_total"

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from client.keys import api_key_for, refused_key_hint
 from serve import __main__ as serve_main
-from serve.config.settings import KNOBS, Settings, SettingsError, api_key_for, refused_key_hint
+from serve.config.settings import KNOBS, Settings
 from serve.engines.native import NativeRuntime
 from serve.processes.local_server import LocalServer
 from tests.conftest import ROOT, free_port, kit_env, run_bounded
 from tests.support.clone import fresh_clone
+from ui.values import SettingsError
 
 DEFAULTS = {knob.env: knob.default for knob in KNOBS}
 NOT_HERE = "203.0.113.7"  # TEST-NET-3: documentation only, never an address of this machine

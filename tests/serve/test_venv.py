@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from serve.config.settings import ROOT
+from serve.config.paths import ROOT
 from serve.install import llamacpp_venv, router_venv, vllm_venv
 from serve.install.venv import Venv
 from ui.progress import StepFailed

@@ -11,7 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from serve.config.settings import CLIENT_VARIABLES, KNOBS, ROOT
+from serve.config.paths import ROOT
+from serve.config.settings import CLIENT_VARIABLES, KNOBS
 
 # what a developer's shell may export that a user's clone must not see: its own .env decides
 KIT_VARIABLES = {knob.env for knob in KNOBS} | {variable.env for variable in CLIENT_VARIABLES} | {"KIT_ENV_FILE"}

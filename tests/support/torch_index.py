@@ -15,7 +15,8 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from serve.config.settings import DEFAULT_TORCH_INDEX_URL, ROOT
+from serve.config.paths import ROOT
+from serve.config.settings import DEFAULT_TORCH_INDEX_URL
 from serve.install.vllm_venv import TORCH_VERSION
 from tests.support.wheels import downloaded_wheel
 

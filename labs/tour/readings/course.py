@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from labs.engine.study import COLUMNS
 from labs.tour.plan import SEED_BATCH, SEED_MAX_LEN_OVER_PAGED, SEEDS, Section
 from labs.tour.readings.shapes import Reading, Table, number, ratio, times
 
@@ -163,16 +164,7 @@ def read_batching(data: dict[str, Any]) -> Reading:
         for row in sorted(results, key=lambda item: (item["max_batch_size"], item["policy"] != "static"))
     ]
     table = Table(
-        (
-            "max batch",
-            "policy",
-            "output tok/s",
-            "TTFT p50 ms",
-            "TTFT p95 ms",
-            "TTFT p99 ms",
-            "e2e p99 s",
-            "preemptions",
-        ),
+        COLUMNS,
         rows,
         f"{args['requests']} requests at {args['rate']:g}/s (Poisson), through both policies",
     )

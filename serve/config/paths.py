@@ -1,0 +1,14 @@
+"""Where the kit keeps things: the checkout, its settings files, what it installs, and what outlives a clone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV_FILE = ROOT / ".env"
+ENV_EXAMPLE = ROOT / ".env.example"
+STATE_DIR = ROOT / ".kit"  # everything installed or generated for this checkout, ignored by git
+# Built artifacts worth keeping across clones of the kit on one machine (like pip's own cache);
+# a bare machine simply builds what is missing.
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-lab-kit"
