@@ -337,7 +337,7 @@ def auto_seqs(cores: int) -> int:
 
 def auto_seqs_reason(cores: int) -> str:
     reason = f"auto: {SEQS_PER_CORE} per core x {max(1, cores)} cores"
-    return reason if SEQS_PER_CORE * max(1, cores) <= AUTO_SEQS_CAP else f"{reason}, capped at vLLM's {AUTO_SEQS_CAP}"
+    return reason if SEQS_PER_CORE * max(1, cores) <= AUTO_SEQS_CAP else f"{reason}, capped at {AUTO_SEQS_CAP}"
 
 
 @dataclass(frozen=True, slots=True)
