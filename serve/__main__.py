@@ -16,6 +16,7 @@ from serve.config.vllm_command import Resolved
 from serve.engines import replicas, runtimes
 from serve.engines.runtime import Runtime, Started
 from serve.install import system
+from serve.observe import prometheus
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR, LocalRuntime, condition
 from ui.cli import KitArgumentParser
@@ -78,10 +79,13 @@ def up(settings: Settings) -> int:
     warn_if_key_file_readable(env_file())
     engines = runtimes.for_engines(settings)
     check_system(engines)
+    observer = prometheus.wanted(settings)  # PROMETHEUS=true: its program and port, checked before any engine starts
     plans = {id(runtime): plan_for(runtime) for runtime in engines}
     replicas.record(settings)  # down.sh stops every replica, whatever REPLICAS says then
     for runtime in engines:
         up_one(settings, runtime, plans[id(runtime)])
+    if observer is not None:
+        observer.start()
     return 0
 
 
@@ -131,6 +135,7 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
     """Stop the engines in ENGINES on the configured ports (the router before its replicas, all the replicas
     the last `up` started); name any other one of ours still running."""
     settings = replicas.as_started(settings)
+    prometheus.stop(settings)  # the kit's Prometheus, if one runs: nothing to watch once the engines are gone
     for engine in runtimes.ENGINES.values():
         started = engine.for_job("stops", settings)
         if engine.name not in settings.engines:

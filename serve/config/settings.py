@@ -369,6 +369,34 @@ class Settings:
         "Kubernetes: requests waiting per replica (vllm:num_requests_waiting, averaged over replicas) above "
         "which KEDA adds one",
     )
+    prometheus: bool = setting(  # serve/observe/: one scrape configuration for the native Prometheus and compose's
+        "PROMETHEUS",
+        "false",
+        boolean,
+        "true: up.sh also starts Prometheus (Debian's prometheus package) scraping every engine it runs, and "
+        "down.sh stops it; Docker: the compose profile observe (Prometheus and Grafana)",
+    )
+    prometheus_port: int = setting(
+        "PROMETHEUS_PORT",
+        "9099",
+        tcp_port,
+        "port of the kit's Prometheus, on 127.0.0.1 (9090, Prometheus's own, is where a system Prometheus listens)",
+    )
+    grafana_port: int = setting(
+        "GRAFANA_PORT", "3009", tcp_port, "port of the observe profile's Grafana, on 127.0.0.1 (3000 is Grafana's own)"
+    )
+    prometheus_image: str = setting(
+        "PROMETHEUS_IMAGE",
+        "prom/prometheus:v2.53.0",
+        pinned_image,
+        "the observe profile's Prometheus image, pinned (2.x reads the scrape configuration Debian's 2.42 checks)",
+    )
+    grafana_image: str = setting(
+        "GRAFANA_IMAGE",
+        "grafana/grafana:11.6.0",
+        pinned_image,
+        "the observe profile's Grafana image, pinned (the provisioned dashboards were exported from Grafana 11)",
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

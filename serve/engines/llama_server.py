@@ -58,6 +58,7 @@ class LlamaServerRuntime(GgufRuntime):
             str(threads),
             "--threads-batch",
             str(threads),
+            "--metrics",  # its Prometheus /metrics (llamacpp:* names), which serve/observe/ scrapes
         ]
         env = {key: value for key, value in os.environ.items() if key != "LLAMA_API_KEY"}  # VLLM_API_KEY decides
         if self.settings.api_key:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from serve import __main__ as serve_main
 from serve.config.machine import detect
@@ -274,3 +275,33 @@ def test_a_key_guards_every_model_route_in_the_container(docker_engine: Engine, 
         down = run_script("down.sh", env, timeout_s=300)
     assert down.returncode == 0, down.stdout + down.stderr
     assert project_containers() == []
+
+
+def test_the_documented_observe_commands_select_the_profile_here(docker_engine: Engine) -> None:
+    """labs/observe.md's Docker commands with the Compose found here, in a project of their own, on images no registry
+    has: the configuration is written first, the profile selects Prometheus and Grafana on the host's network,
+    `up` fails with compose's own words naming an image, and `down` leaves nothing."""
+    compose = find("docker")
+    commands = [command for command in doc_commands("labs/observe.md") if command.startswith("docker compose")]
+    assert [command.split()[4] for command in commands] == ["up", "down"], commands
+    project = f"{project_name()}-observe"
+    env = {
+        **kit_env(PROMETHEUS_IMAGE=f"{ABSENT_REPOSITORY}:prometheus", GRAFANA_IMAGE=f"{ABSENT_REPOSITORY}:grafana"),
+        "COMPOSE_PROJECT_NAME": project,
+    }
+    written = run_bounded([str(ROOT / ".venv" / "bin" / "python"), "-m", "serve.observe"], env, 60)
+    assert written.returncode == 0, written.stderr
+    as_here = [[*compose.argv, *command.split()[2:]] for command in commands]
+    config = subprocess.run([*as_here[0][:-4], "config"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert config.returncode == 0, config.stderr
+    services = yaml.safe_load(config.stdout)["services"]
+    assert {"prometheus", "grafana"} <= set(services)
+    assert all(services[name]["network_mode"] == "host" for name in ("prometheus", "grafana")), config.stdout
+    try:
+        up = run_bounded(as_here[0], env, 300)
+        assert up.returncode != 0 and ABSENT_REPOSITORY in up.stdout + up.stderr, up.stdout + up.stderr
+    finally:
+        down = run_bounded(as_here[1], env, 300)
+        run_bounded([*as_here[1], "--volumes"], env, 300)  # the project's volumes, which `up` created
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert project_containers(project) == []
