@@ -28,7 +28,6 @@ from typing import Any, TypeVar, overload
 import httpx
 import psutil
 
-from client.metrics import MetricsSnapshot, combine, scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.aggregate import Summary, summarize
 from serve.config.settings import Settings
@@ -37,6 +36,7 @@ from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime
 from serve.engines.runtime import Runtime
 from serve.processes import process
+from serve.processes.metrics import MetricsSnapshot, combine, scrape
 from ui.cli import KitArgumentParser, positive_int
 
 T = TypeVar("T")

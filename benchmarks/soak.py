@@ -33,15 +33,15 @@ import httpx
 import psutil
 
 from benchmarks.replicas import measure, plain_messages, running
-from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from serve.config.paths import ROOT
 from serve.config.settings import Settings
 from serve.engines import runtimes
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime, worker_gauges
-from serve.processes import process
+from serve.processes import process, run_record
 from serve.processes.local_server import LocalRuntime
+from serve.processes.metrics import scrape
 from ui.cli import KitArgumentParser, positive_int
 
 RSS_BOUND = 1.25  # a group's RSS at the end over the same group's after warm-up (a fresh replica included)
@@ -238,6 +238,13 @@ async def soak(
     return tally, time.monotonic() - started
 
 
+def recorded_seqs(port: int) -> str:
+    """MAX_NUM_SEQS as the replica on `port` was started with (its record), not as the settings would resolve now."""
+    record = run_record.live(port)
+    plan = record.plan if record is not None else None
+    return "unknown" if plan is None or plan.max_num_seqs is None else str(plan.max_num_seqs)
+
+
 def main() -> None:
     parser = KitArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=positive_int, default=48, help="closed-loop users (above capacity)")
@@ -256,7 +263,7 @@ def main() -> None:
         measure(settings, settings.base_url, 4, plain_messages(8), 32)  # warm-up: every replica has served
         print(
             f"benchmarks.soak: {args.users} users on {settings.base_url} (2 replicas, max-num-seqs "
-            f"{engines[0].resolve().max_num_seqs} each), {HANG_UP_SHARE:.0%} hang up mid-stream",
+            f"{recorded_seqs(engines[0].port)} each), {HANG_UP_SHARE:.0%} hang up mid-stream",
             flush=True,
         )
         warm = groups_rss_mib(servers)

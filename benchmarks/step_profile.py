@@ -40,11 +40,11 @@ import psutil
 from benchmarks.arms import Arm, Served, add_cpu_isa_argument, parse_overrides, serving, use_cpu_isa
 from benchmarks.roofline import Bandwidth, measure_bandwidth
 from client.endpoint import Endpoint, EndpointError
-from client.metrics import scrape
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.results import Envelope, MeasuredEngine, ResultsError, command_line, load, write
 from serve.config.machine import detect
 from serve.config.paths import ROOT
+from serve.processes.metrics import scrape
 from ui.cli import KitArgumentParser, positive_float, positive_int, positive_ints
 from ui.progress import StepFailed, console, fail
 from ui.values import SettingsError

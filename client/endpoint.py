@@ -3,7 +3,8 @@
 The client builds one from `.env`, the labs and benchmarks from their flags; every one of them asks
 `models()` or `check()` before sending anything, so "cannot reach", "key refused" and "model not served"
 are worded here once. (GuideLLM's `backends/backend.py` and vLLM's `get_first_model_from_server` play
-this part there.) Timing a request is `client/stream.py`'s job, reading /metrics `client/metrics.py`'s.
+this part there.) Timing a request is `client/stream.py`'s job, reading /metrics
+`serve/processes/metrics.py`'s.
 """
 
 from __future__ import annotations

@@ -11,14 +11,15 @@ from rich.table import Table
 
 from serve.config import env_check
 from serve.config.environment import env_file
+from serve.config.plan import Plan
 from serve.config.settings import Settings
-from serve.config.vllm_command import Resolved
 from serve.engines import replicas, runtimes
+from serve.engines import status as engine_status
 from serve.engines.runtime import Runtime, Started
 from serve.install import system
 from serve.observe import prometheus
-from serve.processes import process
-from serve.processes.local_server import RUN_DIR, LocalRuntime, condition
+from serve.processes import process, run_record
+from serve.processes.local_server import RUN_DIR
 from ui.cli import KitArgumentParser
 from ui.progress import StepFailed, console, fail, warn
 from ui.values import SettingsError
@@ -81,7 +82,6 @@ def up(settings: Settings) -> int:
     check_system(engines)
     observer = prometheus.wanted(settings)  # PROMETHEUS=true: its program and port, checked before any engine starts
     plans = {id(runtime): plan_for(runtime) for runtime in engines}
-    replicas.record(settings)  # down.sh stops every replica, whatever REPLICAS says then
     for runtime in engines:
         up_one(settings, runtime, plans[id(runtime)])
     if observer is not None:
@@ -89,7 +89,7 @@ def up(settings: Settings) -> int:
     return 0
 
 
-def plan_for(runtime: Runtime) -> Resolved | None:
+def plan_for(runtime: Runtime) -> Plan | None:
     """The preflight's plan for a runtime that is not already up (one that is keeps what it runs with)."""
     if runtime.running_pid() is not None and runtime.healthy():
         return None
@@ -103,7 +103,7 @@ def try_it(settings: Settings, runtime: Runtime) -> str:
     return f'OPENAI_BASE_URL={runtime.base_url}/v1 MODEL={runtime.served_model} python -m client "Say OK."[/bold]'
 
 
-def up_one(settings: Settings, runtime: Runtime, plan: Resolved | None) -> None:
+def up_one(settings: Settings, runtime: Runtime, plan: Plan | None) -> None:
     console.print(
         f"Bringing up [bold]{runtime.served_model}[/bold] ({runtime.label}) on {runtime.base_url}/v1 "
         f"(runtime {runtime.name})"
@@ -113,8 +113,7 @@ def up_one(settings: Settings, runtime: Runtime, plan: Resolved | None) -> None:
     pid = runtime.running_pid()
     if pid is not None and runtime.healthy():
         console.print(f"[green]✓[/green] {runtime.label} already up (pid {pid}); nothing to do")
-        runtimes.record(settings, runtime)
-        recap(settings, runtime, None)
+        recap(settings, runtime, None)  # its record stays the one its own up wrote
         return
     if pid is not None:  # ours but not answering: a half-started server, or what a dead one left; start afresh
         console.print(
@@ -122,8 +121,7 @@ def up_one(settings: Settings, runtime: Runtime, plan: Resolved | None) -> None:
             "still runs (a half-started server, or what a crashed one left behind): stopping it first"
         )
         runtime.stop(quiet=True)
-    started = runtime.start(plan)
-    runtimes.record(settings, runtime)  # down.sh with RUNTIME=auto stops this runtime, whatever answers then
+    started = runtime.start(plan)  # its record written: what it runs with, for status, the labs and down
     console.print(
         f"[green]✓[/green] {runtime.label} is up in {started.seconds_to_healthy:.0f} s. Try: "
         f"[bold]{try_it(settings, runtime)}"
@@ -148,10 +146,8 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
             continue
         stopped = runtimes.stop_each(started, remove_volumes)
         for runtime in started:
-            runtimes.forget(settings, runtime)  # nothing of it runs now
+            run_record.remove(runtime.port)  # nothing of it runs now
         report_stopped(started, stopped)
-        if engine.name == "vllm":
-            replicas.forget(settings)
     return 0
 
 
@@ -175,27 +171,12 @@ def report_stopped(started: list[Runtime], stopped: list[Runtime]) -> None:
 
 
 def status(settings: Settings) -> int:
-    """0 when every engine in ENGINES is healthy; else the worst code (1 unhealthy, 3 down)."""
-    codes = []
-    for runtime in runtimes.for_engines(settings):
-        if isinstance(runtime, LocalRuntime):  # a supervised local server: it tells a crash from a stop
-            code, lines = condition(runtime.server)
-            for line in filter(None, lines):
-                console.print(line, soft_wrap=True, highlight=False)
-            codes.append(code)
-            continue
-        pid = runtime.running_pid()
-        if pid is None:
-            console.print(f"{runtime.label} down: no {runtime.label} started by this kit on port {runtime.port}")
-            codes.append(3)
-            continue
-        healthy = runtime.healthy()
-        console.print(
-            f"{runtime.label} up: pid {pid}, {'healthy' if healthy else 'starting or unhealthy'}, "
-            f"{runtime.base_url}/v1 (runtime {runtime.name})"
-        )
-        codes.append(0 if healthy else 1)
-    return max(codes)
+    """One line per engine the kit runs (serve/engines/status.py); 0 when every engine in ENGINES is healthy, else
+    the worst code (1 unhealthy, 3 down)."""
+    code, lines = engine_status.report(settings)
+    for line in lines:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+    return code
 
 
 def prepare(settings: Settings) -> int:

@@ -17,17 +17,18 @@ import yaml
 
 from serve.config.environment import load_env
 from serve.config.machine import detect
-from serve.config.settings import KNOBS, Settings
-from serve.config.vllm_command import vllm_args, vllm_env
-from serve.engines.docker import (
-    CONTAINER_HOST,
+from serve.config.settings import KNOBS, VLLM_VERSION, Settings
+from serve.config.vllm_flags import FLAGS, Target, parse_version, setting_becomes, vllm_args, vllm_env, vllm_flags
+from serve.engines.tracks import (
     CONTAINER_PORT,
     CPU,
     GPU,
+    Track,
     compose_env,
     container_command,
-    container_threads_bind,
-    resolve_for_container,
+    container_env,
+    plan_for_container,
+    target,
 )
 from tests.conftest import ROOT
 from tests.support.docs import ENGINES_PAGE
@@ -137,46 +138,74 @@ def settings_for(tmp_path: Path, overrides: dict[str, str]) -> tuple[Path, Setti
     return env_file, settings
 
 
-@pytest.mark.parametrize("overrides", [{}, CUSTOM_ENV], ids=["defaults", "custom"])
-def test_cpu_service_renders_to_the_native_vllm_argv_and_env(overrides: dict[str, str], tmp_path: Path) -> None:
-    env_file, settings = settings_for(tmp_path, overrides)
-    resolved = resolve_for_container(settings, detect(), CPU)
-    config = docker_compose_config(env_file, compose_env(settings, resolved, CPU))
-    service = config["services"]["vllm-cpu"]
-    version = settings.cpu_image_vllm_version
-    assert version == (0, 9)
-    # The one named difference in the argv: inside the container vLLM listens on 0.0.0.0:8000.
-    native = vllm_args(settings, resolved, settings.model_name, version, port=CONTAINER_PORT, host=CONTAINER_HOST)
-    assert shlex.split(service["command"]) == native
-    assert "--swap-space" in native  # vLLM 0.9.1 still has it
-    expected_env = {
-        **vllm_env(settings, resolved),
-        # named differences: 0.9.1 spells nobind "all"; compose always sets the key (empty = none)
-        "VLLM_CPU_OMP_THREADS_BIND": container_threads_bind(resolved.omp_threads_bind, version),
-        "VLLM_API_KEY": settings.api_key,
-    }
-    assert {key: str(value) for key, value in service["environment"].items()} == expected_env
-    assert service["ports"][0].startswith(f"127.0.0.1:{settings.port}:{CONTAINER_PORT}")
-    assert service["build"]["args"]["VLLM_CPU_TAG"] == settings.cpu_image_tag
+EVERY_OPTIONAL_FLAG = {"ENFORCE_EAGER": "true", "VLLM_API_KEY": "sk-lab", "QUANTIZATION": "awq", "BLOCK_SIZE": "16"}
+VARIANTS = {"defaults": {}, "custom": CUSTOM_ENV, "every-optional-flag": EVERY_OPTIONAL_FLAG}
+SERVICES = {CPU: ((), "vllm-cpu"), GPU: (("gpu",), "vllm-gpu")}
 
 
-@pytest.mark.parametrize("overrides", [{}, CUSTOM_ENV], ids=["defaults", "custom"])
-def test_gpu_service_renders_to_its_command_and_never_gets_swap_space(
-    overrides: dict[str, str], tmp_path: Path
-) -> None:
-    env_file, settings = settings_for(tmp_path, overrides)
-    resolved = resolve_for_container(settings, detect(), GPU)
-    config = docker_compose_config(env_file, compose_env(settings, resolved, GPU), "gpu")
-    service = config["services"]["vllm-gpu"]
-    command = shlex.split(service["command"])
-    assert command == container_command(settings, resolved, GPU)
-    assert "--swap-space" not in command and "--model" in command
-    assert command[command.index("--dtype") + 1] == settings.dtype  # auto stays auto on GPU
-    if settings.quantization not in ("auto", "none"):
-        assert command[command.index("--quantization") + 1] == settings.quantization
-    else:
-        assert "--quantization" not in command
-    assert service["ports"][0].startswith(f"127.0.0.1:{settings.gpu_port}:{CONTAINER_PORT}")
+def flag_pairs(argv: list[str]) -> list[tuple[str, str]]:
+    """['--dtype', 'float32', '--enforce-eager', ...] -> [('--dtype', 'float32'), ('--enforce-eager', ''), ...]."""
+    pairs: list[tuple[str, str]] = []
+    for part in argv:
+        if part.startswith("--"):
+            pairs.append((part, ""))
+        else:
+            assert pairs and not pairs[-1][1], f"{part!r} follows no flag in {argv}"
+            pairs[-1] = (pairs[-1][0], part)
+    return pairs
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("track", [CPU, GPU], ids=["cpu", "gpu"])
+def test_each_service_renders_the_one_mapping_flag_by_flag(track: Track, variant: str, tmp_path: Path) -> None:
+    """compose.yaml's command and environment, as docker-compose renders them with what up.sh exports, are the
+    mapping's (serve/config/vllm_flags.py) for the track's vLLM: each flag, in order, with its value, then
+    VLLM_EXTRA_ARGS; each variable of vLLM's environment."""
+    env_file, settings = settings_for(tmp_path, VARIANTS[variant])
+    plan = plan_for_container(settings, detect(), track)
+    profiles, service_name = SERVICES[track]
+    service = docker_compose_config(env_file, compose_env(settings, plan, track), *profiles)["services"][service_name]
+    expected = vllm_flags(settings, plan, target(settings, track))
+    rendered = flag_pairs(shlex.split(service["command"]))
+    mapped = rendered[: len(expected)]
+    for index, (flag, value) in enumerate(expected):
+        got = mapped[index] if index < len(mapped) else ("(nothing)", "")
+        assert got == (flag.name, value), (
+            f"{service_name}'s flag {index + 1} renders {got}, the mapping says {(flag.name, value)} "
+            f"(setting {flag.setting}): fix compose.yaml or FLAGS"
+        )
+    assert rendered[len(expected) :] == flag_pairs(list(settings.extra_args))  # VLLM_EXTRA_ARGS, last, as they are
+    assert shlex.split(service["command"]) == container_command(settings, plan, track)
+    environment = {key: str(value) for key, value in service["environment"].items()}
+    assert environment == container_env(settings, plan, track)
+    published = settings.port if track is CPU else settings.gpu_port
+    assert service["ports"][0].startswith(f"127.0.0.1:{published}:{CONTAINER_PORT}")
+
+
+def test_the_cpu_image_gets_its_own_vllms_flags() -> None:
+    """vLLM 0.9.1 in openEuler's image: --swap-space still exists, `nobind` is spelled "all"; the GPU image's and the
+    native vLLM never get --swap-space."""
+    settings = Settings.from_env({"VLLM_CPU_OMP_THREADS_BIND": "nobind"})
+    plan = plan_for_container(settings, detect(), CPU)
+    assert settings.cpu_image_vllm_version == (0, 9)
+    assert "--swap-space" in container_command(settings, plan, CPU)
+    assert container_env(settings, plan, CPU)["VLLM_CPU_OMP_THREADS_BIND"] == "all"
+    gpu = plan_for_container(settings, detect(), GPU)
+    assert "--swap-space" not in container_command(settings, gpu, GPU)
+    native = Target("m", "127.0.0.1", 8009, parse_version(VLLM_VERSION))
+    assert "--swap-space" not in vllm_args(settings, plan, native)
+    assert vllm_env(settings, plan, native)["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+
+
+def test_the_flag_check_can_fail(tmp_path: Path) -> None:
+    """A service whose command drifts from the mapping is caught, flag by flag."""
+    env_file, settings = settings_for(tmp_path, {})
+    plan = plan_for_container(settings, detect(), CPU)
+    service = docker_compose_config(env_file, compose_env(settings, plan, CPU))["services"]["vllm-cpu"]
+    drifted = shlex.split(service["command"].replace("--max-model-len", "--max-seq-len"))
+    assert flag_pairs(drifted) != [
+        (flag.name, value) for flag, value in vllm_flags(settings, plan, target(settings, CPU))
+    ]
 
 
 def test_cpu_service_runs_the_way_vllm_cpu_needs() -> None:
@@ -207,7 +236,7 @@ def test_gpu_and_ollama_profiles() -> None:
 def test_every_compose_variable_is_a_knob_with_its_default_or_a_resolved_value() -> None:
     knobs = {knob.env: knob.default for knob in KNOBS}
     settings = Settings.from_env({})
-    exported = compose_env(settings, resolve_for_container(settings, detect(), CPU), CPU)
+    exported = compose_env(settings, plan_for_container(settings, detect(), CPU), CPU)
     references = REFERENCE.findall(json.dumps(yaml.safe_load(COMPOSE.read_text())))  # values, not comments
     assert references
     for name, default in references:
@@ -247,16 +276,12 @@ def unquote(cell: str) -> str:
 def test_flags_table_matches_the_knobs_env_example_and_compose() -> None:
     knobs = {knob.env: knob for knob in KNOBS}
     env_example = (ROOT / ".env.example").read_text().splitlines()
-    every_flag = Settings.from_env(
-        {
-            "ENFORCE_EAGER": "true",
-            "QUANTIZATION": "awq",  # optional flags too
-            "BLOCK_SIZE": "16",
-        }
-    )
-    exported = compose_env(every_flag, resolve_for_container(every_flag, detect(), GPU), GPU)
-    rendered = interpolate(yaml.safe_load(COMPOSE.read_text()), exported)["services"]
-    commands = {name: service.get("command", "") for name, service in rendered.items()}
+    every_flag = Settings.from_env(EVERY_OPTIONAL_FLAG)
+    commands = {}
+    for track in (CPU, GPU):  # each service as up.sh exports for its own track
+        exported = compose_env(every_flag, plan_for_container(every_flag, detect(), track), track)
+        service = interpolate(yaml.safe_load(COMPOSE.read_text()), exported)["services"][SERVICES[track][1]]
+        commands[track.service] = service["command"]
     rows = flags_table()
     for flag, variable, default, why in rows:
         name = unquote(variable)
@@ -264,7 +289,11 @@ def test_flags_table_matches_the_knobs_env_example_and_compose() -> None:
         assert unquote(default) == knobs[name].default, f"{name}: the table says {default}"
         assert f"{name}={knobs[name].default}" in env_example
         assert why == knobs[name].why, f"{name}: the table's why differs from serve/config/settings.py"
-        for option in re.findall(r"`(--[\w-]+)`", flag):
+        for option in re.findall(r"`(--[\w-]+)", flag):
+            assert option in {each.name for each in FLAGS}, f"{option} ({name}'s row) is not a flag of the mapping"
             assert any(option in command.split() for command in commands.values()), f"{option} is in no service"
+        named = {*re.findall(r"`(--[\w-]+)", flag), *(f"env {var}" for var in re.findall(r"env `(\w+)`", flag))}
+        missing = set(setting_becomes().get(name, [])) - named
+        assert not missing, f"{name}'s row in serve/engines/README.md does not name {sorted(missing)} (vllm_flags.py)"
     in_compose = {name for name, _ in REFERENCE.findall(json.dumps(yaml.safe_load(COMPOSE.read_text())))}
     assert in_compose & set(knobs) <= {unquote(row[1]) for row in rows}, "a compose knob is missing from the table"

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from client.__main__ import parse_args
-from client.metrics import scrape
+from serve.processes.metrics import scrape
 from tests.conftest import MODEL, ROOT, Server, free_port
 from tests.support.docs import doc_commands, is_docker_command, retarget, run_doc
 from tests.support.waiting import wait_until

@@ -21,15 +21,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from client.endpoint import Endpoint, EndpointError
-from client.metrics import MetricsSnapshot, NoMetrics, combine, scrape
 from labs.doctor import replicas
 from labs.doctor.diagnosis import Diagnosis, Limits, diagnose
-from serve.config.machine import detect
-from serve.config.model import bundled_model_facts
+from labs.served import served
 from serve.config.settings import Settings
-from serve.config.vllm_command import resolve
 from serve.engines.runtimes import VLLM
+from serve.processes.metrics import MetricsSnapshot, NoMetrics, combine, scrape
 from ui.cli import KitArgumentParser, positive_float, positive_int
 from ui.progress import console, fail
 from ui.values import SettingsError
@@ -85,15 +82,6 @@ def diagnosis_text(diagnosis: Diagnosis) -> Text:
     return text
 
 
-def served_max_model_len(endpoint: Endpoint) -> int | None:
-    """The engine's own max_model_len from /v1/models (vLLM lists it), so advice names the running value."""
-    try:
-        served = endpoint.models(MODELS_TIMEOUT_S)
-    except EndpointError:
-        return None
-    return served[0].max_model_len if served else None
-
-
 def sample(urls: list[str], count: int, interval_s: float) -> list[list[MetricsSnapshot]]:
     """`count` rounds, `interval_s` apart, of one snapshot per URL."""
     history = [[scrape(url) for url in urls]]
@@ -103,11 +91,13 @@ def sample(urls: list[str], count: int, interval_s: float) -> list[list[MetricsS
     return history
 
 
-def one_shot(url: str, limits: Limits, samples: int, interval_s: float, settings: Settings | None = None) -> int:
-    urls = replicas.replica_urls(settings, url) if settings is not None else []
+def one_shot(
+    url: str, limits: Limits, samples: int, interval_s: float, settings: Settings, urls: list[str] | None = None
+) -> int:
+    """`urls`: the replicas behind the kit's router at `url` (their sum is diagnosed as one engine)."""
     rounds = sample(urls or [url], samples, interval_s)
     history = [combine(round_) for round_ in rounds]
-    if settings is not None and urls:
+    if urls:
         named = list(zip(urls, rounds[-1], strict=True))
         console.print(
             f"[bold]{url}[/bold] is vllm-router over {len(urls)} replicas ({samples} samples, {interval_s:g} s apart)"
@@ -122,8 +112,19 @@ def one_shot(url: str, limits: Limits, samples: int, interval_s: float, settings
     else:
         console.print(f"[bold]{url}/metrics[/bold] ({samples} samples, {interval_s:g} s apart)")
     console.print(gauges(history))
+    console.print(limits_line(limits))
     console.print(diagnosis_text(diagnose(history, limits)))
     return 0
+
+
+def limits_line(limits: Limits) -> str:
+    """The limits the advice is judged against, and where they came from."""
+    seqs = "unknown (vLLM does not report it)" if limits.max_num_seqs is None else str(limits.max_num_seqs)
+    kv = "unknown" if limits.kv_cache_space_gib is None else f"{limits.kv_cache_space_gib:g} GiB"
+    return (
+        f"limits: max_num_seqs {seqs}, max_model_len {limits.max_model_len or 'unknown'}, KV budget {kv} "
+        f"(from {limits.source})"
+    )
 
 
 def plain_line(snapshot: MetricsSnapshot, diagnosis: Diagnosis) -> str:
@@ -204,17 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         fail(str(exc), code=2)
     url = (args.url or VLLM.base_url(settings)).rstrip("/").removesuffix("/v1")  # GPU_PORT for the GPU track
-    resolved = resolve(settings, detect(), bundled_model_facts())  # what up.sh resolves `auto` to here
-    endpoint = Endpoint.at("engine", f"{url}/v1", url_source="--url")
-    limits = Limits(
-        resolved.max_num_seqs, served_max_model_len(endpoint) or settings.max_model_len, resolved.kv_cache_space_gib
-    )
-    if replicas.replica_urls(settings, url):  # the sum is diagnosed: its batch limit is the replicas' together
-        limits = replicas.summed_limits(settings, limits)
+    try:  # what it runs with: the record up wrote, or what it reports
+        engine = served(url, require_metrics=False, require_models=False)
+    except httpx.HTTPError as exc:
+        fail(f"cannot read {url}/metrics ({exc.__class__.__name__}: {exc}); is the engine up and --url right?")
+    limits = Limits.of(engine)
+    urls = [record.base_url for record in engine.replicas()]
     try:
         if args.watch:
-            return watch(url, limits, args.interval_s, args.duration_s, args.plot, replicas.replica_urls(settings, url))
-        return one_shot(url, limits, args.samples, args.interval_s, settings)
+            return watch(url, limits, args.interval_s, args.duration_s, args.plot, urls)
+        return one_shot(url, limits, args.samples, args.interval_s, settings, urls)
     except NoMetrics:
         console.print(NO_METRICS.format(url=url))
         return NO_METRICS_EXIT

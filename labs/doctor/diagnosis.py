@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from client.metrics import MetricsSnapshot
+from labs.served import Served
+from serve.processes.metrics import MetricsSnapshot
 
 HIGH_KV_USAGE = 0.90  # at or above this fraction the pool, not the batch size, is what makes requests wait
 DEFERRED = "deferred"
@@ -28,11 +29,27 @@ SWAP_NOTE = (
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The configured values the advice names (from .env; the engine does not export them all)."""
+    """The values the engine runs with that the advice names (the engine does not export them all: they come from
+    the record `up` wrote when it started it, labs/served.py), and where they came from."""
 
     max_num_seqs: int | None = None
     max_model_len: int | None = None
     kv_cache_space_gib: float | None = None
+    source: str = ""
+
+    @classmethod
+    def of(cls, engine: Served) -> Limits:
+        """The engine's limits. Behind the kit's router, the replicas as one engine: their batch slots added up (the
+        sum's running requests are judged against them); the KV budget stays one replica's, as each was given."""
+        plans = [record.plan for record in engine.replicas() if record.plan is not None]
+        if plans:
+            return cls(
+                sum(plan.max_num_seqs or 0 for plan in plans) or None,
+                engine.max_model_len,
+                plans[0].kv_cache_space_gib,
+                f"the records up wrote for the router and its {len(plans)} replicas",
+            )
+        return cls(engine.max_num_seqs, engine.max_model_len, engine.kv_cache_space_gib, engine.source)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and in CI
 import matplotlib.pyplot as plt
 
-from client.metrics import MetricsSnapshot
+from serve.processes.metrics import MetricsSnapshot
 
 FIGURE_SIZE_IN = (8.0, 4.5)
 DPI = 120

@@ -13,34 +13,12 @@ from __future__ import annotations
 import httpx
 from rich.table import Table
 
-from client.metrics import MetricsSnapshot
-from labs.doctor.diagnosis import Limits
 from serve.config.settings import Settings
-from serve.engines.native import NativeRuntime
-from serve.engines.replicas import metrics_port, replica_ports
-from serve.engines.runtimes import vllm_runtimes
+from serve.engines.replicas import metrics_port
+from serve.processes.metrics import MetricsSnapshot
 
 IMBALANCE_RATIO = 2.0
 IMBALANCE_MIN_REQUESTS = 4
-
-
-def replica_urls(settings: Settings, url: str) -> list[str]:
-    """The replicas behind the kit's router when `url` is it (REPLICAS > 1 on VLLM_PORT); else none."""
-    if settings.replicas < 2 or url != settings.base_url:
-        return []
-    return [settings.url_for(port) for port in replica_ports(settings)]
-
-
-def summed_limits(settings: Settings, limits: Limits) -> Limits:
-    """The limits of the replicas as one engine, as up.sh resolves each replica's share: their batch slots
-    added up (the sum's running requests are judged against them); the KV budget stays one replica's, the
-    value VLLM_CPU_KVCACHE_SPACE sets for each."""
-    plans = [runtime.resolve() for runtime in vllm_runtimes(settings) if isinstance(runtime, NativeRuntime)]
-    return Limits(
-        sum(plan.max_num_seqs or 0 for plan in plans) or None,
-        limits.max_model_len,
-        plans[0].kv_cache_space_gib if plans else limits.kv_cache_space_gib,
-    )
 
 
 def router_line(settings: Settings) -> str:

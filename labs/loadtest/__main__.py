@@ -30,9 +30,8 @@ from labs.loadtest.workload import (
     read_prompts,
 )
 from labs.results import Envelope, MeasuredEngine, command_line
+from labs.served import replica_urls
 from serve.config.environment import load_env
-from serve.config.settings import Settings
-from serve.engines.replicas import replica_ports
 from ui.cli import (
     KitArgumentParser,
     non_negative_float,
@@ -42,7 +41,6 @@ from ui.cli import (
     positive_int,
     positive_ints,
 )
-from ui.values import SettingsError
 
 DEFAULT_OUT = Path("results/loadtest")
 URL_SOURCE = "--base-url/OPENAI_BASE_URL"
@@ -141,7 +139,7 @@ def build_endpoints(args: argparse.Namespace) -> list[Endpoint]:
             endpoints.append(Endpoint.from_spec(item, env, url_source=URL_SOURCE))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    return [replace(endpoint, replica_urls=behind_router(endpoint.base_url, env)) for endpoint in endpoints]
+    return [replace(endpoint, replica_urls=replica_urls(endpoint.base_url)) for endpoint in endpoints]
 
 
 def checked(endpoint: Endpoint) -> Endpoint:
@@ -153,17 +151,6 @@ def checked(endpoint: Endpoint) -> Endpoint:
     if not served:
         raise UsageError(f"{endpoint.base_url} lists no model: add @MODEL to --endpoint {endpoint.name}=...")
     return replace(endpoint, model=served[0].id)
-
-
-def behind_router(api_url: str, env: dict[str, str]) -> tuple[str, ...]:
-    """The replicas' URLs when `api_url` is the kit's router (REPLICAS > 1 on VLLM_PORT); else none."""
-    try:
-        settings = Settings.from_env(env)
-    except SettingsError:
-        return ()
-    if settings.replicas < 2 or api_url.rstrip("/").removesuffix("/v1") != settings.base_url:
-        return ()
-    return tuple(settings.url_for(port) for port in replica_ports(settings))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,8 @@ from typing import Any, overload
 
 import numpy as np
 
-from client.metrics import MetricsSnapshot
 from client.stream import RequestRecord
+from serve.processes.metrics import MetricsSnapshot
 
 MS_PER_S = 1000.0
 PERCENTILES = (50, 90, 95, 99)

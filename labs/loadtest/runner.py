@@ -1,7 +1,7 @@
 """SENDING: play a planned workload against one endpoint, recording every request and /metrics over time.
 
 Requests go out through client/stream.py (the one timing implementation); /metrics is read through
-client/metrics.py. Client-side queueing (a closed loop's users, a concurrency cap) happens between
+serve/processes/metrics.py. Client-side queueing (a closed loop's users, a concurrency cap) happens between
 `scheduled_s` and `sent_s`, so it never hides inside the server's latency.
 """
 
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import httpx
 
 from client.endpoint import Endpoint
-from client.metrics import MetricsSnapshot, NoMetrics, scrape, scrape_replicas
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.workload import PlannedRequest, WorkloadSpec, plan
+from serve.processes.metrics import MetricsSnapshot, NoMetrics, scrape, scrape_replicas
 
 SCRAPE_INTERVAL_S = 0.5
 REQUEST_TIMEOUT_S = 600.0

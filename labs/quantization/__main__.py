@@ -26,11 +26,9 @@ from labs.quantization.quality import (
     perplexity,
     tokenize,
 )
+from labs.served import Served, served
 from serve.config.environment import load_env
-from serve.config.machine import detect
 from serve.config.settings import Settings
-from serve.config.sizing import SizingError, load_model_facts
-from serve.config.vllm_command import resolve_dtype
 from ui.cli import KitArgumentParser, positive_int
 from ui.progress import console, fail
 from ui.values import SettingsError
@@ -38,14 +36,16 @@ from ui.values import SettingsError
 DEFAULT_OUT = Path("results") / "quantization.json"
 
 
-def weights(root: str, dtype: str) -> tuple[str, float | None]:
-    """'int8 W8A8' or the dtype, and the MB a decode step reads; (what is known, None) for a folder not here."""
-    try:
-        facts = load_model_facts(root)
-    except SizingError:
-        return f"? ({root or 'no root listed'})", None
-    kind = "int8 W8A8" if facts.num_int8_params else dtype
-    return kind, facts.weight_bytes(dtype) / 1e6
+def weights(engine: Served) -> tuple[str, float | None]:
+    """The weights' format ('int8 W8A8 ...' or the dtype) and the MB a decode step reads, as `up` recorded them; for
+    an engine the kit did not start, what its folder says (the dtype is not reported: MB unknown)."""
+    recorded = engine.record.weights if engine.record is not None else None
+    if recorded is not None:
+        return recorded.format, None if recorded.num_bytes is None else recorded.num_bytes / 1e6
+    facts = engine.model_facts
+    if facts is None:
+        return f"? ({engine.model_root or 'no root listed'})", None
+    return ("int8 W8A8" if facts.num_int8_params else "float"), None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.load()
     except SettingsError as exc:
         fail(str(exc), code=2)
-    dtype, _ = resolve_dtype(settings, detect())
     env = load_env()
     endpoints = [
         Endpoint.at(
@@ -73,15 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     ]
     rows: list[dict[str, Any]] = []  # one per engine, as results.json keeps it
     try:
-        roots = [next(model.root for model in endpoint.check() if model.id == endpoint.model) for endpoint in endpoints]
+        for endpoint in endpoints:
+            endpoint.check()
+        engines = [served(endpoint.root_url, endpoint, require_metrics=False) for endpoint in endpoints]
         reference_tokens: list[list[int]] = []
         text_ids = tokenize(endpoints[0], EVAL_TEXT.read_text())
-        for endpoint, root in zip(endpoints, roots, strict=True):
+        for endpoint, engine in zip(endpoints, engines, strict=True):
             console.print(
                 f"{endpoint.base_url}: perplexity on {EVAL_TEXT.name} ({len(text_ids):,} tokens), then "
                 f"{len(AGREEMENT_PROMPTS)} greedy answers ..."
             )
-            kind, mb = weights(root, dtype)
+            kind, mb = weights(engine)
             score = perplexity(endpoint, text_ids, max_windows=args.windows)
             answers = [tokenize(endpoints[0], answer) for answer in greedy_answers(endpoint)]
             reference_tokens = reference_tokens or answers
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         results.command_line("labs.quantization", sys.argv[1:] if argv is None else argv),
         [results.MeasuredEngine(args.model or settings.model_name, row["url"], "vllm") for row in rows],
     )
+    dtype = engines[0].dtype or "not recorded (an engine the kit did not start)"  # the first engine's, the reference
     console.print(f"results: {results.write(args.out, envelope, {'dtype': dtype, 'engines': rows})}")
     return 0
 

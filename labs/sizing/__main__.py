@@ -10,9 +10,8 @@ import httpx
 from rich.table import Table
 
 from client.endpoint import EndpointError
-from client.metrics import NoMetrics
-from labs.sizing.verify import compare, served
-from serve.config.machine import detect
+from labs.served import served
+from labs.sizing.verify import compare, inputs
 from serve.config.model import bundled_model_facts
 from serve.config.settings import Settings
 from serve.config.sizing import (
@@ -31,9 +30,8 @@ from serve.config.sizing import (
     load_model_facts,
     parse_memory_size,
 )
-from serve.config.vllm_command import resolve
 from serve.engines.runtimes import VLLM
-from serve.processes.local_server import LOG_DIR
+from serve.processes.metrics import NoMetrics
 from ui.cli import KitArgumentParser, fraction, non_negative_float, positive_float, positive_int
 from ui.progress import console, fail
 from ui.values import SettingsError
@@ -129,21 +127,23 @@ def fit(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
-    settings = Settings.load()
-    resolved = resolve(settings, detect(), bundled_model_facts())
-    dtype = args.dtype or resolved.dtype
-    url = args.url or VLLM.base_url(settings)  # GPU_PORT for the GPU track
-    kv_gib = args.kv_gib if args.kv_gib is not None else resolved.kv_cache_space_gib
-    if kv_gib is None:  # resolve() sizes the CPU's KV pool; only the GPU track leaves it to vLLM
-        raise SizingError("no KV budget to compare against: pass --kv-gib")
-    log = Path(args.log) if args.log else LOG_DIR / f"vllm-{settings.port}.log"
-    facts = facts_for(args.model)
+    """Predict from the served model, its dtype and KV budget as the engine was started (the record `up` wrote; a flag
+    overrides each), then compare with what the engine reports."""
+    url = args.url or VLLM.base_url(Settings.load())  # where to look: GPU_PORT for the GPU track
     try:
-        engine = served(url, log)
+        engine = served(url, log_path=Path(args.log) if args.log else None)
     except NoMetrics:
         fail(f"{url} exposes no vLLM /metrics: this engine exposes no metrics to verify against", code=1)
-    rows = compare(facts, dtype, int(kv_gib * GiB), engine)
-    console.print(f"Predicted for {facts.name} in {dtype} with {kv_gib:g} GiB vs what {url} reports:")
+    model = load_model_facts(args.model) if args.model else None
+    given = inputs(engine, model, args.dtype, args.kv_gib)
+    facts, dtype, budget = given.facts, given.dtype, given.kv_budget_bytes
+    seqs = "unknown (vLLM does not report it)" if engine.max_num_seqs is None else engine.max_num_seqs
+    console.print(
+        f"The engine runs with max_num_seqs {seqs}, max_model_len {engine.max_model_len}: from {given.source}; "
+        f"dtype {dtype} from {given.dtype_source}"
+    )
+    rows = compare(facts, dtype, budget, engine)
+    console.print(f"Predicted for {facts.name} in {dtype} with {budget / GiB:g} GiB vs what {url} reports:")
     out = table("quantity", "source", "predicted", "vLLM", "")
     for row in rows:
         out.add_row(
@@ -184,9 +184,9 @@ def parser() -> argparse.ArgumentParser:
     check = sub.add_parser("verify", help="compare the prediction with a running vLLM's /metrics and log")
     check.add_argument("--url", help="the engine without /v1 (default: from .env)")
     check.add_argument("--model", help=model_help)
-    check.add_argument("--dtype", choices=KV_DTYPE_BYTES, help="default: DTYPE from .env, resolved")
-    check.add_argument("--kv-gib", type=positive_float, help="default: VLLM_CPU_KVCACHE_SPACE from .env")
-    check.add_argument("--log", help="the server's log (default: .kit/logs/vllm-VLLM_PORT.log)")
+    check.add_argument("--dtype", choices=KV_DTYPE_BYTES, help="default: the dtype up started it with")
+    check.add_argument("--kv-gib", type=positive_float, help="default: the KV budget up started it with")
+    check.add_argument("--log", help="the server's log (default: the one up recorded; none for another engine)")
     check.set_defaults(run=verify)
     return top
 

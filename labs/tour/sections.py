@@ -11,30 +11,27 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from client.metrics import MetricsSnapshot
 from labs import results
 from labs.compare import __main__ as compare_lab
 from labs.compare.report import JSON_FILE as COMPARE_JSON
 from labs.contract import __main__ as contract_lab
 from labs.contract.report import RESULTS_JSON as CONTRACT_JSON
-from labs.doctor.__main__ import TREND_WINDOW, served_max_model_len
+from labs.doctor.__main__ import TREND_WINDOW
 from labs.doctor.diagnosis import Limits, diagnose
 from labs.engine.study import load_study
 from labs.loadtest import __main__ as loadtest_lab
 from labs.loadtest.files import SUMMARY_JSON
 from labs.quantization import __main__ as quantization_lab
-from labs.sizing.verify import Served, served
+from labs.served import Served, served
 from labs.sizing.verify import compare as sizing_compare
+from labs.sizing.verify import inputs as sizing_inputs
 from labs.tour.engines import ExtraVllm, KitEngines
 from labs.tour.plan import Sizes
 from labs.tour.running import LabFailed, lab, run
-from serve.config.machine import detect
-from serve.config.model import bundled_model_facts
 from serve.config.paths import ROOT
 from serve.config.settings import Settings
-from serve.config.sizing import GiB
-from serve.config.vllm_command import resolve, resolve_dtype
-from serve.processes.local_server import LOG_DIR
+from serve.config.sizing import GiB, SizingError
+from serve.processes.metrics import MetricsSnapshot
 
 TEACHING_PYTHON = ROOT / ".kit" / "vllm" / "bin" / "python"  # the teaching engine needs torch: the vLLM venv's
 ENGINE_TIMEOUT_S = 1200
@@ -75,22 +72,23 @@ def seed_data(path: Path) -> dict[str, Any]:
 
 
 def sizing(ctx: Context) -> dict[str, Any]:
-    """The sizing lab's prediction of vLLM's pool against what the running vLLM reports (`labs.sizing verify`)."""
-    settings = ctx.settings
-    return sizing_data(settings, served(settings.base_url, LOG_DIR / f"vllm-{settings.port}.log"))
+    """The sizing lab's prediction of vLLM's pool against what the running vLLM reports (`labs.sizing verify`), from
+    what it was started with (the record `up` wrote)."""
+    return sizing_data(served(ctx.settings.base_url))
 
 
-def sizing_data(settings: Settings, engine: Served) -> dict[str, Any]:
-    facts = bundled_model_facts()
-    resolved = resolve(settings, detect(), facts)
-    if resolved.kv_cache_space_gib is None:
-        raise LabFailed("no KV budget to compare against (the GPU track sizes it itself)")
-    rows = sizing_compare(facts, resolved.dtype, resolved.kv_cache_space_gib * GiB, engine)
+def sizing_data(engine: Served) -> dict[str, Any]:
+    try:
+        given = sizing_inputs(engine)
+    except SizingError as exc:
+        raise LabFailed(str(exc)) from None
+    rows = sizing_compare(given.facts, given.dtype, given.kv_budget_bytes, engine)
     return {
-        "dtype": resolved.dtype,
-        "kv_gib": resolved.kv_cache_space_gib,
+        "dtype": given.dtype,
+        "kv_gib": given.kv_budget_bytes / GiB,
         "max_model_len": engine.max_model_len,
-        "max_num_seqs": resolved.max_num_seqs,
+        "max_num_seqs": engine.max_num_seqs,
+        "source": engine.source,
         "cache_config": engine.cache_config,
         "rows": [{**asdict(row), "matches": row.matches} for row in rows],
     }
@@ -170,12 +168,10 @@ def load(ctx: Context) -> dict[str, Any]:
     argv += ["--requests", str(sizes.load_requests), "--lengths", sizes.load_lengths]
     argv += ["--scrape-interval-s", f"{SCRAPE_INTERVAL_S:g}"]
     lab("labs.loadtest", loadtest_lab.main, [*argv, "--out", str(folder)])
-    resolved = resolve(ctx.settings, detect(), bundled_model_facts())  # as the doctor resolves `auto`
-    limits = Limits(
-        resolved.max_num_seqs, served_max_model_len(vllm) or ctx.settings.max_model_len, resolved.kv_cache_space_gib
-    )
+    limits = Limits.of(served(vllm.root_url, vllm, require_metrics=False))  # what it runs with, as the doctor reads it
     return {
         **load_data(folder / SUMMARY_JSON, limits, sizes.load_lengths),
+        "limits_source": limits.source,
         "results": ctx.relative(folder / SUMMARY_JSON),
     }
 
@@ -201,9 +197,7 @@ def quantization(ctx: Context) -> dict[str, Any]:
     """The quality lab on the float and the int8 weights (the running vLLM and a second one with the other
     weights), then the load tester's tok/s at 1 and many users on both."""
     (vllm,) = ctx.engines.ensure(["vllm"])
-    dtype, _ = resolve_dtype(ctx.settings, detect())
-    root = next(model.root for model in vllm.check() if model.id == vllm.model)
-    running_kind, _ = quantization_lab.weights(root, dtype)
+    running_kind, _ = quantization_lab.weights(served(vllm.root_url, vllm, require_metrics=False))
     other = "none" if "int8" in running_kind else "int8"
     sizes = ctx.sizes
     with ExtraVllm(other) as extra:

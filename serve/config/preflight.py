@@ -1,6 +1,6 @@
 """Preflight: refuse a configuration that cannot start, or would crash-loop, before any runtime starts.
 
-It judges the values vLLM will get: every `auto` resolved (serve/config/vllm_command.resolve). A fractional
+It judges the values vLLM will get: every `auto` resolved (serve/config/plan.resolve). A fractional
 VLLM_CPU_KVCACHE_SPACE never gets here: the settings refuse it (vLLM reads it with int() and dies at start).
 
 Refusals (up.sh exits 2 with one line naming the variable and a value that works):
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from serve.config.machine import Machine, detect
 from serve.config.model import AMX_FLAG, quantization_for, served_model_facts
+from serve.config.plan import Plan
 from serve.config.settings import CPU_QUANTIZATIONS, Settings
 from serve.config.sizing import (
     V0_BLOCK_SIZE,
@@ -32,7 +33,6 @@ from serve.config.sizing import (
     kv_pool,
     kv_space_gib_for_tokens,
 )
-from serve.config.vllm_command import Resolved
 from ui.values import SettingsError
 
 CONTAINER_RUNTIMES = ("docker",)  # capped by MEMORY_LIMIT
@@ -77,7 +77,7 @@ def _gib(num_bytes: float) -> str:
     return f"{num_bytes / GiB:.2f} GiB"
 
 
-def kv_setting(settings: Settings, resolved: Resolved) -> str:
+def kv_setting(settings: Settings, resolved: Plan) -> str:
     """How a message names the KV budget: as set, or `auto` with what it resolved to."""
     if settings.kv_cache_space_gib is not None:
         return f"VLLM_CPU_KVCACHE_SPACE={settings.kv_cache_space_gib}"
@@ -86,7 +86,7 @@ def kv_setting(settings: Settings, resolved: Resolved) -> str:
 
 def check(
     settings: Settings,
-    resolved: Resolved,
+    resolved: Plan,
     facts: ModelFacts | None,
     runtime: str,
     memory_available_bytes: int,
@@ -130,7 +130,7 @@ def check(
 def _check_memory(
     verdict: Verdict,
     settings: Settings,
-    resolved: Resolved,
+    resolved: Plan,
     facts: ModelFacts,
     runtime: str,
     memory_available_bytes: int,
@@ -167,7 +167,7 @@ def _check_memory(
     verdict.refuse(variable, f"{problem} cannot hold {spend}; {outcome}. {advice[0].upper()}{advice[1:]}")
 
 
-def _check_admission(verdict: Verdict, settings: Settings, resolved: Resolved, facts: ModelFacts, pool: KvPool) -> None:
+def _check_admission(verdict: Verdict, settings: Settings, resolved: Plan, facts: ModelFacts, pool: KvPool) -> None:
     seqs = resolved.max_num_seqs or 0
     wanted_blocks = seqs * pool.blocks_per_sequence(settings.max_model_len)
     if wanted_blocks <= pool.num_blocks:
@@ -216,7 +216,7 @@ def quantization_problem(settings: Settings, dtype: str, runtime: str, machine: 
     return None
 
 
-def run(settings: Settings, resolved: Resolved, runtime: str) -> Verdict:
+def run(settings: Settings, resolved: Plan, runtime: str) -> Verdict:
     """Check before starting: raise SettingsError (exit 2) on the first refusal; else the verdict, whose warnings and
     notes the caller shows."""
     problem = quantization_problem(settings, resolved.dtype, runtime, detect())

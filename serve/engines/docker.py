@@ -17,8 +17,8 @@ import time
 from serve.config.environment import env_file
 from serve.config.machine import detect
 from serve.config.paths import ROOT
+from serve.config.plan import Plan
 from serve.config.settings import Settings
-from serve.config.vllm_command import Resolved
 from serve.engines.compose import Compose, project_name
 from serve.engines.runtime import Started, VllmRuntime
 from serve.engines.tracks import (
@@ -30,11 +30,11 @@ from serve.engines.tracks import (
     Track,
     compose_env,
     container_command,
-    container_threads_bind,
-    resolve_for_container,
+    container_env,
+    plan_for_container,
 )
 from serve.install import system
-from serve.processes import process
+from serve.processes import process, run_record
 from serve.processes.health import is_healthy, wait_for_kv_line, wait_healthy
 from serve.processes.local_server import LOG_DIR, ensure_port_free
 from ui.progress import StepFailed, console, run_logged
@@ -51,8 +51,7 @@ __all__ = [
     "Track",
     "compose_env",
     "container_command",
-    "container_threads_bind",
-    "resolve_for_container",
+    "plan_for_container",
 ]  # the tracks' names stay importable from here
 
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -168,7 +167,7 @@ class DockerRuntime(VllmRuntime):
             )
         return result.stdout.strip()
 
-    def _env(self, resolved: Resolved | None) -> dict[str, str]:
+    def _env(self, resolved: Plan | None) -> dict[str, str]:
         resolved = resolved or self.resolve()
         return {**os.environ, **compose_env(self.settings, resolved, self.track)}
 
@@ -220,14 +219,14 @@ class DockerRuntime(VllmRuntime):
     def check(self) -> None:
         ensure_port_free(self.settings.host, self.port, self.track.port_setting)
 
-    def resolve(self) -> Resolved:
-        return resolve_for_container(self.settings, detect(), self.track)
+    def resolve(self) -> Plan:
+        return plan_for_container(self.settings, detect(), self.track)
 
-    def start(self, resolved: Resolved | None = None) -> Started:
+    def start(self, plan: Plan | None = None) -> Started:
         """Build or pull, `compose up -d`, then wait for /health; on failure the service is taken down."""
         self.check()
-        resolved = resolved or self.resolve()
-        env = self._env(resolved)
+        plan = plan or self.resolve()
+        env = self._env(plan)
         service = self.track.service
         logged_before = self.compose_log.stat().st_size if self.compose_log.exists() else 0
         try:
@@ -275,7 +274,12 @@ class DockerRuntime(VllmRuntime):
             raise
         finally:
             process.stop_group(follower)
-        return Started(self.running_pid() or 0, waited, resolved)
+        self.engine_version = f"image {self.image()}"
+        argv = container_command(self.settings, plan, self.track)
+        inside = container_env(self.settings, plan, self.track)  # what vLLM runs with in the container
+        return Started.recorded(
+            self.record(self.running_pid() or 0, plan, argv, inside, self.settings.model_name), waited
+        )
 
     def unreachable_image_way_out(self, log_offset: int) -> str | None:
         """After a failed build or pull: when the engine does not hold the image and compose's output since
@@ -322,6 +326,7 @@ class DockerRuntime(VllmRuntime):
         run_logged(
             f"Removing the {self.track.service} container ({what})", remove, self.compose_log, env=self._env(None)
         )
+        run_record.remove(self.port)  # what it ran with runs no more
         if not process.wait_port_free(self.settings.host, self.port):
             raise StepFailed(f"{what} finished, but port {self.port} is still in use by another process")
         if not quiet:

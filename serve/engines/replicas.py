@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 from serve.config.machine import Machine, detect, usable_cpus
+from serve.config.plan import RuntimeLimits, cpu_list, native_limits
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
-from serve.config.vllm_command import AUTO_KV_MEMORY_SHARE, Resolved
-from serve.processes.local_server import RUN_DIR
+from serve.processes import run_record
 from ui.values import SettingsError
 
-PREFIX_CACHING_FLAG = "--enable-prefix-caching"
+REPLICA_LABEL = "vLLM replica"  # "vLLM replica 1/2": how users, the recap and the records name one
 
 
 def replica_ports(settings: Settings) -> list[int]:
@@ -36,23 +35,9 @@ def metrics_port(settings: Settings) -> int:
     return settings.port + settings.replicas + 1
 
 
-def cpu_list(cpus: tuple[int, ...]) -> str:
-    """(0, 1, 2, 5) -> '0-2,5': the form VLLM_CPU_OMP_THREADS_BIND takes."""
-    parts: list[str] = []
-    start = previous = cpus[0]
-    for cpu in (*cpus[1:], None):
-        if cpu is not None and cpu == previous + 1:
-            previous = cpu
-            continue
-        parts.append(str(start) if start == previous else f"{start}-{previous}")
-        if cpu is not None:
-            start = previous = cpu
-    return ",".join(parts)
-
-
 @dataclass(frozen=True, slots=True)
 class Share:
-    """Replica `index` of `count`: the CPUs it binds to; memory is 1/count of the machine's."""
+    """Replica `index` of `count`: the CPUs it binds to; memory is 1/count of what the auto budget may take."""
 
     index: int  # 1..count
     count: int
@@ -62,30 +47,16 @@ class Share:
     def bind(self) -> str:
         return cpu_list(self.cpus)
 
-    def machine(self, whole: Machine) -> Machine:
-        """The machine as this replica sees it: its cores, its part of the memory available."""
+    def limits(self, whole: Machine) -> RuntimeLimits:
+        """What this replica may use, for the one resolver: its CPUs (bound unless VLLM_CPU_OMP_THREADS_BIND is set),
+        its part of the memory a native engine's auto budget may take."""
+        native = native_limits(whole)
         return dataclasses.replace(
-            whole,
-            usable_cores=len(self.cpus),
-            physical_cores=len(self.cpus),
-            memory_available_bytes=whole.memory_available_bytes // self.count,
-        )
-
-    def memory_cap_bytes(self, whole: Machine) -> int:
-        return int(whole.memory_available_bytes * AUTO_KV_MEMORY_SHARE) // self.count
-
-    def apply(self, settings: Settings, resolved: Resolved) -> Resolved:
-        """Bind to this share's CPUs, one OpenMP thread each, unless VLLM_CPU_OMP_THREADS_BIND is set."""
-        if settings.omp_threads_bind != "auto":
-            return resolved
-        return dataclasses.replace(
-            resolved,
-            omp_threads_bind=self.bind,
-            omp_threads=len(self.cpus),
-            omp_threads_bind_reason=f"replica {self.index} of {self.count}: its own CPUs",
-            omp_threads_reason=f"replica {self.index} of {self.count}: one per CPU it binds",
-            multiprocessing=True,  # vLLM binds a worker process only: the uni executor would spread over every CPU
-            multiprocessing_reason=f"replica {self.index} of {self.count}: a worker process, for vLLM's binding",
+            native,
+            cores=len(self.cpus),
+            cpus=self.cpus,
+            memory_bytes=(native.memory_bytes or 0) // self.count,
+            where=f"replica {self.index} of {self.count}",
         )
 
 
@@ -122,26 +93,12 @@ def check_memory(settings: Settings, needed_bytes_each: int, whole: Machine | No
     )
 
 
-def record_path(settings: Settings) -> Path:
-    return RUN_DIR / f"replicas-{settings.port}"
-
-
-def record(settings: Settings) -> None:
-    """Remember how many replicas `up` started behind VLLM_PORT, so that `down` stops them all whatever
-    REPLICAS says then."""
-    if settings.replicas > 1:
-        record_path(settings).parent.mkdir(parents=True, exist_ok=True)
-        record_path(settings).write_text(f"{settings.replicas}\n")
-
-
 def as_started(settings: Settings) -> Settings:
-    """The settings with REPLICAS as the last `up` on VLLM_PORT started them (for `down`)."""
-    try:
-        count = int(record_path(settings).read_text())
-    except (OSError, ValueError):
-        return settings
-    return dataclasses.replace(settings, replicas=max(count, settings.replicas))
-
-
-def forget(settings: Settings) -> None:
-    record_path(settings).unlink(missing_ok=True)
+    """The settings with REPLICAS as the last `up` on VLLM_PORT started them, for `down`: the router's record lists
+    its replicas, and replicas recorded on VLLM_PORT+1, +2 ... count too (an `up` that failed before the router)."""
+    router = run_record.read_quietly(settings.port)
+    listed = len(router.replica_ports) if router is not None and router.runtime == "router" else 0
+    found = 0
+    while (replica := run_record.read_quietly(settings.port + found + 1)) and replica.label.startswith(REPLICA_LABEL):
+        found += 1
+    return dataclasses.replace(settings, replicas=max(listed, found, settings.replicas))

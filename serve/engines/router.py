@@ -17,16 +17,19 @@ part of an answer: only it can decide to ask again).
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from serve.config.plan import Plan
 from serve.config.settings import Settings
-from serve.config.vllm_command import Resolved
 from serve.engines.runtime import Started
 from serve.install import system
-from serve.install.router_venv import VENV, install
+from serve.install.router_venv import ROUTER_VERSION, VENV, install
+from serve.processes import run_record
 from serve.processes.local_server import LocalRuntime, LocalServer
+from serve.processes.run_record import RunRecord
 
 LAUNCHER_MODULE = "vllm_router.launch_router"  # what the `vllm-router` script runs; a module does not pin
 # the venv's path in a shebang, so the venv keeps working where .kit is reached through another path
@@ -129,12 +132,28 @@ class RouterRuntime(LocalRuntime):
         ]
         return argv, {**os.environ}
 
-    def start(self, resolved: Resolved | None = None) -> Started:  # no `auto` plan of its own
+    def start(self, plan: Plan | None = None) -> Started:  # no `auto` plan of its own
         self.server.ensure_port_free()
         install()
         argv, env = self.command()
         pid, waited = self.server.launch(argv, env, START_TIMEOUT_S, patience="it starts in seconds")
-        return Started(pid, waited, None)
+        record = RunRecord(
+            engine=self.engine,
+            runtime=self.name,
+            label=self.label,
+            port=self.port,
+            base_url=self.base_url,
+            served_model=self.served_model,
+            engine_version=f"vllm-router {ROUTER_VERSION}",
+            **run_record.stamp(pid),
+            argv=tuple(argv),
+            env=env,
+            max_model_len=self.settings.max_model_len,
+            log_path=str(self.log_path),
+            replica_ports=tuple(urlsplit(url).port or 0 for url in self.replica_urls),
+            notes={"policy": self.settings.router_policy, "metrics_url": self.metrics_url},
+        )
+        return Started.recorded(record, waited)
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         return [

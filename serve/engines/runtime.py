@@ -13,19 +13,38 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from serve.config import preflight
 from serve.config.model import quantization_for, served_model_facts
+from serve.config.plan import Plan
 from serve.config.settings import Settings
 from serve.config.sizing import ModelFacts
-from serve.config.vllm_command import Resolved
 from serve.install import system
+from serve.processes import run_record
 from serve.processes.health import kv_cache_report
+from serve.processes.run_record import RunRecord, Weights
 from ui.progress import console
 
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    pid: int
+    """An engine `start` brought up: what `up` records of it (serve/processes/run_record.py) and how long it took."""
+
+    record: RunRecord
     seconds_to_healthy: float
-    resolved: Resolved | None  # the `auto` settings as vLLM got them; None for an engine without any
+
+    @property
+    def pid(self) -> int:
+        return self.record.pid
+
+    @property
+    def plan(self) -> Plan | None:
+        """The `auto` settings as vLLM got them; None for an engine without any."""
+        return self.record.plan
+
+    @classmethod
+    def recorded(cls, record: RunRecord, seconds_to_healthy: float) -> Started:
+        """An engine that answers now, its record written (.kit/run/<port>.json): whoever started it (`up`, the tour,
+        a benchmark), what runs there is on record for every reader; its runtime's stop removes it."""
+        run_record.write(record)
+        return cls(record, seconds_to_healthy)
 
 
 class Runtime(Protocol):
@@ -60,7 +79,7 @@ class Runtime(Protocol):
         """What `python -m serve install` readies ahead of the first start: venv, model. Nothing for an image."""
         ...
 
-    def preflight(self) -> Resolved | None:
+    def preflight(self) -> Plan | None:
         """Refuse (SettingsError) a configuration it could not start with; the plan `start` then takes."""
         ...
 
@@ -68,8 +87,9 @@ class Runtime(Protocol):
 
     def healthy(self) -> bool: ...
 
-    def start(self, resolved: Resolved | None = None) -> Started:
-        """Start and wait until it answers; on failure it is stopped and its log shown (StepFailed)."""
+    def start(self, plan: Plan | None = None) -> Started:
+        """Start and wait until it answers, with what `up` records of it; on failure it is stopped and its log
+        shown (StepFailed)."""
         ...
 
     def stop(self, quiet: bool = False) -> bool:
@@ -90,21 +110,25 @@ class VllmRuntime:
     name: str
     picked_because = ""
     log_path: Path
+    port: int
+    engine_version = "vLLM"  # the vLLM it runs, as a report names it: set by `start` once it knows
 
     if TYPE_CHECKING:  # read-only here: the native runtime is given its settings, Docker's caps CPU_LIMIT in them
 
         @property
         def settings(self) -> Settings: ...
 
+        base_url: str
+
     @property
     def served_model(self) -> str:
         return self.settings.model_name
 
-    def resolve(self) -> Resolved:
+    def resolve(self) -> Plan:
         """Every `auto` setting as this runtime will start with it."""
         raise NotImplementedError
 
-    def preflight(self) -> Resolved:
+    def preflight(self) -> Plan:
         resolved = self.resolve()
         verdict = preflight.run(self.settings, resolved, self.name)  # refuses (exit 2) what vLLM could not start with
         for line in verdict.lines():
@@ -115,16 +139,44 @@ class VllmRuntime:
         """Rows about where it runs (a container's caps); none for a local process."""
         return []
 
+    def weights(self, plan: Plan, model: str) -> Weights:
+        """The weights it serves as `plan` runs them (`model`: what vLLM is given as --model)."""
+        facts = served_model_facts(self.settings, self.name)
+        if plan.dtype == "auto":  # the GPU track: the checkpoint's own dtype, known to vLLM only
+            return Weights("auto (the checkpoint's dtype)", None, model)
+        if facts is None:  # a Docker track loading MODEL_NAME from the hub
+            return Weights(plan.dtype, None, model)
+        kind = f"int8 W8A8 + {plan.dtype}" if facts.num_int8_params else plan.dtype
+        return Weights(kind, facts.weight_bytes(plan.dtype), model)
+
+    def record(self, pid: int, plan: Plan, argv: list[str], env: dict[str, str], model: str) -> RunRecord:
+        """What `up` records of a vLLM this runtime started (`env`: the environment vLLM itself runs with)."""
+        return RunRecord(
+            engine=self.engine,
+            runtime=self.name,
+            label=self.label,
+            port=self.port,
+            base_url=self.base_url,
+            served_model=self.served_model,
+            engine_version=self.engine_version,
+            **run_record.stamp(pid),
+            argv=tuple(argv),
+            env=env,
+            max_model_len=self.settings.max_model_len,
+            weights=self.weights(plan, model),
+            model_facts=served_model_facts(self.settings, self.name),
+            plan=plan,
+            log_path=str(self.log_path),
+        )
+
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         rows = self.where_rows()
-        resolved = started.resolved if started is not None else None
-        if resolved is not None:
-            rows += resolved_rows(resolved)
+        plan = started.plan if started is not None else None
+        if plan is not None:
+            rows += resolved_rows(plan)
             facts = served_model_facts(self.settings, self.name)
-            if facts is not None and resolved.dtype != "auto":  # the GPU track's auto: the checkpoint's own
-                rows.append(
-                    ("weights", weights_row(facts, resolved.dtype, quantization_for(self.settings, self.name)[1]))
-                )
+            if facts is not None and plan.dtype != "auto":  # the GPU track's auto: the checkpoint's own
+                rows.append(("weights", weights_row(facts, plan.dtype, quantization_for(self.settings, self.name)[1])))
         report = kv_cache_report(self.log_path.read_text(errors="replace")) if self.log_path.exists() else None
         if report is not None:
             rows.append(
@@ -149,7 +201,7 @@ def weights_row(facts: ModelFacts, dtype: str, why: str) -> str:
     return f"{dtype}: {facts.num_params / 1e6:.0f}M parameters, {size} ({why})"
 
 
-def resolved_rows(resolved: Resolved) -> list[tuple[str, str]]:
+def resolved_rows(resolved: Plan) -> list[tuple[str, str]]:
     """The `auto` settings as vLLM got them, each with its reason."""
     rows = [("dtype", f"{resolved.dtype} ({resolved.dtype_reason})")]
     threads = f"{resolved.omp_threads} ({resolved.omp_threads_reason})"
@@ -181,7 +233,7 @@ class DecodeStep:
     weight_bytes: int
     max_sequences: int
     facts: dict[str, Any]
-    plan: Resolved | None = None  # the `auto` plan its runtime's start() takes (vLLM); None for an engine without one
+    plan: Plan | None = None  # the `auto` plan its runtime's start() takes (vLLM); None for an engine without one
 
 
 Job = Literal["runtimes", "installs", "stops"]
@@ -192,7 +244,8 @@ class Engine:
     """One engine ENGINES may name, declared once beside its runtimes (serve/engines/runtimes.py collects them):
     where clients reach it, what it serves, how it is configured, the runtimes `up`, `install` and `down` drive, and
     what a decode step of it reads. The labs and the benchmarks read it too. A new engine is its module declaring one
-    of these (with its installer in serve/install/ if it needs one), its line in ENGINES (serve/engines/runtimes.py),
+    of these (its runtime's `start` returning `Started.recorded` with what it started: status and the labs read that
+    record), with its installer in serve/install/ if it needs one, its line in ENGINES (serve/engines/runtimes.py),
     its port setting (`serves=` its name, serve/config/settings.py, and that setting's line in .env.example) and its
     tests."""
 

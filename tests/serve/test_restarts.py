@@ -19,11 +19,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serve.config.vllm_command import API_SERVER_MODULE
+from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR
 from serve.processes.supervisor import Record, next_step, root_cause
-from tests.conftest import ROOT, bring_up, free_port, kit_env, run_bounded, run_script
+from tests.conftest import MODEL, ROOT, bring_up, free_port, kit_env, run_bounded, run_script
 from tests.support.waiting import wait_until
 
 
@@ -151,6 +151,8 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
         restarted = status(env)
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
         assert "restarted 1 time(s)" in restarted.stdout and f"pid {api_server} killed by SIGKILL" in restarted.stdout
+        (row,) = [line for line in restarted.stdout.splitlines() if line.startswith("vLLM ") and MODEL in line]
+        assert row.endswith("ago, killed by SIGKILL"), restarted.stdout  # its line's LAST CRASH
 
         second = Record.load(record_path).server_pid
         seen += [pid for pid in process.group_members(group) if pid != group]
@@ -163,8 +165,10 @@ def test_a_killed_api_server_leaves_no_engine_is_restarted_and_a_crash_loop_stop
             crashed = status(env)
         assert crashed.returncode == 3, crashed.stdout + crashed.stderr
         lines = crashed.stdout.splitlines()
-        assert lines[0].startswith("vLLM crashed: last crash") and "exited with code" in lines[0], crashed.stdout
-        assert "gave up: 1 restart(s) in a row never reached /health (RESTART_ATTEMPTS=1)" in lines[0], crashed.stdout
+        assert lines[0] == "Nothing runs of ENGINES=vllm.", crashed.stdout
+        crash = next((line for line in lines if line.startswith("vLLM crashed: last crash")), "")
+        assert "exited with code" in crash, crashed.stdout
+        assert "gave up: 1 restart(s) in a row never reached /health (RESTART_ATTEMPTS=1)" in crash, crashed.stdout
         assert "Address already in use" in crashed.stdout, crashed.stdout  # the log's root cause
     finally:
         down = run_script("down.sh", env, timeout_s=120)

@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from serve.config.machine import detect
 from serve.config.model import bundled_model_facts
+from serve.config.plan import resolve
 from serve.config.settings import Settings
 from serve.config.sizing import GiB, kv_pool
-from serve.config.vllm_command import resolve
 from serve.processes.local_server import LOG_DIR
 from tests.conftest import MODEL, ROOT, Server, run_script
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from client.metrics import parse
 from labs.doctor.diagnosis import Limits, diagnose
+from serve.processes.metrics import parse
 
 LIMITS = Limits(max_num_seqs=16, max_model_len=1024, kv_cache_space_gib=1)
 

@@ -8,10 +8,10 @@ from itertools import pairwise
 
 import pytest
 
-from client.metrics import MetricsSnapshot
 from client.stream import RequestRecord
 from labs.loadtest.aggregate import DEFINITIONS, Peaks, Summary, e2e_ms, queue_ms, summarize, ttft_ms
 from labs.loadtest.workload import LengthBand, WorkloadSpec, parse_lengths, plan
+from serve.processes.metrics import MetricsSnapshot
 
 
 def record(

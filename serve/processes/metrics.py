@@ -1,6 +1,8 @@
 """Reading an engine's Prometheus `/metrics`: one snapshot type for vLLM V0 and V1 names.
 
-The one implementation shared by the doctor, the sizing lab and the load tester. Parsing is prometheus_client's.
+The one implementation shared by `python -m serve status`, the doctor, the sizing lab and the load tester. It sits
+on serve's floor, beside health.py (the other reading of what an engine says about itself), so that `status` may read
+it: serve imports nothing of client/ or labs/. Parsing is prometheus_client's.
 """
 
 from __future__ import annotations
