@@ -60,12 +60,14 @@ BUILTIN_ARMS = {
         "vllm",
         (
             ("DTYPE", "float32"),
+            ("QUANTIZATION", "none"),
+            ("VLLM_ENABLE_V1_MULTIPROCESSING", "true"),
             ("VLLM_CPU_OMP_THREADS_BIND", "auto"),
             ("OMP_THREADS", "auto"),
             ("BLOCK_SIZE", str(V1_CPU_BLOCK_SIZE)),
         ),
-        "vLLM out of the box: float32, its own thread binding (one core computes, one reserved), "
-        f"{V1_CPU_BLOCK_SIZE}-token blocks",
+        "vLLM out of the box: float32 weights, its worker process, its own thread binding (one core computes, one "
+        f"reserved), {V1_CPU_BLOCK_SIZE}-token blocks",
     ),
     "float": Arm("float", "vllm", (("QUANTIZATION", "none"),), "the kit's defaults with the float weights"),
     "int8": Arm(

@@ -21,15 +21,30 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from serve.config.machine import detect
+import psutil
+
+from serve.config.machine import detect, isa_label
 
 SCHEMA_VERSION = 1  # raise it when a field changes meaning or goes away; `load` refuses other versions
 ENVELOPE_KEY = "envelope"
 DISTRIBUTION = "vllm-lab-kit"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 CPUINFO = Path("/proc/cpuinfo")
+GIB = 2**30
 # The instruction sets that decide which kernels vLLM's CPU backend and llama.cpp can use (x86, then arm64)
-ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "asimd", "sve", "bf16")
+ISA_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+    "bf16",
+)
 
 
 class ResultsError(ValueError):
@@ -65,15 +80,37 @@ def _cpu_model() -> str:
 
 @dataclass(frozen=True, slots=True)
 class MachineFacts:
-    """The machine the numbers came from, as serve/config/machine.py detects it (cores this process may use)."""
+    """The machine the numbers came from, as serve/config/machine.py detects it (cores this process may use).
+
+    None where it was not recorded: a file transcribed from an earlier run's printed tables (labs/measured/)
+    knows the CPU, its ISA and its cores, not always the memory free or the Python that ran it."""
 
     cpu_model: str
     usable_cores: int
     physical_cores: int | None
-    memory_available_bytes: int
+    memory_available_bytes: int | None
     isa_flags: tuple[str, ...]  # those of ISA_FLAGS the CPU has
-    platform: str
-    python: str
+    platform: str | None
+    python: str | None
+    memory_total_bytes: int | None = None
+
+    @property
+    def isa(self) -> str:
+        """AVX-512 + AMX, AVX-512 (+ BF16), AVX2: what decides the engines' kernels, as the pages name it."""
+        return isa_label(self.isa_flags)
+
+    def describe(self) -> str:
+        """One line a reader can place: CPU, cores, memory, ISA and its flags (what was recorded of them)."""
+        cores = f"{self.usable_cores} usable cores" + (
+            f" ({self.physical_cores} physical)" if self.physical_cores else ""
+        )
+        memory = [
+            f"{amount / GIB:.1f} GiB {what}"
+            for amount, what in ((self.memory_total_bytes, "in all"), (self.memory_available_bytes, "free"))
+            if amount is not None
+        ]
+        flags = " ".join(self.isa_flags) or "no listed SIMD flags"
+        return ", ".join([self.cpu_model, cores, *memory, f"{self.isa} ({flags})"])
 
     @classmethod
     def detect(cls) -> MachineFacts:
@@ -86,6 +123,7 @@ class MachineFacts:
             isa_flags=tuple(flag for flag in ISA_FLAGS if flag in machine.cpu_flags),
             platform=platform.platform(),
             python=platform.python_version(),
+            memory_total_bytes=psutil.virtual_memory().total,
         )
 
 

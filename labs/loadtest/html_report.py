@@ -93,14 +93,7 @@ def _figure(plot: Plot) -> str:
 
 def machine_line(envelope: Envelope) -> str:
     machine = envelope.machine
-    cores = f"{machine.usable_cores} usable cores" + (
-        f" ({machine.physical_cores} physical)" if machine.physical_cores else ""
-    )
-    return html.escape(
-        f"{machine.cpu_model}, {cores}, {machine.memory_available_bytes / 2**30:.1f} GiB free, "
-        f"{' '.join(machine.isa_flags) or 'no listed SIMD flags'} · {machine.platform} · "
-        f"kit {envelope.kit_version}"
-    )
+    return html.escape(f"{machine.describe()} · {machine.platform} · kit {envelope.kit_version}")
 
 
 def html_page(title: str, envelope: Envelope, body: str) -> str:

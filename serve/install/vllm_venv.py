@@ -92,8 +92,7 @@ def install_vllm(torch_index_url: str, alongside: Callable[[], object]) -> None:
         detail=_pip_detail,
     )
     run_logged(
-        f"Installing {REQUIREMENTS[0]} with {installer.name} (≈3.5 GB with torch: transformers, ...; "
-        "a minute or more the first time)",
+        f"Installing {REQUIREMENTS[0]} with {installer.name} (≈3.5 GB with torch: transformers, ...)",
         [*installer.argv, *REQUIREMENTS],
         INSTALL_LOG,
         env=installer.env,

@@ -117,6 +117,8 @@ def test_builtin_arms_are_the_kit_vllm_out_of_the_box_the_weights_llamacpp_and_l
     ]
     defaults = Settings.from_env(dict(BUILTIN_ARMS["vllm-defaults"].overrides))
     assert defaults.dtype == "float32" and defaults.omp_threads_bind == "auto" and defaults.block_size == 128
+    # what vLLM does with no flags: the float weights and its worker process, whatever `auto` picks on this CPU
+    assert defaults.quantization == "none" and defaults.v1_multiprocessing is True
     for name, weights in (("float", "none"), ("int8", "int8"), ("float-2threads", "none"), ("int8-2threads", "int8")):
         arm = BUILTIN_ARMS[name]
         assert Settings.from_env(dict(arm.overrides)).quantization == weights

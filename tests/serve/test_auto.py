@@ -54,7 +54,7 @@ def test_the_batch_grows_with_the_cores_and_the_kv_budget_with_the_batch(cores: 
 
 
 def test_many_cores_stop_at_vllms_own_default() -> None:
-    assert resolve(settings(), machine(64, free_gib=64), SMOL).max_num_seqs_reason.endswith("capped at vLLM's 256")
+    assert resolve(settings(), machine(64, free_gib=64), SMOL).max_num_seqs_reason.endswith("capped at 256")
 
 
 def test_a_longer_context_gets_a_bigger_kv_budget_not_a_smaller_batch() -> None:

@@ -413,8 +413,13 @@ def test_scale_page_runs_its_render_commands_and_checks_the_cluster_ones_on_pape
             if command.startswith(".venv/bin/python -m serve.kube"):
                 result = run_doc(here(command), kit_env(), timeout_s=120)
                 assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
-                missing = shows(result.stdout.replace(f"{tmp_path}/", ""), examples.get(command, []))
+                output = result.stdout.replace(f"{tmp_path}/", "")
+                missing = shows(output, examples.get(command, []))
                 assert not missing, f"{command} no longer prints {missing}"
+                if command in examples:  # what the page shows of a command's output, it shows whole
+                    wrote = [line for line in output.splitlines() if line.startswith("wrote")]
+                    hidden = shows("\n".join(examples[command]), wrote)
+                    assert not hidden, f"the page hides files {command} writes: {hidden}"
             else:
                 assert cluster, f"{command!r} is neither run by this test nor in a block marked as on a cluster"
                 assert command.split()[0] in ("helm", "kubectl", "docker", "curl"), command

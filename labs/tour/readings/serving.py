@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labs.tour.plan import QUANTIZATION_PAGE
+from labs.tour.plan import quantization_measured
 from labs.tour.readings.shapes import Reading, Table, number, ratio, times
 
 SATURATED = 0.8  # throughput grew by less than this share of the offered load's growth: the engine saturated
@@ -142,7 +142,7 @@ def read_quantization(data: dict[str, Any], isa_flags: Sequence[str] = ()) -> Re
         f"TTFT p50 ms, {users_text(high)}",
     )
     table = Table((*headers, "perplexity", "vs float", "greedy identical"), rows, f"output lengths {data['lengths']}")
-    page = QUANTIZATION_PAGE["avx512f" if "avx512f" in isa_flags else "avx2"]
+    page = quantization_measured("avx512f" if "avx512f" in isa_flags else "avx2")
     headline = f"int8 {times(speed[low])} / {times(speed[high])} float tok/s, {perplexity:+.2f}% perplexity"
     return Reading(headline, sentences, [table], page)
 

@@ -136,7 +136,7 @@ def test_every_section_renders_with_its_plot_in_a_real_browser(tmp_path: Path, t
         assert len(shown["images"]) == 1 and all(image["complete"] and image["width"] > 0 for image in shown["images"])
 
 
-RECORDED_QUICK_TOUR = ROOT / "tests" / "data" / "tour" / "quick-tour.json"  # a real --quick tour, this kit's 2 cores
+RECORDED_QUICK_TOUR = ROOT / "labs" / "measured" / "tour-quick-avx512-2026-12-03.json"  # a real --quick tour, 2 cores
 
 
 def test_a_real_quick_tour_is_drawn_again_every_section_reading_its_own_numbers(tmp_path: Path) -> None:
