@@ -123,6 +123,9 @@ def _consume(line: str, record: RequestRecord) -> bool:
     if data == "[DONE]":
         return True
     event = json.loads(data)
+    if event.get("error"):  # a server's error after the 200 was sent (vLLM: its engine died mid-answer)
+        error = event["error"]
+        record.error = f"error event: {error.get('message', error) if isinstance(error, dict) else error}"[:500]
     if event.get("usage"):
         record.prompt_tokens = event["usage"].get("prompt_tokens")
         record.output_tokens = event["usage"].get("completion_tokens")

@@ -9,9 +9,10 @@ ROUTER_POLICY. The engines stay on loopback-or-VLLM_HOST ports VLLM_PORT+1..+N (
 Prometheus endpoint (it always opens one) on VLLM_PORT+N+1, on VLLM_HOST too.
 
 Failover, as configured here: a replica whose /health fails HEALTH_FAILURE_THRESHOLD checks in a row, one
-every HEALTH_CHECK_INTERVAL_S, is taken out of the rotation; a request whose connection to a replica fails is
-retried on another (the router's retries); a stream already cut mid-answer is not replayed (the client has
-part of an answer: only it can decide to ask again).
+every HEALTH_CHECK_INTERVAL_S, is taken out of the rotation; before that, a request whose connection to it is
+refused is retried, and after CIRCUIT_FAILURES such failures in a row its circuit opens, so that the retry goes
+to another replica whatever the policy prefers; a stream already cut mid-answer is not replayed (the client has
+part of an answer: only it can decide to ask again). labs/replicas.md says why and what it costs.
 """
 
 from __future__ import annotations
@@ -45,10 +46,41 @@ HEALTH_SUCCESS_THRESHOLD = 1  # a restarted replica rejoins at its first healthy
 # gone); the timeout is for a live one that is slow to answer (2 cores, the other replica compiling after a
 # restart): its default, 5 s, where 2 s once took both replicas out of the rotation under a soak's load.
 HEALTH_CHECK_TIMEOUT_S = 5
-# The router's circuit breaker opens on a replica after 10 failed requests (its default) and then sends it none
-# for this long, healthy or not; its default (60 s) kept a replica the supervisor had already restarted out of
-# the rotation for most of a minute. The health checks above are the failover; the breaker sheds a burst.
+# Between a replica's death and its second failed check, the router still picks it. A request whose connection
+# it refuses gets a 500 from the router's client, which the router retries: up to RETRY_ATTEMPTS attempts in all,
+# 50 ms apart and growing 1.5x (~0.4 s over five; its defaults, said here so that the page and the test rely on
+# them). Each retry asks the policy again, among the replicas whose circuit is closed. cache_aware sends a prompt
+# back to the replica that holds its prefix, and consistent_hash a session to its replica: every retry would
+# go to the dead replica until its circuit opens, after CIRCUIT_FAILURES failed requests in a row. The router's
+# default, 10, outlasts the five attempts, so a request with a prefix there failed (18 of 20 succeeded right
+# after a kill). At 2, the third attempt goes to a live replica: a dead replica costs no new request, under
+# every policy. A live replica rarely fails a request with a 5xx, and one such failure never opens it.
+RETRY_ATTEMPTS = 5
+RETRY_INITIAL_BACKOFF_MS = 50
+CIRCUIT_FAILURES = 2
+# An open circuit sends its replica no request for this long, healthy or not; the router's default (60 s) kept
+# a replica the supervisor had already restarted out of the rotation for most of a minute.
 CIRCUIT_OPEN_S = 10
+
+# The failover settings above, as vllm-router's flags: here and in the Kubernetes manifests (serve/kube).
+FAILOVER_ARGS = (
+    "--health-check-interval-secs",
+    str(HEALTH_CHECK_INTERVAL_S),
+    "--health-failure-threshold",
+    str(HEALTH_FAILURE_THRESHOLD),
+    "--health-success-threshold",
+    str(HEALTH_SUCCESS_THRESHOLD),
+    "--health-check-timeout-secs",
+    str(HEALTH_CHECK_TIMEOUT_S),
+    "--retry-max-retries",
+    str(RETRY_ATTEMPTS),
+    "--retry-initial-backoff-ms",
+    str(RETRY_INITIAL_BACKOFF_MS),
+    "--cb-failure-threshold",
+    str(CIRCUIT_FAILURES),
+    "--cb-timeout-duration-secs",
+    str(CIRCUIT_OPEN_S),
+)
 
 
 def worker_gauges(metrics_url: str, worker_url: str) -> dict[str, float]:
@@ -117,16 +149,7 @@ class RouterRuntime(LocalRuntime):
             self.settings.host,
             "--prometheus-port",
             str(self.metrics_port),
-            "--health-check-interval-secs",
-            str(HEALTH_CHECK_INTERVAL_S),
-            "--health-failure-threshold",
-            str(HEALTH_FAILURE_THRESHOLD),
-            "--health-success-threshold",
-            str(HEALTH_SUCCESS_THRESHOLD),
-            "--health-check-timeout-secs",
-            str(HEALTH_CHECK_TIMEOUT_S),
-            "--cb-timeout-duration-secs",
-            str(CIRCUIT_OPEN_S),
+            *FAILOVER_ARGS,
             "--worker-startup-check-interval",
             "1",
         ]

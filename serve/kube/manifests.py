@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from serve.config.settings import Settings
+from serve.engines.router import FAILOVER_ARGS
 from serve.engines.tracks import CONTAINER_PORT, GPU
 from serve.kube.spec import (
     APP,
@@ -147,6 +148,7 @@ def router_args(settings: Settings) -> list[str]:
         str(CONTAINER_PORT),
         "--worker-startup-timeout-secs",
         str(settings.start_timeout_s),
+        *FAILOVER_ARGS,  # as REPLICAS runs it here: a dead pod costs no new request (labs/replicas.md)
         "--prometheus-host",
         "0.0.0.0",
         "--prometheus-port",

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from serve.config.settings import Settings
+from serve.engines.router import HEALTH_CHECK_INTERVAL_S, HEALTH_FAILURE_THRESHOLD
 from serve.engines.tracks import CONTAINER_PORT, GPU
 from serve.kube.spec import (
     API_KEY_SECRET,
@@ -112,6 +113,13 @@ def values(settings: Settings, spec: EngineSpec, prometheus_url: str) -> dict:
             "failureThreshold": startup_failures,
             "httpGet": probe,
         },
+        # the chart's router finds the engine pods through Kubernetes and routes only to ready ones: the
+        # readiness probe is its health check, as often and as quick to give up as vllm-router's is here
+        "readinessProbe": {
+            "periodSeconds": HEALTH_CHECK_INTERVAL_S,
+            "failureThreshold": HEALTH_FAILURE_THRESHOLD,
+            "httpGet": probe,
+        },
         "modelSpec": [model_spec(settings, spec, prometheus_url)],
     }
     if spec.track is not GPU:
@@ -139,5 +147,10 @@ def write(settings: Settings, spec: EngineSpec, path: Path, prometheus_url: str)
         f"# vllm-stack chart values from the kit's settings (python -m serve.kube); see labs/scale.md.\n"
         f"# routingLogic {logic}: {why}.\n"
         f"# dtype {spec.resolved.dtype}: {spec.resolved.dtype_reason}.\n"
+        f"# failover: an engine pod leaves the rotation after {HEALTH_FAILURE_THRESHOLD} failed readiness probes, "
+        f"{HEALTH_CHECK_INTERVAL_S} s apart; the chart's router retries a\n"
+        f"# failed request on another pod only where its release has the option (--max-instance-failover-reroute-"
+        f"attempts,\n# later --enable-retries --max-retries): add it to routerSpec.extraArgs for the router tag you "
+        f"run. The plain manifests' vllm-router has\n# the kit's retries and circuit breaker (labs/replicas.md).\n"
     )
     return write_yaml(path, [values(settings, spec, prometheus_url)], header)

@@ -153,7 +153,9 @@ def test_up_status_and_down_drive_it_through_engines() -> None:
         status = subprocess.run(
             [sys.executable, "-m", "serve", "status"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
         )
-        (line,) = [line for line in status.stdout.splitlines() if line.startswith("llama-server ")]
+        (line,) = [  # other engines of this checkout (the suite's shared ones) have rows of their own
+            line for line in status.stdout.splitlines() if line.startswith("llama-server ") and f" {port} " in line
+        ]
         assert status.returncode == 0 and f"{LLAMACPP_MODEL}   Q4_1 GGUF" in line and f" {port} " in line, status.stdout
         assert httpx.get(f"http://127.0.0.1:{port}/props", timeout=10).json()["total_slots"] == 2
     finally:

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from labs.doctor import replicas as doctor_replicas
 from serve.config.machine import Machine
-from serve.config.settings import Settings
+from serve.config.settings import ROUTER_POLICIES, Settings
 from serve.config.sizing import GiB
 from serve.engines import replicas, runtimes
 from serve.engines.native import NativeRuntime
@@ -367,3 +367,44 @@ def test_failover_a_killed_replica_costs_only_its_streams_in_flight_and_rejoins_
         60,
         "the restarted replica to get requests again",
     )
+
+
+def complete(url: str, prompt: str, session: str) -> httpx.Response:
+    """One short non-streamed /v1/completions request, its session named for consistent_hash."""
+    return httpx.post(
+        f"{url}/v1/completions",
+        timeout=120,
+        headers={**HEADERS, "X-Session-ID": session},
+        json={"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0},
+    )
+
+
+@pytest.mark.server
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ROUTER_POLICIES)
+def test_a_killed_replica_costs_no_new_request_under_every_policy(cluster: Cluster, policy: str) -> None:
+    """SIGKILL one replica's API server, then at once 20 requests, one after another: every one is answered. The
+    same 20 went to both replicas before the kill, so the policy (a prefix's replica, a session's) sends some of them
+    to the dead one; the router's retries and its circuit breaker (serve/engines/router.py) send those elsewhere."""
+    cluster.use_policy(policy)
+    victim = cluster.engines[ROUTER_POLICIES.index(policy) % 2]  # in turn: each was back in the rotation first
+    prompts = [
+        (f"Request {n}: name a {('colour', 'fruit', 'city', 'tree')[n % 4]}.", f"session-{n}") for n in range(20)
+    ]
+    where = [served_by(cluster, partial(complete, cluster.router_url, *prompt)) for prompt in prompts]
+    victim_index = cluster.engines.index(victim)
+    assert victim_index in where, where  # the policy does send these prompts to the victim
+    record = victim.server.record()
+    assert record is not None and record.server_pid is not None
+    os.kill(record.server_pid, signal.SIGKILL)
+    answers = [complete(cluster.router_url, *prompt) for prompt in prompts]
+    failed = [(n, r.status_code, r.text[:200]) for n, r in enumerate(answers) if r.status_code != 200]
+    assert not all_workers_routable(victim.base_url), "the killed replica came back before the last request"
+    print(
+        f"{policy}: {len(answers) - len(failed)}/20 answered right after the kill; {where.count(victim_index)} of "
+        f"them had gone to the killed replica before"
+    )
+    assert failed == [], failed
+    assert all(response.json()["choices"][0]["text"] for response in answers)
+    # the kit's supervisor restarts it and the router takes it back before the next policy's kill
+    wait_until(lambda: router_health(cluster, victim.base_url) == 1, 600, "the killed replica to rejoin the rotation")
