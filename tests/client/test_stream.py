@@ -51,10 +51,10 @@ def test_a_last_line_without_newline_is_still_read() -> None:
 def test_an_error_event_after_the_200_fails_the_request_with_its_message() -> None:
     # vLLM's shape when its engine core dies mid-answer: a 200, some tokens, then an error event and [DONE]
     body = (
-        'data: {"choices":[{"delta":{"content":"Once"}}]}\n\n'
-        'data: {"error":{"object":"error","message":"EngineCore encountered an issue.","code":500}}\n\n'
-        "data: [DONE]\n\n"
-    ).encode()
+        b'data: {"choices":[{"delta":{"content":"Once"}}]}\n\n'
+        b'data: {"error":{"object":"error","message":"EngineCore encountered an issue.","code":500}}\n\n'
+        b"data: [DONE]\n\n"
+    )
     record = read(body, 16)
     assert record.status == 200 and record.text == "Once"
     assert record.error == "error event: EngineCore encountered an issue." and record.outcome == "failed"

@@ -23,7 +23,7 @@ from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR
 from serve.processes.supervisor import Record, next_step, root_cause
-from tests.conftest import MODEL, ROOT, bring_up, free_port, kit_env, run_bounded, run_script
+from tests.conftest import ROOT, bring_up, free_port, kit_env, run_bounded, run_script
 from tests.support.waiting import wait_until
 
 
