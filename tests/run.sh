@@ -5,8 +5,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash tests/system-packages.sh
-bash serve/light-tools.sh test
+# Each phase is timed into $LOGS/phases.tsv; at the end, whatever the outcome, tests/support/run_report.py says where
+# the time went (the phases, the install's slowest steps, the slowest tests) and whether the run kept its budget.
+LOGS=.kit/logs/test-run
+mkdir -p "$LOGS"
+rm -f "$LOGS/phases.tsv" "$LOGS/install.log" "$LOGS/pytest.xml"
+timed() {  # timed NAME COMMAND...: run it, append "NAME<TAB>seconds", keep its exit status
+  local name="$1" start=$SECONDS status=0
+  shift
+  "$@" || status=$?
+  printf '%s\t%s\n' "$name" $((SECONDS - start)) >>"$LOGS/phases.tsv"
+  return $status
+}
+report() {
+  if [ -x .venv/bin/python ]; then
+    .venv/bin/python -m tests.support.run_report "$LOGS/phases.tsv" "$LOGS/install.log" "$LOGS/pytest.xml" >&2 || true
+  fi
+}
+trap report EXIT
+
+timed "Debian packages (tests/system-packages.sh)" bash tests/system-packages.sh
+timed "light tools (.venv)" bash serve/light-tools.sh test
 # lint, formatting, types and import floors first (seconds; [tool.ruff], [tool.mypy] and [tool.importlinter] in
 # pyproject.toml): a finding stops the run before the installs and the tests
 check() {  # check WHAT FIX COMMAND...: one line before, and on failure one that says what failed and what to do
@@ -15,18 +34,28 @@ check() {  # check WHAT FIX COMMAND...: one line before, and on failure one that
   echo "checking $what ..." >&2
   "$@" || { echo "error: $what failed (above): $fix" >&2; exit 1; }
 }
-check "lint (ruff check)" "fix what it names; .venv/bin/ruff check --fix . fixes those marked [*]" .venv/bin/ruff check .
-check "formatting (ruff format --check)" "run .venv/bin/ruff format ." .venv/bin/ruff format --check .
-check "types (mypy: serve, client, labs, benchmarks)" "fix the errors it names" .venv/bin/mypy
-check "import floors (lint-imports: [tool.importlinter])" \
-  "import only from the floors below (README, Where things are); move what both sides need down a floor" \
-  .venv/bin/lint-imports
+checks() {
+  check "lint (ruff check)" "fix what it names; .venv/bin/ruff check --fix . fixes those marked [*]" .venv/bin/ruff check .
+  check "formatting (ruff format --check)" "run .venv/bin/ruff format ." .venv/bin/ruff format --check .
+  check "types (mypy: serve, client, labs, benchmarks)" "fix the errors it names" .venv/bin/mypy
+  check "import floors (lint-imports: [tool.importlinter])" \
+    "import only from the floors below (README, Where things are); move what both sides need down a floor" \
+    .venv/bin/lint-imports
+}
+timed "lint, formatting, types, import floors" checks
 # the native vLLM venv and prepared model, the llama.cpp venv and llama-server's GGUF, all in .kit/ (the llama.cpp
 # wheel, ~6 min, and llama-server, ~11 min, are built portably once and kept in ~/.cache/vllm-lab-kit/ for other
 # clones on this machine); REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that
 # tests/serve/test_replicas.py starts
-REPLICAS=2 ENGINES=vllm,llamacpp,llamaserver .venv/bin/python -m serve install
+install_kit() {
+  REPLICAS=2 ENGINES=vllm,llamacpp,llamaserver .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
+}
+timed "install (python -m serve install: the venvs, the model, the builds)" install_kit
 # the teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest
-.kit/vllm/bin/python -c "import pytest, hypothesis" 2>/dev/null || .kit/vllm/bin/python -m pip install -q "pytest>=8" "hypothesis>=6.100"
-.kit/vllm/bin/python -m pytest tests/labs/engine/needs_torch --confcutdir=tests/labs/engine/needs_torch -q -p no:cacheprovider
-exec .venv/bin/python -m pytest "$@"
+torch_tests() {
+  .kit/vllm/bin/python -c "import pytest, hypothesis" 2>/dev/null \
+    || .kit/vllm/bin/python -m pip install -q "pytest>=8" "hypothesis>=6.100"
+  .kit/vllm/bin/python -m pytest tests/labs/engine/needs_torch --confcutdir=tests/labs/engine/needs_torch -q -p no:cacheprovider
+}
+timed "the teaching engine's torch tests (.kit/vllm)" torch_tests
+timed "pytest" .venv/bin/python -m pytest --junitxml="$LOGS/pytest.xml" "$@"

