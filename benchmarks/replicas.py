@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import httpx
@@ -30,6 +32,8 @@ import psutil
 
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.aggregate import Summary, summarize
+from labs.results import Envelope, MeasuredEngine, command_line, write
+from serve.config.paths import ROOT
 from serve.config.settings import Settings
 from serve.engines import runtimes
 from serve.engines.native import NativeRuntime
@@ -40,6 +44,7 @@ from serve.processes.metrics import MetricsSnapshot, combine, scrape
 from ui.cli import KitArgumentParser, positive_int
 
 T = TypeVar("T")
+DEFAULT_OUT = ROOT / "results" / "replicas"
 OVERHEAD_GOAL_TOK_S_LOSS = 0.05
 OVERHEAD_GOAL_TTFT_MS = 10.0
 USERS = (1, 8)
@@ -155,8 +160,10 @@ def cpu_seconds(pid: int) -> float:
     return times.user + times.system
 
 
-def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int, rounds: int) -> dict[int, Summary]:
-    """Measurements 1 and the first half of 3. Returns the direct runs per user count (for 1 vs 2)."""
+def overhead_and_one_replica(
+    settings: Settings, requests: int, max_tokens: int, rounds: int, found: dict[str, Any]
+) -> dict[int, Summary]:
+    """Measurements 1 and the first half of 3, recorded in `found`. Returns the direct runs per user count."""
     port = process.free_port_run("127.0.0.1", 3)
     one = dataclasses.replace(settings, port=port, replicas=1)
     engine = NativeRuntime(one, port=port + 1)
@@ -174,6 +181,7 @@ def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int,
         )
         router_pid = router.running_pid()
         assert router_pid is not None, "the router is not running"
+        found["router_argv"] = router.command()[0][3:]  # its flags: the failover settings measured with
         for users in USERS:
             runs: dict[str, list[Summary]] = {"direct": [], "router": []}
             router_cpu_s = 0.0
@@ -203,6 +211,19 @@ def overhead_and_one_replica(settings: Settings, requests: int, max_tokens: int,
                 f"{OVERHEAD_GOAL_TTFT_MS:g} ms) | | |"
             )
             direct[users] = middle["direct"]
+            found.setdefault("router_overhead", {})[str(users)] = {
+                "direct_tokens_per_s": middle["direct"].output_tokens_per_s,
+                "router_tokens_per_s": middle["router"].output_tokens_per_s,
+                "lost": loss,
+                "ttft_p50_direct_ms": middle["direct"].ttft_ms.median,
+                "ttft_p50_router_ms": middle["router"].ttft_ms.median,
+                "ttft_p50_added_ms": added_ms,
+                "meets_tok_s_goal": loss <= OVERHEAD_GOAL_TOK_S_LOSS,
+                "meets_ttft_goal": added_ms <= OVERHEAD_GOAL_TTFT_MS,
+                "rounds_tokens_per_s": {path: [r.output_tokens_per_s for r in runs[path]] for path in runs},
+                "rounds_ok": {path: [r.num_ok for r in runs[path]] for path in runs},
+                "router_cpu_ms_per_request": 1000 * router_cpu_s / routed,
+            }
     return direct
 
 
@@ -270,14 +291,31 @@ def main() -> None:
         default=3,
         help="rounds of each side of a comparison, alternating; the median round is reported",
     )
+    parser.add_argument(
+        "--overhead-only", action="store_true", help="measure only the router's overhead (1), not 2 and 3"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"folder for results.json (default: {DEFAULT_OUT})"
+    )
     args = parser.parse_args()
     settings = dataclasses.replace(Settings.load(), runtime="native")
     print(
         f"benchmarks.replicas: {args.requests} requests per run, {args.max_tokens} output tokens each "
         f"(ignore_eos), model {settings.model_name}"
     )
-    direct = overhead_and_one_replica(settings, args.requests, args.max_tokens, args.rounds)
-    two_replicas(settings, args.requests, args.max_tokens, args.rounds, direct)
+    found: dict[str, Any] = {
+        "requests": args.requests,
+        "max_tokens": args.max_tokens,
+        "rounds": args.rounds,
+        "goals": {"tok_s_lost": OVERHEAD_GOAL_TOK_S_LOSS, "ttft_p50_added_ms": OVERHEAD_GOAL_TTFT_MS},
+    }
+    direct = overhead_and_one_replica(settings, args.requests, args.max_tokens, args.rounds, found)
+    if not args.overhead_only:
+        two_replicas(settings, args.requests, args.max_tokens, args.rounds, direct)
+    command = command_line("python -m benchmarks.replicas", sys.argv[1:])
+    engines = [MeasuredEngine(settings.model_name, "http://127.0.0.1 (free ports)", "vllm")]
+    write(args.out / "results.json", Envelope.now(command, engines), found)
+    print(f"Wrote {args.out / 'results.json'}")
 
 
 if __name__ == "__main__":

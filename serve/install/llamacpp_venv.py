@@ -8,7 +8,9 @@ takes the cycles vLLM's install and first start leave idle (downloads, single-th
 an install that needs the wheel waits for it instead of building a second one.
 
 The portable wheel is built once (minutes: README.md says how long) into the machine's kit cache
-(~/.cache/vllm-lab-kit/wheels/llama-cpp-python-VERSION-portable/), so other clones reuse it.
+(~/.cache/vllm-lab-kit/wheels/llama-cpp-python-VERSION-portable/), so other clones reuse it. The same build makes
+llama-server (serve/install/llama_server_build.py) from the same vendored llama.cpp: the server target pulls in the
+libraries the wheel ships, so building both costs what building the server alone did, once.
 The build is portable on purpose: a default (-march=native) build dies with SIGILL on these VMs, and
 pip's wheel cache would hand back a bad build whatever CMAKE_ARGS say, so the wheel is built with
 --no-cache-dir into a folder named for the portable flags and installed from there only.
@@ -35,7 +37,20 @@ LLAMACPP_VERSION = "0.3.36"
 # LLAVA_BUILD=OFF: no libmtmd (images and audio), which a text model never loads (llama_cpp imports it lazily)
 PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF"
 
+# The wheel's build also makes llama-server (the sdist's CMakeLists leaves llama.cpp's tools off): only its target
+# and what it links (llama, ggml, mtmd; not the other tools), without what a local server needs none of (an HTTPS
+# client, a web UI fetched at build time), linked to its libraries through $ORIGIN, so that the binary and the
+# libraries beside it run from the machine's cache wherever the build tree was.
+SERVER_CMAKE_ARGS = (
+    "-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
+    "-DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON"
+)
+BUILD_CMAKE_ARGS = f"{PORTABLE_CMAKE_ARGS} {SERVER_CMAKE_ARGS}"
+SERVER_TARGET = "llama-server"
+
 WHEEL_DIR = CACHE_DIR / "wheels" / f"llama-cpp-python-{LLAMACPP_VERSION}-portable"
+SERVER_DIR = CACHE_DIR / "llama-server" / f"{SERVER_TARGET}-{LLAMACPP_VERSION}-portable-shared"
+SERVER = SERVER_DIR / SERVER_TARGET
 INSTALL_LOG = LOG_DIR / "install-llamacpp.log"
 VENV = Venv(
     STATE_DIR / "llamacpp",
@@ -83,8 +98,8 @@ def install_llamacpp() -> None:
         wait_for_background_build()
     if built_wheel() is None:
         build_wheel(
-            f"Building llama-cpp-python {LLAMACPP_VERSION} portably (no -march=native; once per machine: the "
-            f"wheel is kept in {WHEEL_DIR})",
+            f"Building llama.cpp {LLAMACPP_VERSION} portably, llama-cpp-python's wheel and llama-server in one build "
+            f"(no -march=native; once per machine: kept in {CACHE_DIR})",
             INSTALL_LOG,
         )
     run_logged(
@@ -130,27 +145,56 @@ def install_llamacpp() -> None:
 
 
 def build_wheel(title: str, log_path: Path) -> None:
-    """The portable wheel, built in a folder beside WHEEL_DIR and moved in whole: a wheel cut short is never seen."""
+    """The portable wheel and llama-server, in one build in a folder beside WHEEL_DIR, each moved in whole: a wheel
+    or a server cut short is never seen. pip keeps the build tree where it is told (scikit-build-core's build-dir),
+    and builds only the server's target and what it links (build.targets): the wheel installs those libraries."""
     WHEEL_DIR.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{WHEEL_DIR.name}.", dir=WHEEL_DIR.parent) as building:
+        tree = Path(building) / "build"
         run_logged(
             title,
             [
-                *VENV.pip,
+                sys.executable,  # any pip builds it (in an isolated environment): the wheel is py3-none
+                "-m",
+                "pip",
+                "--disable-pip-version-check",
                 "wheel",
                 "--no-deps",
                 "--no-cache-dir",
+                "--config-settings",
+                f"build-dir={tree}",
+                "--config-settings",
+                f"build.targets={SERVER_TARGET}",
                 "-w",
                 building,
                 f"llama-cpp-python=={LLAMACPP_VERSION}",
             ],
             log_path,
-            env={**os.environ, "CMAKE_ARGS": PORTABLE_CMAKE_ARGS},
+            env={**os.environ, "CMAKE_ARGS": BUILD_CMAKE_ARGS},
             detail=pip_detail,
         )
+        keep_server(tree / "bin")
         WHEEL_DIR.mkdir(exist_ok=True)
         for wheel in Path(building).glob("*.whl"):
             shutil.move(wheel, WHEEL_DIR / wheel.name)
+
+
+def keep_server(built: Path) -> None:
+    """llama-server and the libraries it loads (its $ORIGIN), from the build tree into SERVER_DIR, whole."""
+    if not (built / SERVER_TARGET).is_file():
+        raise StepFailed(f"the llama.cpp build made no {SERVER_TARGET} in {built}; see {INSTALL_LOG}")
+    partial = SERVER_DIR.with_name(SERVER_DIR.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    shutil.copy2(built / SERVER_TARGET, partial / SERVER_TARGET)
+    for library in built.glob("lib*.so*"):
+        shutil.copy2(library, partial / library.name, follow_symlinks=False)
+    shutil.rmtree(SERVER_DIR, ignore_errors=True)
+    partial.replace(SERVER_DIR)
+
+
+def built_server() -> bool:
+    return SERVER.is_file()
 
 
 def background_build_pid() -> int | None:
@@ -161,7 +205,7 @@ def background_build_pid() -> int | None:
 def start_background_build() -> str | None:
     """Start building the wheel in the background at the lowest priority, unless it is built, being built, or this
     machine lacks what building needs. What to tell the user; None when nothing was started."""
-    if VENV.installed() or built_wheel() is not None or background_build_pid() is not None:
+    if (built_wheel() is not None and built_server()) or background_build_pid() is not None:
         return None
     if system.missing(system.llamacpp_build_needs()):
         return None  # said where an install needs it: ENGINES=llamacpp names the packages
@@ -199,10 +243,11 @@ def wait_for_background_build() -> None:
 
 
 def build_in_background() -> None:
-    """What the background process runs: the venv's pip, then the wheel (its log: BUILD_LOG)."""
-    if not VENV.python.exists():
-        run_logged(f"Creating the {VENV.label} venv", ["python3", "-m", "venv", str(VENV.folder)], BUILD_LOG)
-    build_wheel(f"Building llama-cpp-python {LLAMACPP_VERSION} portably, in the background", BUILD_LOG)
+    """What the background process runs: the wheel and llama-server (its log: BUILD_LOG)."""
+    build_wheel(
+        f"Building llama.cpp {LLAMACPP_VERSION} portably (the wheel and llama-server), in the background",
+        BUILD_LOG,
+    )
 
 
 if __name__ == "__main__":

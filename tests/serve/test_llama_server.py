@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,7 +18,7 @@ from client.stream import RequestRecord, chat_payload, stream_chat
 from serve.config.paths import CACHE_DIR
 from serve.config.settings import KNOBS, Settings
 from serve.engines.llama_server import LlamaServerRuntime
-from serve.install import llama_server_build
+from serve.install import llama_server_build, llamacpp_venv
 from serve.install.llamacpp_venv import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS
 from serve.processes import process
 from tests.conftest import LLAMACPP_MODEL, ROOT, free_port, kit_env, run_script
@@ -47,10 +49,19 @@ def test_the_build_is_portable_cached_per_machine_and_reused() -> None:
     """tests/run.sh's install built it; another install finds it and builds nothing."""
     assert llama_server_build.BINARY.is_file() and llama_server_build.BINARY.is_relative_to(CACHE_DIR)
     assert llama_server_build.BUILD_DIR.name.startswith(f"llama-server-{LLAMACPP_VERSION}-portable-")
-    assert set(PORTABLE_CMAKE_ARGS.split()) <= set(llama_server_build.CMAKE_ARGS)  # what keeps SIGILL away
+    assert set(PORTABLE_CMAKE_ARGS.split()) <= set(llamacpp_venv.BUILD_CMAKE_ARGS.split())  # what keeps SIGILL away
     assert not llama_server_build.will_build() and llama_server_build.install() is False
     version = subprocess.run([str(llama_server_build.BINARY), "--version"], capture_output=True, text=True, timeout=30)
     assert version.returncode == 0, version.stderr  # no SIGILL on this CPU
+    # one build for both engines: the server loads the very libraries the llama.cpp engine's wheel ships
+    linked = subprocess.run(["ldd", str(llama_server_build.BINARY)], capture_output=True, text=True, timeout=30)
+    libllama = next(line for line in linked.stdout.splitlines() if "libllama.so" in line)
+    assert f"{llama_server_build.BUILD_DIR}/libllama.so" in libllama, linked.stdout  # found through its $ORIGIN
+    wheel = llamacpp_venv.built_wheel()
+    assert wheel is not None
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {Path(name).name for name in archive.namelist() if name.startswith("llama_cpp/lib/")}
+    assert "libllama.so" in shipped and "libggml-cpu.so" in shipped, shipped
 
 
 def test_it_answers_a_chat_completion_under_the_ollama_name(runtime: LlamaServerRuntime) -> None:
