@@ -10,7 +10,7 @@ this part there.) Timing a request is `client/stream.py`'s job, reading /metrics
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 
@@ -101,6 +101,15 @@ class Endpoint:
                 "ollama=http://127.0.0.1:11434/v1@smollm2:135m"
             )
         return cls.at(name.strip(), url, model, env, url_source=url_source)
+
+    def or_first_served(self) -> Endpoint:
+        """This engine with its model, or, where none was named, the first its /v1/models lists."""
+        if self.model:
+            return self
+        served = self.models()
+        if not served:
+            raise EndpointError(f"{self.base_url}/models lists no model: name one, as in {ENDPOINT_SPEC}")
+        return replace(self, model=served[0].id)
 
     @property
     def root_url(self) -> str:

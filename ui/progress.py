@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # errors and warnings: stderr, as everywhere
@@ -122,5 +123,5 @@ def warn(message: str) -> None:
 
 def fail(message: str, code: int = 1) -> None:
     """Print one clear error on stderr and leave; used by the command-line entry points."""
-    err_console.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)
+    err_console.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)  # its [brackets] are text
     sys.exit(code)

@@ -15,13 +15,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from client.endpoint import Endpoint, EndpointError
+from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError
 from client.stream import RequestRecord
 from labs.compare.aggregate import CONCURRENT, scaling
 from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_line, table
 from labs.compare.run import check, engine_died, http_client, run_phase, warm_up
 from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, phases, targets
 from labs.results import command_line
+from serve.config.environment import load_env
 from serve.config.paths import ROOT
 from serve.config.settings import Settings, engine_list
 from serve.engines.runtimes import ENGINES
@@ -53,9 +54,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="engines to compare, e.g. vllm,llamacpp or vllm,llamacpp,llamaserver (default: the ENGINES setting)",
     )
     parser.add_argument(
+        "--endpoint",
+        action="append",
+        default=[],
+        metavar=ENDPOINT_SPEC,
+        help="also compare any OpenAI-compatible engine, named: your own Ollama as "
+        "ollama=http://127.0.0.1:11434/v1@smollm2:135m (without @MODEL, the first it lists); repeat it; without "
+        "--engines, only these",
+    )
+    parser.add_argument(
         "--results", type=Path, default=None, help="folder for the results (default results/compare-<UTC time>)"
     )
     return parser.parse_args(argv)
+
+
+def chosen_engines(settings: Settings, args: argparse.Namespace) -> tuple[Endpoint, ...]:
+    """The kit's engines (--engines, else ENGINES unless --endpoint is given), then each --endpoint engine."""
+    chosen: list[Endpoint] = []
+    if args.engines or not args.endpoint:
+        chosen += targets(settings, engine_list("--engines", args.engines) if args.engines else None)
+    env = load_env()
+    for spec in args.endpoint:
+        try:
+            named = Endpoint.from_spec(spec, env)
+        except ValueError as exc:
+            raise EndpointError(str(exc)) from None
+        if named.name in {target.name for target in chosen}:
+            raise EndpointError(f"two engines are both called {named.name!r}: name --endpoint {spec!r} otherwise")
+        chosen.append(named.or_first_served())
+    return tuple(chosen)
 
 
 def engine_settings(settings: Settings) -> dict[str, str]:
@@ -105,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         settings = Settings.load()
-        chosen = targets(settings, engine_list("--engines", args.engines) if args.engines else None)
-    except SettingsError as exc:
+        chosen = chosen_engines(settings, args)
+    except (SettingsError, EndpointError) as exc:
         fail(str(exc), code=2)
     started = datetime.now(UTC)
     folder = args.results or RESULTS_DIR / f"compare-{started:%Y%m%d-%H%M%S}"
@@ -117,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         "temperature": TEMPERATURE,
         "warmup_requests_per_engine": 1,
         "argv": sys.argv,
-        "engine_settings": {target.name: engine_settings(settings)[target.name] for target in chosen},
+        "engine_settings": {
+            target.name: engine_settings(settings).get(target.name, f"(named on the command line: {target.base_url})")
+            for target in chosen
+        },
     }
     plan = phases(args.n)
     console.print(

@@ -1,9 +1,9 @@
 """python -m labs.contract: one fixed set of OpenAI-contract checks against every engine ENGINES names, or any
---url, with the stock OpenAI SDK and raw HTTP; a matrix of pass / fail / differs with the evidence.
+--endpoint, with the stock OpenAI SDK and raw HTTP; a matrix of pass / fail / differs with the evidence.
 
     .venv/bin/python -m labs.contract                         # the engines ENGINES names
-    .venv/bin/python -m labs.contract --engines vllm,llamacpp,llamaserver --url http://127.0.0.1:8012/v1 --name teaching
-    .venv/bin/python -m labs.contract --url http://127.0.0.1:11434/v1 --model smollm2:135m     # a real Ollama
+    .venv/bin/python -m labs.contract --engines vllm,llamacpp,llamaserver --endpoint teaching=http://127.0.0.1:8012/v1
+    .venv/bin/python -m labs.contract --endpoint ollama=http://127.0.0.1:11434/v1@smollm2:135m     # a real Ollama
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from client.endpoint import Endpoint, EndpointError
+from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError
 from labs.compare.workload import targets
 from labs.contract.probe import MAX_TOKENS, CheckRecord
 from labs.contract.registry import CHECKS, run_all
@@ -50,17 +50,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "setting, unless --url is given)",
     )
     parser.add_argument(
-        "--url",
-        default=None,
-        help="also check the OpenAI /v1 URL of any engine, e.g. a real "
-        "Ollama's http://127.0.0.1:11434/v1 or a hosted API",
+        "--endpoint",
+        action="append",
+        default=[],
+        metavar=ENDPOINT_SPEC,
+        help="also check any OpenAI-compatible engine, named: a real Ollama's "
+        "ollama=http://127.0.0.1:11434/v1@smollm2:135m, a hosted API (without @MODEL, the first it lists); repeat it",
     )
-    parser.add_argument("--model", default="", help="the model to ask for at --url (default: the first it lists)")
-    parser.add_argument("--name", default="engine", help="the --url engine's column in the matrix (default engine)")
     parser.add_argument(
         "--api-key",
         default=None,
-        help="the key to send to --url (default: OPENAI_API_KEY, else VLLM_API_KEY, as the client)",
+        help="the key to send to --endpoint's engines (default: OPENAI_API_KEY, else VLLM_API_KEY, as the client)",
     )
     parser.add_argument(
         "--checks",
@@ -78,24 +78,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def chosen_endpoints(args: argparse.Namespace) -> list[Endpoint]:
-    """The kit's engines (--engines, else ENGINES unless --url is given), then the --url engine."""
+    """The kit's engines (--engines, else ENGINES unless --endpoint is given), then each --endpoint engine."""
     endpoints: list[Endpoint] = []
-    if args.engines or not args.url:
+    if args.engines or not args.endpoint:
         settings = Settings.load()
         endpoints += targets(settings, engine_list("--engines", args.engines) if args.engines else None)
-    if args.url:
-        url = Endpoint.at(args.name, args.url, args.model, load_env(), url_source="--url", model_source="--model")
+    for spec in args.endpoint:
+        try:
+            named = Endpoint.from_spec(spec, load_env())
+        except ValueError as exc:
+            raise EndpointError(str(exc)) from None
         if args.api_key is not None:
-            url = dataclasses.replace(url, api_key=args.api_key, key_source="--api-key")
-        if not url.model:
-            served = url.models()
-            if not served:
-                raise EndpointError(f"{url.base_url}/models lists no model: name one with --model")
-            url = dataclasses.replace(url, model=served[0].id)
-        endpoints.append(url)
-    names = [endpoint.name for endpoint in endpoints]
-    if len(set(names)) != len(names):
-        raise EndpointError(f"two engines are both called {args.name!r}: give --url's engine another --name")
+            named = dataclasses.replace(named, api_key=args.api_key, key_source="--api-key")
+        if named.name in {endpoint.name for endpoint in endpoints}:
+            raise EndpointError(f"two engines are both called {named.name!r}: name --endpoint {spec!r} otherwise")
+        endpoints.append(named.or_first_served())
     return endpoints
 
 

@@ -18,6 +18,7 @@ from labs.results import load
 from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server, free_port, start_llamacpp, stop_server
 from tests.support.clone import fresh_clone, user_env
 from tests.support.docs import doc_commands, run_doc
+from tests.support.ollama_standin import ollama_standin
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 SMALL_N = 2
@@ -122,6 +123,41 @@ def test_both_engines_end_to_end(vllm_server: Server, llamacpp_server: Server, t
     text = (folder / "comparison-results.txt").read_text()
     assert "matched concurrent" in text and "scaling" in text and "time_total" in text
     assert (folder / "comparison-wall-time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_their_ollama_beside_the_kits_vllm_named_with_endpoint(
+    vllm_server: Server, llamacpp_server: Server, tmp_path: Path
+) -> None:
+    """--endpoint takes any OpenAI-compatible engine by name, as labs.loadtest does: the learner's own Ollama. No
+    registry here ships Ollama, so theirs is tests/support/ollama_standin.py (a stand-in, named as one), passing
+    /v1 on to the kit's real llama.cpp server, as a real Ollama serves it from llama.cpp."""
+    folder = tmp_path / "results"
+    with ollama_standin(free_port(), upstream=llamacpp_server.base_url) as ollama:
+        result = compare(
+            {**vllm_server.env, "ENGINES": "vllm"},
+            "--endpoint",
+            f"ollama={ollama}/v1@{LLAMACPP_MODEL}",
+            "--endpoint",
+            f"kit-vllm={vllm_server.api_url}",  # no @MODEL: the first /v1/models lists
+            "--n",
+            str(SMALL_N),
+            "--max-tokens",
+            SHORT_MAX_TOKENS,
+            "--results",
+            str(folder),
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads((folder / "comparison-results.json").read_text())
+    assert {facts["engine"]: facts["model"] for facts in document["engines"]} == {
+        "ollama": LLAMACPP_MODEL,
+        "kit-vllm": MODEL,
+    }
+    summaries = {(summary["engine"], summary["mode"]): summary for summary in document["summaries"]}
+    assert summaries[("ollama", "matched concurrent")]["num_ok"] == SMALL_N
+    assert summaries[("kit-vllm", "matched concurrent")]["num_ok"] == SMALL_N
+    assert document["config"]["engine_settings"]["ollama"] == f"(named on the command line: {ollama}/v1)"
+    duplicate = compare(vllm_server.env, "--endpoint", f"a={vllm_server.api_url}", "--endpoint", f"a={ollama}/v1")
+    assert duplicate.returncode == 2 and "two engines are both called 'a'" in duplicate.stderr, duplicate.stderr
 
 
 def test_the_cut_short_option_is_counted_not_hidden(tmp_path: Path) -> None:

@@ -74,9 +74,11 @@ def test_lab_page_commands_run_and_each_engine_answers_as_the_page_says(
 
 def test_bad_input_gets_one_line_naming_the_fix(tmp_path: Path) -> None:
     unreachable = run_doc(
-        f".venv/bin/python -m labs.contract --url http://127.0.0.1:{free_port()}/v1 --model m", None, timeout_s=60
+        f".venv/bin/python -m labs.contract --endpoint gone=http://127.0.0.1:{free_port()}/v1@m", None, timeout_s=60
     )
-    assert unreachable.returncode == 2 and "cannot reach" in unreachable.stderr and "--url" in unreachable.stderr
+    assert unreachable.returncode == 2 and "cannot reach" in unreachable.stderr and "--endpoint" in unreachable.stderr
+    malformed = run_doc(".venv/bin/python -m labs.contract --endpoint 127.0.0.1:11434", None, timeout_s=60)
+    assert malformed.returncode == 2 and "write NAME=URL[@MODEL], e.g. ollama=" in malformed.stderr, malformed.stderr
     assert "Traceback" not in unreachable.stderr
     unknown = run_doc(".venv/bin/python -m labs.contract --checks nope", None, timeout_s=60)
     assert unknown.returncode == 2 and "unknown check(s) nope" in unknown.stderr and "models" in unknown.stderr
