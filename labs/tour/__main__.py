@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from client.endpoint import ENDPOINT_SPEC, EndpointError
 from labs import results
 from labs.tour import report, sections
-from labs.tour.engines import KitEngines
+from labs.tour.engines import KitEngines, OllamaClass, ollama_class
 from labs.tour.plan import FULL, QUICK, TITLES, Section, estimate_s
 from labs.tour.report import SectionResult, Status, Tour
 from serve.config.paths import ROOT
@@ -37,6 +38,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = KitArgumentParser(prog="python -m labs.tour", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests, the same sections (a few minutes)")
     parser.add_argument("--out", type=Path, help="the report's folder (default labs/results/tour-<UTC time>)")
+    parser.add_argument(
+        "--endpoint",
+        metavar=ENDPOINT_SPEC,
+        help="the engine beside vLLM (default: your Ollama where one answers holding a model, else the kit's "
+        "llama.cpp server), e.g. ollama=http://127.0.0.1:11434/v1@smollm2:135m",
+    )
     parser.add_argument("--report", type=Path, metavar="FOLDER", help="draw a recorded tour's report again, and stop")
     return parser.parse_args(argv)
 
@@ -92,9 +99,10 @@ def run_section(section: Section, measure: Callable[[], dict[str, Any]]) -> Sect
     return SectionResult(section, Status.OK, time.monotonic() - started, data)
 
 
-def tour(args: argparse.Namespace, settings: Settings, folder: Path, command: str) -> Tour:
+def tour(args: argparse.Namespace, settings: Settings, beside: OllamaClass, folder: Path, command: str) -> Tour:
     sizes = QUICK if args.quick else FULL
-    engines = KitEngines(settings)
+    engines = KitEngines(settings, beside)
+    console.print(f"[bold]tour:[/bold] beside vLLM: {engines.beside.described}")
     ctx = sections.Context(folder, sizes, settings, engines)
     record = Tour(args.quick, lscpu(), [SectionResult(section, Status.NOT_RUN) for section in Section])
     envelope = results.Envelope.now(command)
@@ -110,9 +118,9 @@ def tour(args: argparse.Namespace, settings: Settings, folder: Path, command: st
     progress = Progress(steps, args.quick)
     started = time.monotonic()
     try:
-        progress.step(0, "the engines: vLLM and the Ollama-class llama.cpp server")
+        progress.step(0, f"the engines: vLLM and, beside it, {engines.beside.name}")
         try:
-            engines.ensure(["vllm", "llamacpp"])
+            engines.ensure(engines.beside.kit_engines)
         except Exception as exc:  # each section that needs the engine says so in its place
             record.notes.append(f"the engines did not all start: {exc}")
         progress.finished("engines")
@@ -147,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         settings = Settings.load()
-    except SettingsError as exc:
+        beside = ollama_class(settings, args.endpoint)
+    except (SettingsError, EndpointError) as exc:
         fail(str(exc), code=2)
     folder = args.out or RESULTS_DIR / f"tour-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     command = results.command_line("python -m labs.tour", sys.argv[1:] if argv is None else argv)
@@ -156,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         f"vLLM at {settings.base_url}; the report goes to {folder / report.REPORT_HTML}"
     )
     try:
-        record = tour(args, settings, folder, command)
+        record = tour(args, settings, beside, folder, command)
     except KeyboardInterrupt:
         console.print(f"[bold red]interrupted[/bold red]; the report so far is {folder / report.REPORT_HTML}")
         return 130

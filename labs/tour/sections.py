@@ -52,12 +52,17 @@ class Context:
 
 
 def seed(ctx: Context) -> dict[str, Any]:
-    ctx.engines.ensure(["vllm", "llamacpp"])
+    beside = ctx.engines.beside
+    ctx.engines.ensure(beside.kit_engines)
     folder = ctx.folder / "compare"
     sizes = ctx.sizes
-    argv = ["--engines", "vllm,llamacpp", "--n", str(sizes.compare_n), "--max-tokens", str(sizes.compare_max_tokens)]
+    argv = [*beside.lab_args, "--n", str(sizes.compare_n), "--max-tokens", str(sizes.compare_max_tokens)]
     lab("labs.compare", compare_lab.main, [*argv, "--results", str(folder)])
-    return {**seed_data(folder / COMPARE_JSON), "results": ctx.relative(folder / COMPARE_JSON)}
+    return {
+        **seed_data(folder / COMPARE_JSON),
+        "results": ctx.relative(folder / COMPARE_JSON),
+        "beside": {"name": beside.name, "described": beside.described},
+    }
 
 
 def seed_data(path: Path) -> dict[str, Any]:
@@ -239,9 +244,9 @@ def quantization_data(quality_path: Path, speed_path: Path) -> dict[str, Any]:
 
 
 def contract(ctx: Context) -> dict[str, Any]:
-    ctx.engines.ensure(["vllm", "llamacpp"])
+    ctx.engines.ensure(ctx.engines.beside.kit_engines)
     folder = ctx.folder / "contract"
-    argv = ["--engines", "vllm,llamacpp", "--out", str(folder)]
+    argv = [*ctx.engines.beside.lab_args, "--out", str(folder)]
     if ctx.sizes.contract_checks:
         argv += ["--checks", ctx.sizes.contract_checks]
     lab("labs.contract", contract_lab.main, argv)

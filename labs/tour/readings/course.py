@@ -17,6 +17,10 @@ def read_seed(data: dict[str, Any]) -> Reading:
     by_key = {(row["engine"], row["mode"]): row for row in data["summaries"]}
     scaling = data["scaling"]
     n = data["n"]
+    beside = data.get("beside") or {"name": "llamacpp", "described": ""}  # a report from before it was recorded
+    other = beside["name"]
+    shown = "llama.cpp" if other == "llamacpp" else other
+    label = "The kit's Ollama-class llama.cpp server" if other == "llamacpp" else f"Beside it, {other}"
 
     def wall(engine: str, mode: str) -> float | None:
         row = by_key.get((engine, mode))
@@ -30,18 +34,20 @@ def read_seed(data: dict[str, Any]) -> Reading:
         f"With {n} requests at once, vLLM finished in {number(wall('vllm', 'matched concurrent'), 2)} s what took it "
         f"{number(wall('vllm', 'matched sequential'), 2)} s one after another: {times(scaling.get('vllm'))}, where "
         "the seed measured 3.13x. Continuous batching decodes the requests together.",
-        f"The Ollama-class llama.cpp server took {number(wall('llamacpp', 'matched concurrent'), 2)} s for the same "
-        f"{n} at once and {number(wall('llamacpp', 'matched sequential'), 2)} s one by one "
-        f"({times(scaling.get('llamacpp'))}; the seed's Ollama 1.10x): it serves one request at a time.",
+        f"{label} took {number(wall(other, 'matched concurrent'), 2)} s for the same "
+        f"{n} at once and {number(wall(other, 'matched sequential'), 2)} s one by one "
+        f"({times(scaling.get(other))}; the seed's Ollama 1.10x).",
     ]
-    single = {engine: tok_s(engine, "matched sequential") for engine in ("vllm", "llamacpp")}
-    if single["vllm"] and single["llamacpp"]:
-        faster = "llama.cpp" if single["llamacpp"] > single["vllm"] else "vLLM"
+    if beside["described"]:
+        sentences.append(f"Beside vLLM: {beside['described']}.")
+    single = {engine: tok_s(engine, "matched sequential") for engine in ("vllm", other)}
+    if single["vllm"] and single[other]:
+        faster = shown if single[other] > single["vllm"] else "vLLM"
         sentences.append(
-            f"For one user at a time llama.cpp delivered {number(single['llamacpp'], 1)} tok/s and vLLM "
+            f"For one user at a time {shown} delivered {number(single[other], 1)} tok/s and vLLM "
             f"{number(single['vllm'], 1)}: {faster} is the faster single stream here; with {n} users at once vLLM "
-            f"delivered {number(tok_s('vllm', 'matched concurrent'), 1)} tok/s against llama.cpp's "
-            f"{number(tok_s('llamacpp', 'matched concurrent'), 1)}."
+            f"delivered {number(tok_s('vllm', 'matched concurrent'), 1)} tok/s against {shown}'s "
+            f"{number(tok_s(other, 'matched concurrent'), 1)}."
         )
     bad = {row["engine"]: row["num_truncated"] + row["num_empty"] + row["num_failed"] for row in data["summaries"]}
     if any(bad.values()):
@@ -64,7 +70,7 @@ def read_seed(data: dict[str, Any]) -> Reading:
         for row in data["summaries"]
     ]
     table = Table(("engine", "mode", "requests", "wall s", "output tok/s", "ok", "cut short/failed", "scaling"), rows)
-    headline = f"vLLM {times(scaling.get('vllm'))} vs llama.cpp {times(scaling.get('llamacpp'))}"
+    headline = f"vLLM {times(scaling.get('vllm'))} vs {shown} {times(scaling.get(other))}"
     return Reading(headline, sentences, [table], SEEDS[Section.SEED])
 
 
