@@ -82,6 +82,21 @@ async def hang_up_after(http: httpx.AsyncClient, api_url: str, payload: dict, ev
     return "failed"  # the stream ended without [DONE]
 
 
+ENGINE_DEAD = "EngineCore encountered an issue"  # vLLM's EngineDeadError, in the stream's error event
+ENGINE_DEATH_NOTICED_S = 5.0  # the most a killed engine core's API server takes to see it and refuse requests
+
+
+def dead_engine_took_it(record: RequestRecord, kills: list[float]) -> bool:
+    """A request an API server accepted just after its engine core was killed, before it knew (then it answers
+    500, which the router retries elsewhere): it gets a 200 and vLLM's EngineDeadError as the stream's error event.
+    It reached a killed process, as the streams cut mid-answer did; the router cannot retry a 200."""
+    return (
+        record.status == 200
+        and ENGINE_DEAD in (record.error or "")
+        and any(0 <= record.sent_s - at <= ENGINE_DEATH_NOTICED_S for at in kills)
+    )
+
+
 async def user(number: int, settings: Settings, stop: asyncio.Event, tally: Tally, kills: list[float]) -> None:
     rng = random.Random(number)
     api_url, key = f"{settings.base_url}/v1", settings.api_key or None
@@ -107,6 +122,8 @@ async def user(number: int, settings: Settings, stop: asyncio.Event, tally: Tall
                 tally.completed += 1
             elif any(record.sent_s <= at <= (record.done_s or at) for at in kills):
                 tally.cut.append(f"{record.status}: {record.error}"[:120])
+            elif dead_engine_took_it(record, kills):
+                tally.cut.append(f"{record.status}: {record.error} (sent as its engine core died)"[:160])
             else:
                 tally.other.append(f"{record.status}: {record.error or record.text}"[:200])
 

@@ -40,12 +40,12 @@ def read_seed(data: dict[str, Any]) -> Reading:
     ]
     if beside["described"]:
         sentences.append(f"Beside vLLM: {beside['described']}.")
-    single = {engine: tok_s(engine, "matched sequential") for engine in ("vllm", other)}
-    if single["vllm"] and single[other]:
-        faster = shown if single[other] > single["vllm"] else "vLLM"
+    single_vllm, single_other = tok_s("vllm", "matched sequential"), tok_s(other, "matched sequential")
+    if single_vllm and single_other:
+        faster = shown if single_other > single_vllm else "vLLM"
         sentences.append(
-            f"For one user at a time {shown} delivered {number(single[other], 1)} tok/s and vLLM "
-            f"{number(single['vllm'], 1)}: {faster} is the faster single stream here; with {n} users at once vLLM "
+            f"For one user at a time {shown} delivered {number(single_other, 1)} tok/s and vLLM "
+            f"{number(single_vllm, 1)}: {faster} is the faster single stream here; with {n} users at once vLLM "
             f"delivered {number(tok_s('vllm', 'matched concurrent'), 1)} tok/s against {shown}'s "
             f"{number(tok_s(other, 'matched concurrent'), 1)}."
         )
