@@ -43,10 +43,10 @@ checks() {
     .venv/bin/lint-imports
 }
 timed "lint, formatting, types, import floors" checks
-# the native vLLM venv and prepared model, the llama.cpp venv and llama-server's GGUF, all in .kit/ (the llama.cpp
-# wheel, ~6 min, and llama-server, ~11 min, are built portably once and kept in ~/.cache/vllm-lab-kit/ for other
-# clones on this machine); REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that
-# tests/serve/test_replicas.py starts
+# the native vLLM venv and prepared model, the llama.cpp venv and llama-server's GGUF, all in .kit/ (llama.cpp's
+# wheel and llama-server are built portably, in one build, once per machine, and kept in ~/.cache/vllm-lab-kit/ for
+# other clones; serve/install/README.md says how long); REPLICAS=2 adds the router's venv (.kit/router, vllm-router)
+# that tests/serve/test_replicas.py starts
 install_kit() {
   REPLICAS=2 ENGINES=vllm,llamacpp,llamaserver .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
 }
