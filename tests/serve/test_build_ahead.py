@@ -27,6 +27,7 @@ WHEEL_NAME = f"llama_cpp_python-{llamacpp_venv.LLAMACPP_VERSION}-py3-none-linux_
 def build_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The wheel folder and the build's pidfile in a scratch folder, not the machine's cache."""
     monkeypatch.setattr(llamacpp_venv, "WHEEL_DIR", tmp_path / "wheels")
+    monkeypatch.setattr(llamacpp_venv, "SERVER", tmp_path / "llama-server" / llamacpp_venv.SERVER_TARGET)
     pidfile = process.PidFile(tmp_path / "run" / "llamacpp-wheel-build.pid", llamacpp_venv.BUILD_MODULE)
     monkeypatch.setattr(llamacpp_venv, "BUILD_PIDFILE", pidfile)
     venv = llamacpp_venv.VENV
@@ -43,9 +44,11 @@ def stand_in_build(folder: Path, seconds: float, wheel: Path | None) -> int:
     return pid
 
 
-def test_nothing_starts_once_the_wheel_is_built(build_places: Path) -> None:
+def test_nothing_starts_once_the_wheel_and_the_server_are_built(build_places: Path) -> None:
     llamacpp_venv.WHEEL_DIR.mkdir(parents=True)
     (llamacpp_venv.WHEEL_DIR / WHEEL_NAME).touch()
+    llamacpp_venv.SERVER.parent.mkdir(parents=True)
+    llamacpp_venv.SERVER.touch()  # one build makes both: with both there, nothing is left to build
     assert llamacpp_venv.start_background_build() is None
     assert not llamacpp_venv.BUILD_PIDFILE.path.exists()
 

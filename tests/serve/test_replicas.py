@@ -387,12 +387,12 @@ def test_a_killed_replica_costs_no_new_request_under_every_policy(cluster: Clust
     same 20 went to both replicas before the kill, so the policy (a prefix's replica, a session's) sends some of them
     to the dead one; the router's retries and its circuit breaker (serve/engines/router.py) send those elsewhere."""
     cluster.use_policy(policy)
-    victim = cluster.engines[ROUTER_POLICIES.index(policy) % 2]  # in turn: each was back in the rotation first
+    victim_index = ROUTER_POLICIES.index(policy) % 2  # in turn: each was back in the rotation first
+    victim = cluster.engines[victim_index]
     prompts = [
         (f"Request {n}: name a {('colour', 'fruit', 'city', 'tree')[n % 4]}.", f"session-{n}") for n in range(20)
     ]
     where = [served_by(cluster, partial(complete, cluster.router_url, *prompt)) for prompt in prompts]
-    victim_index = cluster.engines.index(victim)
     assert victim_index in where, where  # the policy does send these prompts to the victim
     record = victim.server.record()
     assert record is not None and record.server_pid is not None
