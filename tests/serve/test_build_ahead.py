@@ -8,7 +8,9 @@ install waits for its wheel, and that down stops it.
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -99,5 +101,7 @@ def test_down_stops_a_build_up_left_running(tmp_path: Path) -> None:
         assert f"Stopped llama.cpp's build in the background (pid {pid})" in result.stdout
         assert process.group_members(pid) == []
     finally:
-        subprocess.run(["kill", "-9", f"-{pid}"], capture_output=True)
+        # os.killpg, not `kill -9 -PID`: procps-ng 4.0.2's kill (Debian 12) took that for -1, every process
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
         pidfile.remove()
