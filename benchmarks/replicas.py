@@ -154,10 +154,17 @@ def typical(found: list[Any], key: Callable[[Any], float] = output_rate) -> Any:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (all its threads)."""
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
+def cpu_seconds(pgid: int) -> float:
+    """User + system CPU seconds the router's process group has used so far: the router itself and the kit's
+    supervisor that started it (running_pid is the group, whose leader is the supervisor, not the router)."""
+    total = 0.0
+    for pid in process.group_members(pgid):
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def overhead_and_one_replica(
