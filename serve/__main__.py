@@ -93,7 +93,7 @@ def up(settings: Settings) -> int:
 def build_ahead(settings: Settings) -> None:
     """LLAMACPP_BUILD_AHEAD: start llama.cpp's one-time build beside what follows, where it will be needed."""
     if settings.llamacpp_build_ahead or "llamacpp" in settings.engines:
-        said = llamacpp_venv.start_background_build()
+        said = llamacpp_venv.start_background_build(with_server="llamaserver" in settings.engines)
         if said:
             console.print(f"Meanwhile {said}")
 

@@ -130,6 +130,10 @@ class LlamaCppRuntime(GgufRuntime):
             settings, "llama.cpp", "llamacpp", SERVER_MODULE, self.port, self.port_setting, HEALTH_PATH
         )
 
+    def install(self) -> None:
+        # one build for both llama.cpp engines where llama-server is wanted too; the wheel alone builds sooner
+        install(with_server="llamaserver" in self.settings.engines)
+
     def preflight(self) -> None:
         """A learner's own Ollama on the port gets one line saying how to use it, or run the kit's beside it."""
         if self.running_pid() is None and not port_is_free(self.settings.host, self.port):

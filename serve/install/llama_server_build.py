@@ -87,6 +87,7 @@ def install() -> bool:
             f"Building llama.cpp {LLAMACPP_VERSION} portably, llama-server and llama-cpp-python's wheel in one build "
             f"(no -march=native; minutes, once per machine: kept in {BUILD_DIR.parent})",
             INSTALL_LOG,
+            with_server=True,
         )
     try:
         check_runs(BINARY)

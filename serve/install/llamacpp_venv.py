@@ -8,9 +8,10 @@ takes the cycles vLLM's install and first start leave idle (downloads, single-th
 an install that needs the wheel waits for it instead of building a second one.
 
 The portable wheel is built once (minutes: README.md says how long) into the machine's kit cache
-(~/.cache/vllm-lab-kit/wheels/llama-cpp-python-VERSION-portable/), so other clones reuse it. The same build makes
-llama-server (serve/install/llama_server_build.py) from the same vendored llama.cpp: the server target pulls in the
-libraries the wheel ships, so building both costs what building the server alone did, once.
+(~/.cache/vllm-lab-kit/wheels/llama-cpp-python-VERSION-portable/), so other clones reuse it. Where llama-server is
+wanted too (ENGINES has llamaserver, as tests/run.sh's install does), the same build makes it
+(serve/install/llama_server_build.py) from the same vendored llama.cpp: the server target pulls in the libraries the
+wheel ships, so both cost less than the server alone did. The tour needs only the wheel, which builds sooner alone.
 The build is portable on purpose: a default (-march=native) build dies with SIGILL on these VMs, and
 pip's wheel cache would hand back a bad build whatever CMAKE_ARGS say, so the wheel is built with
 --no-cache-dir into a folder named for the portable flags and installed from there only.
@@ -62,6 +63,7 @@ SIGILL_EXIT = -4  # what subprocess reports for a child killed by SIGILL
 BUILD_MODULE = "serve.install.llamacpp_venv"  # `python -m` it: the background build (its command line's marker)
 BUILD_PIDFILE = process.PidFile(RUN_DIR / "llamacpp-wheel-build.pid", BUILD_MODULE)
 BUILD_LOG = LOG_DIR / "build-llamacpp-wheel.log"
+WITH_SERVER = "--with-server"  # the background build's argument: llama-server too (ENGINES has llamaserver)
 LOWEST_PRIORITY = 19  # nice: the build takes only what the engines leave idle
 WAIT_POLL_S = 2.0
 
@@ -85,22 +87,25 @@ def will_build() -> bool:
     return not VENV.installed() and built_wheel() is None
 
 
-def install() -> bool:
-    """Build the portable wheel once, then the venv, unless the stamp says both are done. True if it worked."""
-    return VENV.install(install_llamacpp)
+def install(with_server: bool = False) -> bool:
+    """Build the portable wheel once (with llama-server in the same build when `with_server`), then the venv, unless
+    the stamp says both are done. True if it worked."""
+    return VENV.install(lambda: install_llamacpp(with_server))
 
 
-def install_llamacpp() -> None:
+def install_llamacpp(with_server: bool = False) -> None:
     """The portable wheel (built once per machine), llama-cpp-python's server from it, the model's GGUF, and a
     check that llama.cpp loads the model on this CPU."""
     pip = VENV.pip
     if built_wheel() is None:
         wait_for_background_build()
-    if built_wheel() is None:
+    if built_wheel() is None or (with_server and not built_server()):
+        what = "llama-cpp-python's wheel and llama-server in one build" if with_server else "llama-cpp-python's wheel"
         build_wheel(
-            f"Building llama.cpp {LLAMACPP_VERSION} portably, llama-cpp-python's wheel and llama-server in one build "
-            f"(no -march=native; once per machine: kept in {CACHE_DIR})",
+            f"Building llama.cpp {LLAMACPP_VERSION} portably, {what} (no -march=native; once per machine: kept in "
+            f"{CACHE_DIR})",
             INSTALL_LOG,
+            with_server,
         )
     run_logged(
         "Installing llama-cpp-python and its server extra (fastapi, uvicorn ...) from that wheel",
@@ -144,13 +149,15 @@ def install_llamacpp() -> None:
         raise
 
 
-def build_wheel(title: str, log_path: Path) -> None:
-    """The portable wheel and llama-server, in one build in a folder beside WHEEL_DIR, each moved in whole: a wheel
-    or a server cut short is never seen. pip keeps the build tree where it is told (scikit-build-core's build-dir),
-    and builds only the server's target and what it links (build.targets): the wheel installs those libraries."""
+def build_wheel(title: str, log_path: Path, with_server: bool) -> None:
+    """The portable wheel, and with `with_server` llama-server in the same build, in a folder beside WHEEL_DIR, each
+    moved in whole: a wheel or a server cut short is never seen. For the server, pip keeps the build tree where it
+    is told (scikit-build-core's build-dir) and builds only the server's target and what it links (build.targets):
+    the wheel installs those libraries."""
     WHEEL_DIR.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{WHEEL_DIR.name}.", dir=WHEEL_DIR.parent) as building:
         tree = Path(building) / "build"
+        server = ["--config-settings", f"build-dir={tree}", "--config-settings", f"build.targets={SERVER_TARGET}"]
         run_logged(
             title,
             [
@@ -161,19 +168,17 @@ def build_wheel(title: str, log_path: Path) -> None:
                 "wheel",
                 "--no-deps",
                 "--no-cache-dir",
-                "--config-settings",
-                f"build-dir={tree}",
-                "--config-settings",
-                f"build.targets={SERVER_TARGET}",
+                *(server if with_server else []),
                 "-w",
                 building,
                 f"llama-cpp-python=={LLAMACPP_VERSION}",
             ],
             log_path,
-            env={**os.environ, "CMAKE_ARGS": BUILD_CMAKE_ARGS},
+            env={**os.environ, "CMAKE_ARGS": BUILD_CMAKE_ARGS if with_server else PORTABLE_CMAKE_ARGS},
             detail=pip_detail,
         )
-        keep_server(tree / "bin")
+        if with_server:
+            keep_server(tree / "bin")
         WHEEL_DIR.mkdir(exist_ok=True)
         for wheel in Path(building).glob("*.whl"):
             shutil.move(wheel, WHEEL_DIR / wheel.name)
@@ -202,16 +207,25 @@ def background_build_pid() -> int | None:
     return BUILD_PIDFILE.live_group()
 
 
-def start_background_build() -> str | None:
-    """Start building the wheel in the background at the lowest priority, unless it is built, being built, or this
-    machine lacks what building needs. What to tell the user; None when nothing was started."""
-    if (built_wheel() is not None and built_server()) or background_build_pid() is not None:
+def start_background_build(with_server: bool = False) -> str | None:
+    """Start building the wheel (and llama-server, `with_server`) in the background at the lowest priority, unless
+    it is built, being built, or this machine lacks what building needs. What to tell the user; None when nothing
+    was started."""
+    built = built_wheel() is not None and (built_server() or not with_server)
+    if built or background_build_pid() is not None:
         return None
     if system.missing(system.llamacpp_build_needs()):
         return None  # said where an install needs it: ENGINES=llamacpp names the packages
-    pid = process.spawn(
-        ["nice", "-n", str(LOWEST_PRIORITY), sys.executable, "-m", BUILD_MODULE], BUILD_LOG, dict(os.environ), ROOT
-    )
+    argv = [
+        "nice",
+        "-n",
+        str(LOWEST_PRIORITY),
+        sys.executable,
+        "-m",
+        BUILD_MODULE,
+        *([WITH_SERVER] if with_server else []),
+    ]
+    pid = process.spawn(argv, BUILD_LOG, dict(os.environ), ROOT)
     BUILD_PIDFILE.write(pid)
     return (
         f"building llama.cpp (the tour's Ollama-class engine) in the background at the lowest CPU priority, once "
@@ -242,13 +256,11 @@ def wait_for_background_build() -> None:
     BUILD_PIDFILE.remove()
 
 
-def build_in_background() -> None:
-    """What the background process runs: the wheel and llama-server (its log: BUILD_LOG)."""
-    build_wheel(
-        f"Building llama.cpp {LLAMACPP_VERSION} portably (the wheel and llama-server), in the background",
-        BUILD_LOG,
-    )
+def build_in_background(with_server: bool) -> None:
+    """What the background process runs: the wheel, and llama-server `with_server` (its log: BUILD_LOG)."""
+    what = "the wheel and llama-server" if with_server else "the wheel"
+    build_wheel(f"Building llama.cpp {LLAMACPP_VERSION} portably ({what}), in the background", BUILD_LOG, with_server)
 
 
 if __name__ == "__main__":
-    build_in_background()
+    build_in_background(WITH_SERVER in sys.argv[1:])
