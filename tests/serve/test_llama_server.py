@@ -4,6 +4,7 @@ with parallel slots (it starts in seconds), its settings, and stopping it."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import zipfile
@@ -167,7 +168,8 @@ def test_up_status_and_down_drive_it_through_engines() -> None:
         (line,) = [  # other engines of this checkout (the suite's shared ones) have rows of their own
             line for line in status.stdout.splitlines() if line.startswith("llama-server ") and f" {port} " in line
         ]
-        assert status.returncode == 0 and f"{LLAMACPP_MODEL}   Q4_1 GGUF" in line and f" {port} " in line, status.stdout
+        cells = re.split(r"\s{3,}", line)  # the columns are as wide as the widest row's (other engines' too)
+        assert status.returncode == 0 and cells[1:4] == [LLAMACPP_MODEL, "Q4_1 GGUF, 98 MB", str(port)], status.stdout
         assert httpx.get(f"http://127.0.0.1:{port}/props", timeout=10).json()["total_slots"] == 2
     finally:
         down = run_script("down.sh", env, timeout_s=120)
