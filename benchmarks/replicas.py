@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import httpx
-import psutil
 
 from client.stream import RequestRecord, chat_payload, stream_chat
 from labs.loadtest.aggregate import Summary, summarize
@@ -154,19 +153,6 @@ def typical(found: list[Any], key: Callable[[Any], float] = output_rate) -> Any:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def cpu_seconds(pgid: int) -> float:
-    """User + system CPU seconds the router's process group has used so far: the router itself and the kit's
-    supervisor that started it (running_pid is the group, whose leader is the supervisor, not the router)."""
-    total = 0.0
-    for pid in process.group_members(pgid):
-        try:
-            times = psutil.Process(pid).cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def overhead_and_one_replica(
     settings: Settings, requests: int, max_tokens: int, rounds: int, found: dict[str, Any]
 ) -> dict[int, Summary]:
@@ -194,10 +180,10 @@ def overhead_and_one_replica(
             router_cpu_s = 0.0
             for _ in range(rounds):  # alternate so background load hits both alike
                 for path, url in (("direct", engine.base_url), ("router", router.base_url)):
-                    before = cpu_seconds(router_pid)
+                    before = process.group_cpu_seconds(router_pid)  # the router and its supervisor
                     runs[path].append(measure(one, url, users, plain_messages(requests), max_tokens))
                     if path == "router":
-                        router_cpu_s += cpu_seconds(router_pid) - before
+                        router_cpu_s += process.group_cpu_seconds(router_pid) - before
             middle = {path: typical(found) for path, found in runs.items()}
             routed_s = sum(summary.duration_s for summary in runs["router"])
             routed = sum(summary.num_requests for summary in runs["router"])

@@ -25,7 +25,6 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-import psutil
 from rich.table import Table
 
 from benchmarks.arms import BUILTIN_ARMS, Arm, arm_settings, engine_environ, exported, parse_overrides
@@ -109,19 +108,6 @@ def first_token_s(base_url: str, model: str) -> float:
     return record.first_token_s - record.sent_s
 
 
-def cpu_seconds(group: int) -> float:
-    """CPU seconds the start's processes used so far, their reaped children (the compilers) included: what a start
-    costs whatever else the machine runs, where its wall seconds depend on what the other processes leave it."""
-    total = 0.0
-    for member in process.group_members(group):
-        try:
-            times = psutil.Process(member).cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
-
-
 def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, Any]:
     """Start the arm on `cache`, time /health and the first token, read its log's phases, stop it."""
     settings = arm_settings(arm)
@@ -135,7 +121,7 @@ def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, 
         with exported(env):
             started = runtime.start(plan)
         token_s = first_token_s(runtime.base_url, runtime.served_model)
-        cpu_s = cpu_seconds(started.pid)
+        cpu_s = process.group_cpu_seconds(started.pid)  # the compilers it reaped included
         log_text = runtime.log_path.read_text(errors="replace")
     finally:
         runtime.stop(quiet=True)

@@ -9,7 +9,7 @@ this part there.) Timing a request is `client/stream.py`'s job, reading /metrics
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import httpx
@@ -181,3 +181,25 @@ class Endpoint:
 
 def _whole_number(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def named_endpoints(
+    specs: Sequence[str], env: Mapping[str, str], beside: Sequence[Endpoint] = (), api_key: str | None = None
+) -> list[Endpoint]:
+    """The engines named on a command line (--endpoint ENDPOINT_SPEC, repeatable), each with its model (the first it
+    lists where the spec names none) and `api_key` (--api-key) where given; EndpointError for a malformed spec or a
+    name already taken, by `beside` (the kit's engines the lab also runs) or by an earlier spec."""
+    taken = {endpoint.name for endpoint in beside}
+    named: list[Endpoint] = []
+    for spec in specs:
+        try:
+            endpoint = Endpoint.from_spec(spec, env)
+        except ValueError as exc:
+            raise EndpointError(str(exc)) from None
+        if api_key is not None:
+            endpoint = replace(endpoint, api_key=api_key, key_source="--api-key")
+        if endpoint.name in taken:
+            raise EndpointError(f"two engines are both called {endpoint.name!r}: name --endpoint {spec!r} otherwise")
+        taken.add(endpoint.name)
+        named.append(endpoint.or_first_served())
+    return named

@@ -79,13 +79,7 @@ def test_the_run_report_says_where_the_time_went_and_when_a_run_is_over_budget(t
         '<testsuites><testsuite><testcase classname="tests.a" name="test_quick" time="0.5"/>'
         '<testcase classname="tests.b" name="test_slow" time="300.0"/></testsuite></testsuites>'
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.support.run_report", *(str(tmp_path / name) for name in PARTS)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = run_report(tmp_path)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("Where the time went: 51 min 00 s in all, OVER the 45 min budget by 6 min 00 s")
@@ -95,15 +89,20 @@ def test_the_run_report_says_where_the_time_went_and_when_a_run_is_over_budget(t
     assert lines[-2].endswith("300 s  tests.b::test_slow") and lines[-1].endswith("0 s  tests.a::test_quick")
     (tmp_path / "pytest.xml").unlink()  # a run stopped before pytest: the report still comes, and says what it lacks
     (tmp_path / "phases.tsv").write_text("Debian packages\t60\n")
-    early = subprocess.run(
-        [sys.executable, "-m", "tests.support.run_report", *(str(tmp_path / name) for name in PARTS)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    early = run_report(tmp_path)
     assert early.returncode == 0 and "1 min 00 s in all, within the 45 min budget" in early.stdout, early.stdout
     assert early.stdout.rstrip().endswith("(no pytest report)"), early.stdout
 
 
 PARTS = ("phases.tsv", "install.log", "pytest.xml")
+
+
+def run_report(folder: Path) -> subprocess.CompletedProcess[str]:
+    """tests/support/run_report.py as tests/run.sh calls it, on the three files in `folder`."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.support.run_report", *(str(folder / name) for name in PARTS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError
+from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError, named_endpoints
 from client.stream import RequestRecord
 from labs.compare.aggregate import CONCURRENT, scaling
 from labs.compare.report import JSON_FILE, TABLE_WIDTH, ResultsWriter, request_line, table
@@ -73,15 +73,7 @@ def chosen_engines(settings: Settings, args: argparse.Namespace) -> tuple[Endpoi
     chosen: list[Endpoint] = []
     if args.engines or not args.endpoint:
         chosen += targets(settings, engine_list("--engines", args.engines) if args.engines else None)
-    env = load_env()
-    for spec in args.endpoint:
-        try:
-            named = Endpoint.from_spec(spec, env)
-        except ValueError as exc:
-            raise EndpointError(str(exc)) from None
-        if named.name in {target.name for target in chosen}:
-            raise EndpointError(f"two engines are both called {named.name!r}: name --endpoint {spec!r} otherwise")
-        chosen.append(named.or_first_served())
+    chosen += named_endpoints(args.endpoint, load_env(), beside=chosen)
     return tuple(chosen)
 
 

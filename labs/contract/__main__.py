@@ -9,12 +9,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError
+from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError, named_endpoints
 from labs.compare.workload import targets
 from labs.contract.probe import MAX_TOKENS, CheckRecord
 from labs.contract.registry import CHECKS, run_all
@@ -83,16 +82,7 @@ def chosen_endpoints(args: argparse.Namespace) -> list[Endpoint]:
     if args.engines or not args.endpoint:
         settings = Settings.load()
         endpoints += targets(settings, engine_list("--engines", args.engines) if args.engines else None)
-    for spec in args.endpoint:
-        try:
-            named = Endpoint.from_spec(spec, load_env())
-        except ValueError as exc:
-            raise EndpointError(str(exc)) from None
-        if args.api_key is not None:
-            named = dataclasses.replace(named, api_key=args.api_key, key_source="--api-key")
-        if named.name in {endpoint.name for endpoint in endpoints}:
-            raise EndpointError(f"two engines are both called {named.name!r}: name --endpoint {spec!r} otherwise")
-        endpoints.append(named.or_first_served())
+    endpoints += named_endpoints(args.endpoint, load_env(), beside=endpoints, api_key=args.api_key)
     return endpoints
 
 

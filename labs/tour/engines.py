@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from client.endpoint import Endpoint, EndpointError
+from client.endpoint import Endpoint, EndpointError, named_endpoints
 from labs.compare.workload import targets
 from labs.tour.running import run
 from serve.config.environment import load_env
@@ -90,10 +90,7 @@ def ollama_class(settings: Settings, spec: str | None) -> OllamaClass:
     LLAMACPP_PORT) holding a model (the kit's model when it holds it); else the kit's llama.cpp server."""
     env = load_env()
     if spec:
-        try:
-            named = Endpoint.from_spec(spec, env).or_first_served()
-        except ValueError as exc:
-            raise EndpointError(str(exc)) from None
+        (named,) = named_endpoints([spec], env)
         return OllamaClass(
             named.name,
             named,

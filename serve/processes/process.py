@@ -79,6 +79,18 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds the group's live processes have used so far, their reaped children (a compiler, say) included."""
+    total = 0.0
+    for member in group_members(pgid):
+        try:
+            times = psutil.Process(member).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 def cmdline(pid: int) -> str:
     try:
         return " ".join(psutil.Process(pid).cmdline())
