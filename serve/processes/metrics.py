@@ -115,15 +115,19 @@ def parse(text: str, taken_s: float | None = None) -> MetricsSnapshot:
 
 def scrape(base_url: str, timeout_s: float = 5.0) -> MetricsSnapshot:
     """GET {base_url}/metrics (base_url without /v1). Raises NoMetrics when there is no Prometheus text."""
-    response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
+    return snapshot_of(base_url, httpx.get(f"{base_url}/metrics", timeout=timeout_s))
+
+
+async def scrape_async(http: httpx.AsyncClient, base_url: str) -> MetricsSnapshot:
+    """`scrape` on an event loop, through the caller's client (its timeouts)."""
+    return snapshot_of(base_url, await http.get(f"{base_url}/metrics"))
+
+
+def snapshot_of(base_url: str, response: httpx.Response) -> MetricsSnapshot:
+    """The snapshot in an answer to GET {base_url}/metrics; NoMetrics when it holds no vLLM gauges."""
     if response.status_code == httpx.codes.NOT_FOUND:
         raise NoMetrics(f"{base_url} exposes no vLLM /metrics (HTTP {response.status_code})")
     response.raise_for_status()  # a 5xx is trouble in an engine that has metrics, not their absence
     if RUNNING not in response.text:
         raise NoMetrics(f"{base_url}/metrics answers, but not with vLLM's gauges")
     return parse(response.text)
-
-
-def scrape_replicas(base_urls: list[str], timeout_s: float = 5.0) -> MetricsSnapshot:
-    """Every replica's /metrics as one engine's (the load tester's series behind a router)."""
-    return combine([scrape(url, timeout_s) for url in base_urls])

@@ -112,7 +112,10 @@ def test_default_target_small_run_writes_every_output_and_agrees_with_vllm(vllm_
     assert numbers["output_tokens_per_s"] == pytest.approx(numbers["total_output_tokens"] / numbers["duration_s"])
 
     series = run["metrics_series"]
-    assert run["metrics_note"] is None and len(series) >= 2 and {s["format"] for s in series} == {"v1"}
+    # a read that took over 2 s (a stall of the shared machine) is left out and said so; the rest are the series
+    note = run["metrics_note"]
+    assert note is None or "/metrics reads took over 2 s" in note, note
+    assert len(series) >= 2 and {s["format"] for s in series} == {"v1"}
     # when it misses, say whether the sampler stalled (no snapshot while answers streamed) or the gauge read 0
     start_s = min(r["scheduled_s"] for r in requests)  # the first request is planned at offset 0: the run's start
     streaming = [(round(r["first_token_s"] - start_s, 2), round(r["done_s"] - start_s, 2)) for r in requests]
