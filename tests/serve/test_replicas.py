@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
@@ -379,32 +381,66 @@ def complete(url: str, prompt: str, session: str) -> httpx.Response:
     )
 
 
+@contextmanager
+def a_router_for_each_policy(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """One more vllm-router per policy, each on ports of its own, in front of the cluster's two replicas: the
+    kit's RouterRuntime (FAILOVER_ARGS and all), so one kill is met by every policy at the same moment."""
+    routers = []
+    try:
+        for policy in ROUTER_POLICIES:
+            port = process.free_port_run("127.0.0.1", 2)
+            settings = dataclasses.replace(cluster.settings, port=port, router_policy=policy)
+            routers.append(RouterRuntime(settings, cluster.replica_urls, metrics_port=port + 1))
+            routers[-1].start()
+        urls = {router.settings.router_policy: router.base_url for router in routers}
+        wait_until(lambda: all(map(all_workers_routable, urls.values())), 30, "each router to route to both replicas")
+        yield urls
+    finally:
+        for router in routers:
+            router.stop(quiet=True)
+
+
 @pytest.mark.server
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ROUTER_POLICIES)
-def test_a_killed_replica_costs_no_new_request_under_every_policy(cluster: Cluster, policy: str) -> None:
-    """SIGKILL one replica's API server, then at once 20 requests, one after another: every one is answered. The
-    same 20 went to both replicas before the kill, so the policy (a prefix's replica, a session's) sends some of them
-    to the dead one; the router's retries and its circuit breaker (serve/engines/router.py) send those elsewhere."""
-    cluster.use_policy(policy)
-    victim_index = ROUTER_POLICIES.index(policy) % 2  # in turn: each was back in the rotation first
-    victim = cluster.engines[victim_index]
+def test_a_killed_replica_costs_no_new_request_under_every_policy(cluster: Cluster) -> None:
+    """SIGKILL one replica's API server, then at once, through a router of each policy side by side, 20 requests one
+    after another: every one is answered. The same 20 went to both replicas before the kill, so each policy (a
+    prefix's replica, a session's) sends some of them to the dead one; the router's retries and its circuit breaker
+    (serve/engines/router.py) send those elsewhere. Each router has its own health checks and breaker: the five
+    meet the same dead replica independently."""
     prompts = [
         (f"Request {n}: name a {('colour', 'fruit', 'city', 'tree')[n % 4]}.", f"session-{n}") for n in range(20)
     ]
-    where = [served_by(cluster, partial(complete, cluster.router_url, *prompt)) for prompt in prompts]
-    assert victim_index in where, where  # the policy does send these prompts to the victim
-    record = victim.server.record()
-    assert record is not None and record.server_pid is not None
-    os.kill(record.server_pid, signal.SIGKILL)
-    answers = [complete(cluster.router_url, *prompt) for prompt in prompts]
-    failed = [(n, r.status_code, r.text[:200]) for n, r in enumerate(answers) if r.status_code != 200]
-    assert not all_workers_routable(victim.base_url), "the killed replica came back before the last request"
-    print(
-        f"{policy}: {len(answers) - len(failed)}/20 answered right after the kill; {where.count(victim_index)} of "
-        f"them had gone to the killed replica before"
-    )
-    assert failed == [], failed
-    assert all(response.json()["choices"][0]["text"] for response in answers)
-    # the kit's supervisor restarts it and the router takes it back before the next policy's kill
+    with a_router_for_each_policy(cluster) as routers:
+        where = {
+            policy: [served_by(cluster, partial(complete, url, *prompt)) for prompt in prompts]
+            for policy, url in routers.items()
+        }
+        # the victim: a replica every policy sends some of these prompts to
+        reached_by_all = [i for i in (1, 0) if all(i in sent for sent in where.values())]
+        assert reached_by_all, where
+        victim_index = reached_by_all[0]
+        victim = cluster.engines[victim_index]
+        record = victim.server.record()
+        assert record is not None and record.server_pid is not None
+        os.kill(record.server_pid, signal.SIGKILL)
+        with ThreadPoolExecutor(len(routers)) as pool:
+            answered = dict(
+                zip(
+                    routers,
+                    pool.map(lambda url: [complete(url, *prompt) for prompt in prompts], routers.values()),
+                    strict=True,
+                )
+            )
+        assert not all_workers_routable(victim.base_url), "the killed replica came back before the last request"
+    failed = {}
+    for policy, answers in answered.items():
+        failed[policy] = [(n, r.status_code, r.text[:200]) for n, r in enumerate(answers) if r.status_code != 200]
+        print(
+            f"{policy}: {len(answers) - len(failed[policy])}/20 answered right after the kill; "
+            f"{where[policy].count(victim_index)} of them had gone to the killed replica before"
+        )
+        assert all(r.json()["choices"][0]["text"] for r in answers if r.status_code == 200), policy
+    assert failed == {policy: [] for policy in ROUTER_POLICIES}, failed
+    # the kit's supervisor restarts it and the cluster's router takes it back (down.sh then finds it whole)
     wait_until(lambda: router_health(cluster, victim.base_url) == 1, 600, "the killed replica to rejoin the rotation")
