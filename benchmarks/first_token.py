@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.first_token            # this machine's pip configuration
     .venv/bin/python -m benchmarks.first_token --stock-pip  # as a user's machine: PyPI + a torch index only
     .venv/bin/python -m benchmarks.first_token --warm-restart  # then down.sh, and time a warm up.sh too
+    .venv/bin/python -m benchmarks.first_token --stock-pip --eager  # the install's proof, without the compile
 
 It copies the repository's files (or --source's) into a new folder (what `git clone` gives: no .venv, no .kit),
 points every cache at empty folders there (pip's and uv's, the kit's wheel cache, vLLM's compile cache, inductor's,
@@ -141,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the clone and its caches (they are GBs)")
     parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="ENFORCE_EAGER=true: the install and a start without the model's compile (minutes less; the tests' "
+        "proof of the install). Its total is not the goal's: the goal is on the defaults, compile included",
+    )
+    parser.add_argument(
         "--warm-restart",
         action="store_true",
         help="then bash down.sh and time bash up.sh once more: the warm restart a user gets after each .env edit",
@@ -156,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="kit-first-token-"))
     clone = fresh_clone(scratch / "clone", args.source)
-    env = empty_caches_env(scratch, free_port())
+    env = empty_caches_env(scratch, free_port()) | ({"ENFORCE_EAGER": "true"} if args.eager else {})
     with ExitStack() as stack:
         if args.stock_pip:
             index = scratch / "torch-index"
@@ -188,14 +195,18 @@ def main(argv: list[str] | None = None) -> int:
     if warm_up_s is not None:
         table.add_row("bash up.sh again, after bash down.sh (warm)", f"{warm_up_s:.0f}", style="bold")
     console.print(table)
-    verdict = "meets" if total_s <= GOAL_S else "misses"
-    console.print(f"{verdict} the goal of {GOAL_S:.0f} s ({total_s / GOAL_S:.2f}x of it)")
+    if args.eager:
+        console.print(f"eager (no compile): not judged against the goal of {GOAL_S:.0f} s, which is on the defaults")
+    else:
+        verdict = "meets" if total_s <= GOAL_S else "misses"
+        console.print(f"{verdict} the goal of {GOAL_S:.0f} s ({total_s / GOAL_S:.2f}x of it)")
     command = command_line("python -m benchmarks.first_token", sys.argv[1:] if argv is None else argv)
     write(
         args.out / "results.json",
         Envelope.now(command),
         {
             "stock_pip": args.stock_pip,
+            "eager": args.eager,
             "clone": str(clone) if args.keep else None,
             "phases_s": dict(steps),
             "up_s": up_s,
