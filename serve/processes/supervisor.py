@@ -11,6 +11,11 @@ Policy, where it is decided (`next_step`):
   status: vLLM's API server exits 0 when its engine core dies (seen with SIGKILL of the engine core).
   RESTART=no restarts none. Before each try, what is left of the dead one's group (an engine core, its
   workers) is waited for and then killed, so the new one never starts beside the old one's memory.
+- A server whose model is bound to CPUs of its own (VLLM_CPU_OMP_THREADS_BIND naming them: a replica's share) starts
+  on those CPUs only, and may use every CPU again once it answers /health (but for the process running the model,
+  whose threads vLLM bound). While starting, each process that imports torch has MKL count the cores by moving itself
+  onto each CPU in turn; a CPU the other replica's model keeps busy held that move for minutes (a replica killed
+  under load came back 236 s later, where a start takes 30 s; `strace -k` named MKL_Read_ThreadENV_Count_Cores).
 - Back-off doubles from BACKOFF_FIRST_S to BACKOFF_MAX_S. A try that reaches /health resets the count; after
   RESTART_ATTEMPTS tries in a row that do not, it gives up with one line saying why (a crash loop).
 
@@ -36,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from serve.config.settings import RESTART_POLICIES
+from serve.processes import process
 from serve.processes.process import group_members
 from ui.cli import KitArgumentParser, non_negative_int
 
@@ -137,6 +143,34 @@ def backoff_s(failures: int) -> float:
     return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (failures - 1))
 
 
+def own_cpus(mask: str) -> set[int] | None:
+    """The CPUs a VLLM_CPU_OMP_THREADS_BIND value names for one worker ("0", "2-3", "0,2-3") among those this process
+    may use; None for vLLM's words (auto, nobind, all), several workers ("0|1"), or when it names them all."""
+    allowed = os.sched_getaffinity(0)
+    try:
+        cpus: set[int] = set()
+        for part in mask.split(","):
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        return None
+    return cpus & allowed if cpus & allowed and cpus & allowed != allowed else None
+
+
+def release(pgid: int, everywhere: set[int]) -> None:
+    """Let every process of the group use `everywhere` again, each of its threads, but the one running the model:
+    vLLM's worker where there is one, else the engine core (vLLM's uni executor runs the model there)."""
+    members = {pid: process.cmdline(pid) for pid in group_members(pgid) if pid != os.getpid()}
+    runner = "VLLM::Worker" if any("VLLM::Worker" in line for line in members.values()) else "VLLM::EngineCore"
+    for pid, line in members.items():
+        if runner in line:
+            continue
+        with contextlib.suppress(OSError):
+            for thread in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(int(thread), everywhere)
+
+
 def healthy(url: str) -> bool:
     """200 from the health path; a 401/403 counts too (llama-cpp-python's only probe, /v1/models, wants the key:
     it answers, so it is up)."""
@@ -173,6 +207,10 @@ class Supervisor:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             child = subprocess.Popen(self.args.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        everywhere, start_on = os.sched_getaffinity(0), own_cpus(os.environ.get("VLLM_CPU_OMP_THREADS_BIND", ""))
+        if start_on:  # before it imports anything: what it starts inherits this
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(child.pid, start_on)
         self.record.add(self.record_path, Event(time.time(), "started", child.pid))
         if self.stopping.is_set():
             child.terminate()
@@ -180,6 +218,8 @@ class Supervisor:
         while child.poll() is None:
             if not was_healthy and healthy(self.args.health_url):
                 was_healthy = True
+                if start_on:
+                    release(os.getpgrp(), everywhere)
                 self.record.add(self.record_path, Event(time.time(), "healthy", child.pid))
             self.stopping.wait(HEALTH_POLL_S)
             if self.stopping.is_set() and child.poll() is None:
