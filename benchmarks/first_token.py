@@ -11,7 +11,7 @@ Hugging Face's), runs `bash up.sh` on a free port, then runs the README's client
 arrives. It prints each phase's seconds (the kit's own step lines, "✓ title (N s)") and the total, writes
 results.json, and stops the server. `--stock-pip` switches this machine's pip configuration off
 (PIP_CONFIG_FILE=/dev/null) and serves torch from a stand-in for PyTorch's CPU index on 127.0.0.1
-(tests/support/torch_index.py), so every other package is downloaded from PyPI, as on a user's machine.
+(benchmarks/fresh_machine.py), so every other package is downloaded from PyPI, as on a user's machine.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from pathlib import Path
 
 from rich.table import Table
 
+from benchmarks.fresh_machine import fresh_clone, serve_index, stock_pip, torch_wheel, user_env, write_index
 from labs.results import Envelope, command_line, write
 from serve.config.paths import ROOT
 from serve.processes.process import free_port, stop_group
-from tests.support.clone import fresh_clone, stock_pip, user_env
-from tests.support.torch_index import serve_index, torch_wheel, write_index
 from ui.cli import KitArgumentParser
 from ui.progress import console, err_console
 

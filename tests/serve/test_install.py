@@ -2,7 +2,7 @@
 
 A fresh copy of the repository (what `git clone` gives) installs with PIP_CONFIG_FILE=/dev/null and no PIP_*
 variables, so pip and uv reach PyPI alone, and TORCH_INDEX_URL points at a stand-in for PyTorch's CPU index
-(tests/support/torch_index.py) on 127.0.0.1. With an index that lacks torch, the user sees one line naming
+(benchmarks/fresh_machine.py) on 127.0.0.1. With an index that lacks torch, the user sees one line naming
 TORCH_INDEX_URL and no half-made venv is left; with one that serves it (labs/throughput.md's first-token
 benchmark, every cache empty), `bash up.sh` installs, prepares the model and serves it, and the README's client
 gets an answer.
@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.fresh_machine import fresh_clone, serve_index, stock_pip, user_env, write_index
 from serve.config.model import quantization_for
 from serve.config.settings import Settings
 from serve.install.vllm_venv import TORCH_VERSION
 from serve.processes.process import free_port
 from tests.conftest import kit_env, run_bounded
-from tests.support.clone import fresh_clone, stock_pip, user_env
 from tests.support.docs import doc_commands, run_doc
-from tests.support.torch_index import serve_index, write_index
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 INSTALL_TIMEOUT_S = 1800  # light tools + vLLM from PyPI + model + the first start, on a busy 2-core machine

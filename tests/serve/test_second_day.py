@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.fresh_machine import fresh_clone
 from client.keys import api_key_for, refused_key_hint
 from serve import __main__ as serve_main
 from serve.config.settings import KNOBS, Settings
 from serve.engines.native import NativeRuntime
 from serve.processes.local_server import LocalServer
 from tests.conftest import ROOT, free_port, kit_env, run_bounded
-from tests.support.clone import fresh_clone
 from ui.values import SettingsError
 
 DEFAULTS = {knob.env: knob.default for knob in KNOBS}

@@ -11,11 +11,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from benchmarks.fresh_machine import fresh_clone
 from serve.config import machine
 from serve.install import system
 from serve.processes import process
 from tests.conftest import ROOT, free_port, kit_env, run_bounded
-from tests.support.clone import fresh_clone
 
 TOOL_NAMES = {"patch": ("patch",), "g++": ("g++",), "cmake": ("cmake",), "gcc": ("gcc",)}
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.fresh_machine import fresh_clone, user_env
 from labs.compare.workload import MATCHED_PROMPTS, SEED_PROMPTS, matched_prompts
 from labs.results import load
 from tests.conftest import LLAMACPP_MODEL, MODEL, ROOT, Server, free_port, start_llamacpp, stop_server
-from tests.support.clone import fresh_clone, user_env
 from tests.support.docs import doc_commands, run_doc
 from tests.support.ollama_standin import ollama_standin
 
