@@ -29,7 +29,7 @@ from typing import Any, TypeVar, overload
 
 import httpx
 
-from client.stream import RequestRecord, chat_payload, stream_chat
+from client.stream import RequestRecord, chat_payload, closed_loop, stream_chat
 from labs.loadtest.aggregate import Summary, summarize
 from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.config.paths import ROOT
@@ -80,24 +80,24 @@ def running(started: list[Runtime]) -> Iterator[list[Runtime]]:
             runtime.stop(quiet=True)
 
 
-async def closed_loop(
+async def send_all(
     api_url: str, model: str, api_key: str | None, users: int, messages: list[list[dict]], max_tokens: int
 ) -> list[RequestRecord]:
-    """`users` users each send their next request when the last one finished, until `messages` run out."""
+    """`users` users in a closed loop, each sending the next of `messages` when its last answer ended, until none
+    are left."""
     queue = list(enumerate(messages))
     records: list[RequestRecord] = []
 
-    async def user() -> None:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as http:
-            while queue:
-                request_id, conversation = queue.pop(0)
-                record = RequestRecord(request_id, max_tokens, time.perf_counter())
-                await stream_chat(
-                    http, api_url, chat_payload(model, conversation, max_tokens, ignore_eos=True), record, api_key
-                )
-                records.append(record)
+    async def turn(http: httpx.AsyncClient, _user: int) -> bool:
+        if not queue:
+            return False
+        request_id, conversation = queue.pop(0)
+        record = RequestRecord(request_id, max_tokens, time.perf_counter())
+        payload = chat_payload(model, conversation, max_tokens, ignore_eos=True)
+        records.append(await stream_chat(http, api_url, payload, record, api_key))
+        return True
 
-    await asyncio.gather(*(user() for _ in range(users)))
+    await closed_loop(users, turn)
     return records
 
 
@@ -119,7 +119,7 @@ def prefix_messages(count: int, salt: str, seed: int = 0) -> list[list[dict]]:
 
 def measure(settings: Settings, base_url: str, users: int, messages: list[list[dict]], max_tokens: int) -> Summary:
     records = asyncio.run(
-        closed_loop(f"{base_url}/v1", settings.model_name, settings.api_key or None, users, messages, max_tokens)
+        send_all(f"{base_url}/v1", settings.model_name, settings.api_key or None, users, messages, max_tokens)
     )
     error = first_error(records)
     if error is not None:

@@ -27,13 +27,14 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import httpx
 import psutil
 
 from benchmarks.replicas import measure, plain_messages, running
-from client.stream import RequestRecord, chat_payload, stream_chat
+from client.stream import RequestRecord, chat_payload, closed_loop, stream_chat
 from serve.config.paths import ROOT
 from serve.config.settings import Settings
 from serve.engines import runtimes
@@ -97,35 +98,45 @@ def dead_engine_took_it(record: RequestRecord, kills: list[float]) -> bool:
     )
 
 
-async def user(number: int, settings: Settings, stop: asyncio.Event, tally: Tally, kills: list[float]) -> None:
-    rng = random.Random(number)
+async def turn(
+    http: httpx.AsyncClient,
+    number: int,
+    settings: Settings,
+    stop: asyncio.Event,
+    tally: Tally,
+    kills: list[float],
+    rngs: dict[int, random.Random],
+) -> bool:
+    """One request of user `number` (its own random sequence in `rngs`), counted in `tally`; False once stopped."""
+    if stop.is_set():
+        return False
+    rng = rngs.setdefault(number, random.Random(number))
     api_url, key = f"{settings.base_url}/v1", settings.api_key or None
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as http:
-        while not stop.is_set():
-            payload = chat_payload(
-                settings.model_name, [{"role": "user", "content": f"Tell story {rng.random()}."}], 64, ignore_eos=True
-            )
-            if rng.random() < HANG_UP_SHARE:
-                sent_s = time.perf_counter()
-                outcome = await hang_up_after(http, api_url, payload, rng.randint(2, 8), key)
-                if outcome == "hung up":
-                    tally.hung_up += 1
-                elif outcome == "completed":
-                    tally.completed += 1
-                elif any(sent_s <= at <= time.perf_counter() for at in kills):
-                    tally.cut.append("cut by a kill before its client could hang up")
-                else:
-                    tally.other.append("a request meant to hang up failed before it could")
-                continue
-            record = await stream_chat(http, api_url, payload, RequestRecord(0, 64, time.perf_counter()), key)
-            if record.ok:
-                tally.completed += 1
-            elif any(record.sent_s <= at <= (record.done_s or at) for at in kills):
-                tally.cut.append(f"{record.status}: {record.error}"[:120])
-            elif dead_engine_took_it(record, kills):
-                tally.cut.append(f"{record.status}: {record.error} (sent as its engine core died)"[:160])
-            else:
-                tally.other.append(f"{record.status}: {record.error or record.text}"[:200])
+    payload = chat_payload(
+        settings.model_name, [{"role": "user", "content": f"Tell story {rng.random()}."}], 64, ignore_eos=True
+    )
+    if rng.random() < HANG_UP_SHARE:
+        sent_s = time.perf_counter()
+        outcome = await hang_up_after(http, api_url, payload, rng.randint(2, 8), key)
+        if outcome == "hung up":
+            tally.hung_up += 1
+        elif outcome == "completed":
+            tally.completed += 1
+        elif any(sent_s <= at <= time.perf_counter() for at in kills):
+            tally.cut.append("cut by a kill before its client could hang up")
+        else:
+            tally.other.append("a request meant to hang up failed before it could")
+        return True
+    record = await stream_chat(http, api_url, payload, RequestRecord(0, 64, time.perf_counter()), key)
+    if record.ok:
+        tally.completed += 1
+    elif any(record.sent_s <= at <= (record.done_s or at) for at in kills):
+        tally.cut.append(f"{record.status}: {record.error}"[:120])
+    elif dead_engine_took_it(record, kills):
+        tally.cut.append(f"{record.status}: {record.error} (sent as its engine core died)"[:160])
+    else:
+        tally.other.append(f"{record.status}: {record.error or record.text}"[:200])
+    return True
 
 
 def gauges(url: str) -> tuple[float, float, float]:
@@ -238,7 +249,8 @@ async def soak(
     tally, stop = Tally(), asyncio.Event()
     kills: list[float] = []  # when each SIGKILL was sent (perf_counter)
     started = time.monotonic()
-    clients = [asyncio.create_task(user(n, settings, stop, tally, kills)) for n in range(users)]
+    each_turn = partial(turn, settings=settings, stop=stop, tally=tally, kills=kills, rngs={})
+    clients = asyncio.create_task(closed_loop(users, each_turn))
     await asyncio.sleep(kill_after_s)
     first, second = engines
     old = kill(first, "api server", tally, kills)
@@ -251,7 +263,7 @@ async def soak(
     print(f"{time.strftime('%H:%M:%S')} {second.label} healthy again {back_s:.0f} s after the kill", flush=True)
     await asyncio.sleep(settle_s)
     stop.set()
-    await asyncio.gather(*clients)
+    await clients
     return tally, time.monotonic() - started
 
 

@@ -40,7 +40,7 @@ import psutil
 from benchmarks.arms import Arm, Served, add_cpu_isa_argument, parse_overrides, serving, use_cpu_isa
 from benchmarks.roofline import Bandwidth, measure_bandwidth
 from client.endpoint import Endpoint, EndpointError
-from client.stream import RequestRecord, chat_payload, stream_chat
+from client.stream import RequestRecord, chat_payload, closed_loop, stream_chat
 from labs.results import Envelope, MeasuredEngine, ResultsError, command_line, load, write
 from serve.config.machine import detect
 from serve.config.paths import ROOT
@@ -234,22 +234,20 @@ class Users:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
-    async def _user(self, number: int) -> None:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as http:
-            while not self._stop.is_set():
-                record = RequestRecord(len(self.records), ANSWER_TOKENS, time.perf_counter())
-                payload = chat_payload(
-                    self.endpoint.model,
-                    [{"role": "user", "content": f"{PROMPT} ({number})"}],
-                    ANSWER_TOKENS,
-                    ignore_eos=True,
-                )
-                self.records.append(
-                    await stream_chat(http, self.endpoint.base_url, payload, record, self.endpoint.api_key or None)
-                )
+    async def _turn(self, http: httpx.AsyncClient, number: int) -> bool:
+        if self._stop.is_set():
+            return False
+        record = RequestRecord(len(self.records), ANSWER_TOKENS, time.perf_counter())
+        payload = chat_payload(
+            self.endpoint.model, [{"role": "user", "content": f"{PROMPT} ({number})"}], ANSWER_TOKENS, ignore_eos=True
+        )
+        self.records.append(
+            await stream_chat(http, self.endpoint.base_url, payload, record, self.endpoint.api_key or None)
+        )
+        return True
 
     async def _run(self) -> None:
-        await asyncio.gather(*(self._user(number) for number in range(self.count)))
+        await closed_loop(self.count, self._turn)
 
     def __enter__(self) -> Users:
         self._thread.start()

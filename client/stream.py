@@ -6,8 +6,10 @@ the benchmarks. Timestamps are `time.perf_counter()` seconds; every derived metr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +17,8 @@ import httpx
 
 # finish_reason values that mean the server finished the answer on purpose
 COMPLETE_FINISH_REASONS = ("stop", "length")
+# a streamed answer may wait minutes behind others on a busy CPU engine; a refused connection is known at once
+STREAM_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 
 @dataclass(slots=True)
@@ -113,6 +117,19 @@ async def stream_chat(
     finally:
         record.done_s = time.perf_counter()
     return record
+
+
+async def closed_loop(users: int, turn: Callable[[httpx.AsyncClient, int], Awaitable[bool]]) -> None:
+    """`users` users, each on a connection of its own, each taking its next turn as soon as its last one ended, until
+    its `turn(http, user_number)` returns False. The one closed loop of the benchmarks: what a turn sends, and when
+    the load ends (a queue run dry, a stop event), is the caller's."""
+
+    async def user(number: int) -> None:
+        async with httpx.AsyncClient(timeout=STREAM_TIMEOUT) as http:
+            while await turn(http, number):
+                pass
+
+    await asyncio.gather(*(user(number) for number in range(users)))
 
 
 def _consume(line: str, record: RequestRecord) -> bool:

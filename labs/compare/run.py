@@ -14,11 +14,9 @@ from typing import Any
 import httpx
 
 from client.endpoint import Endpoint
-from client.stream import RequestRecord, chat_payload, stream_chat
+from client.stream import STREAM_TIMEOUT, RequestRecord, chat_payload, stream_chat
 from labs.compare.workload import TEMPERATURE, Phase
 
-CONNECT_TIMEOUT_S = 5.0
-REQUEST_TIMEOUT_S = 600.0  # 16 requests queued behind one another on a single-stream server take minutes
 PROBE_TIMEOUT_S = 10.0
 WARMUP_PROMPT = "Say OK."
 WARMUP_MAX_TOKENS = 8
@@ -51,7 +49,7 @@ class EngineFacts:
 
 
 def http_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+    return httpx.AsyncClient(timeout=STREAM_TIMEOUT)  # 16 answers queued on a single-stream server take minutes
 
 
 async def check(http: httpx.AsyncClient, target: Endpoint) -> EngineFacts:

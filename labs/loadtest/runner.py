@@ -17,13 +17,11 @@ from dataclasses import dataclass, field
 import httpx
 
 from client.endpoint import Endpoint
-from client.stream import RequestRecord, chat_payload, stream_chat
+from client.stream import STREAM_TIMEOUT, RequestRecord, chat_payload, stream_chat
 from labs.loadtest.workload import PlannedRequest, WorkloadSpec, plan
 from serve.processes.metrics import MetricsSnapshot, NoMetrics, combine, scrape, scrape_async
 
 SCRAPE_INTERVAL_S = 0.5
-REQUEST_TIMEOUT_S = 600.0
-CONNECT_TIMEOUT_S = 10.0
 SCRAPE_TIMEOUT_S = 2.0
 
 
@@ -120,7 +118,7 @@ async def run_load(
 ) -> RunResult:
     """Send the whole planned workload and return every record; never raises for an engine's failures."""
     planned = plan(spec)
-    lanes = Lanes(spec.concurrency or spec.num_requests, httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+    lanes = Lanes(spec.concurrency or spec.num_requests, STREAM_TIMEOUT)
     result = RunResult(target, spec, records=[], started_s=time.perf_counter())
     finished_before = await asyncio.to_thread(finished_by_replica, target)
     stop = asyncio.Event()
