@@ -1,9 +1,9 @@
-"""A replica starts on its own CPUs and gets every CPU back once up: the kit's supervisor, with a real child.
+"""A replica restarts on its own CPUs and gets every CPU back once up: the kit's supervisor, with a real child.
 
 MKL (in torch) counts the cores at import by moving its process onto each CPU in turn; under load, a CPU the other
 replica's model keeps busy held that move for minutes. The child here is a small HTTP server in plain Python (no
 torch: what is under test is what the supervisor does to a child's CPUs, not MKL): it notes the CPUs it started
-with and answers /health and /cpus; the supervisor starts it the way it starts vLLM.
+with and answers /health and /cpus; the supervisor starts and restarts it the way it does vLLM.
 """
 
 from __future__ import annotations
@@ -43,10 +43,16 @@ def test_own_cpus_reads_one_workers_list_and_nothing_else() -> None:
         assert own_cpus(word) is None, word
 
 
+def healthy_runs(events: Path) -> list[int]:
+    """The pids the supervisor saw healthy, in order."""
+    if not events.exists():
+        return []
+    return [event["pid"] for event in json.loads(events.read_text())["events"] if event["kind"] == "healthy"]
+
+
 @pytest.mark.skipif(len(CPUS) < 2, reason="a machine with one CPU has no other CPU to keep a replica off")
-def test_a_bound_server_starts_on_its_cpus_and_gets_every_cpu_once_healthy(tmp_path: Path) -> None:
-    port = free_port()
-    own = CPUS[-1]
+def test_a_bound_server_restarts_on_its_cpus_and_gets_every_cpu_once_healthy(tmp_path: Path) -> None:
+    port, own, events = free_port(), CPUS[-1], tmp_path / "events.json"
     supervisor = subprocess.Popen(
         [
             sys.executable,
@@ -59,9 +65,7 @@ def test_a_bound_server_starts_on_its_cpus_and_gets_every_cpu_once_healthy(tmp_p
             "--log",
             str(tmp_path / "server.log"),
             "--record",
-            str(tmp_path / "events.json"),
-            "--restart",
-            "no",
+            str(events),
             "--",
             sys.executable,
             "-c",
@@ -73,10 +77,13 @@ def test_a_bound_server_starts_on_its_cpus_and_gets_every_cpu_once_healthy(tmp_p
         start_new_session=True,
     )
     try:
-        events = tmp_path / "events.json"
-        wait_until(lambda: events.exists() and '"healthy"' in events.read_text(), 60, "the supervisor to see it up")
-        cpus = httpx.get(f"http://127.0.0.1:{port}/cpus", timeout=10).json()
+        wait_until(lambda: len(healthy_runs(events)) == 1, 60, "the supervisor to see it up")
+        first = httpx.get(f"http://127.0.0.1:{port}/cpus", timeout=10).json()
+        os.kill(healthy_runs(events)[0], signal.SIGKILL)
+        wait_until(lambda: len(healthy_runs(events)) == 2, 60, "the supervisor to restart it and see it up")
+        again = httpx.get(f"http://127.0.0.1:{port}/cpus", timeout=10).json()
     finally:
         os.killpg(supervisor.pid, signal.SIGTERM)
         supervisor.wait(timeout=30)
-    assert cpus == {"started_on": [own], "now": CPUS}, json.dumps(cpus)
+    assert first == {"started_on": CPUS, "now": CPUS}, first  # the first start: the other replicas are idle
+    assert again == {"started_on": [own], "now": CPUS}, again
