@@ -24,6 +24,7 @@ import dataclasses
 import os
 import random
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ import psutil
 
 from benchmarks.replicas import measure, plain_messages, running
 from client.stream import RequestRecord, chat_payload, closed_loop, stream_chat
+from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.config.paths import ROOT
 from serve.config.settings import Settings
 from serve.engines import runtimes
@@ -45,6 +47,7 @@ from serve.processes.local_server import LocalRuntime
 from serve.processes.metrics import scrape
 from ui.cli import KitArgumentParser, positive_int
 
+DEFAULT_OUT = ROOT / "results" / "soak"
 RSS_BOUND = 1.25  # a group's RSS at the end over the same group's after warm-up (a fresh replica included)
 HANG_UP_SHARE = 0.2
 RECOVERY_TIMEOUT_S = 600.0
@@ -57,6 +60,7 @@ class Tally:
     cut: list[str] = field(default_factory=list)  # errors of requests that were in flight on a killed process
     other: list[str] = field(default_factory=list)
     in_flight_at_kill: list[float] = field(default_factory=list)  # the victim's running + waiting just before
+    back_after_s: list[float] = field(default_factory=list)  # each victim healthy again, seconds after its kill
 
 
 async def hang_up_after(http: httpx.AsyncClient, api_url: str, payload: dict, events: int, key: str | None) -> str:
@@ -255,11 +259,13 @@ async def soak(
     first, second = engines
     old = kill(first, "api server", tally, kills)
     back_s = await asyncio.to_thread(wait_healthy_again, first, old)
+    tally.back_after_s.append(back_s)
     print(f"{time.strftime('%H:%M:%S')} {first.label} healthy again {back_s:.0f} s after the kill", flush=True)
     rejoined_s = await asyncio.to_thread(wait_in_rotation, router, first)
     print(f"{time.strftime('%H:%M:%S')} the router routes to {first.label} again, {rejoined_s:.0f} s later", flush=True)
     old = kill(second, "engine core", tally, kills)
     back_s = await asyncio.to_thread(wait_healthy_again, second, old)
+    tally.back_after_s.append(back_s)
     print(f"{time.strftime('%H:%M:%S')} {second.label} healthy again {back_s:.0f} s after the kill", flush=True)
     await asyncio.sleep(settle_s)
     stop.set()
@@ -279,6 +285,9 @@ def main() -> None:
     parser.add_argument("--users", type=positive_int, default=48, help="closed-loop users (above capacity)")
     parser.add_argument("--kill-after-s", type=positive_int, default=30, help="load before the first kill")
     parser.add_argument("--settle-s", type=positive_int, default=20, help="load after the second replica is back")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"folder for results.json (default: {DEFAULT_OUT})"
+    )
     args = parser.parse_args()
     base = dataclasses.replace(Settings.load(), runtime="native", replicas=2, restart="on-failure")
     settings = dataclasses.replace(base, port=process.free_port_run("127.0.0.1", 4))
@@ -328,6 +337,27 @@ def main() -> None:
         print(f"{'PASS' if ok else 'FAIL'}: {what}")
     if stray:
         print("  strays: " + "; ".join(stray))
+    found = {
+        "users": args.users,
+        "kill_after_s": args.kill_after_s,
+        "settle_s": args.settle_s,
+        "max_num_seqs": recorded_seqs(engines[0].port),
+        "requests": total,
+        "load_s": load_s,
+        "completed": tally.completed,
+        "aborted_by_client": tally.hung_up,
+        "in_flight_on_killed": len(tally.cut),
+        "other": len(tally.other),
+        "victims_running_and_waiting_before": tally.in_flight_at_kill,
+        "back_after_s": tally.back_after_s,
+        "rss_end_over_warm": [end[label] / max(warm[label], 1) for label in warm],
+        "verdicts": verdicts,
+        "strays": stray,
+    }
+    command = command_line("python -m benchmarks.soak", sys.argv[1:])
+    engines_measured = [MeasuredEngine(settings.model_name, "http://127.0.0.1 (free ports)", "vllm")]
+    write(args.out / "results.json", Envelope.now(command, engines_measured), found)
+    print(f"Wrote {args.out / 'results.json'}")
     if not all(verdicts.values()):
         raise SystemExit(1)
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
+from labs import results
 from tests.conftest import kit_env, run_bounded
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -21,13 +23,14 @@ VERDICTS = (
 )
 
 
-def test_a_suite_sized_soak_loses_only_what_the_kills_cut_and_both_replicas_come_back() -> None:
+def test_a_suite_sized_soak_loses_only_what_the_kills_cut_and_both_replicas_come_back(tmp_path: Path) -> None:
     # 12 users over 2 x 4 sequences: above capacity (requests wait at each replica) with a step a quarter as big as
     # the benchmark's, so a killed replica comes back in the time a restart takes, not a restart under full load;
     # eager replicas start without a compile
     env = kit_env(ENFORCE_EAGER="true", VLLM_CPU_KVCACHE_SPACE="1", MAX_NUM_SEQS="4")
     result = run_bounded(
-        [sys.executable, "-m", "benchmarks.soak", "--users", "12", "--kill-after-s", "10", "--settle-s", "5"],
+        [sys.executable, "-m", "benchmarks.soak", "--users", "12", "--kill-after-s", "10", "--settle-s", "5"]
+        + ["--out", str(tmp_path)],
         env,
         timeout_s=1500,
     )
@@ -47,3 +50,8 @@ def test_a_suite_sized_soak_loses_only_what_the_kills_cut_and_both_replicas_come
     assert completed > 0 and hung_up > 0, output  # the load ran on both sides of the kills, hang-ups included
     for verdict in VERDICTS:
         assert f"PASS: {verdict}" in result.stdout, output
+    # the results file holds what was printed
+    _, found = results.load(tmp_path / "results.json")
+    assert (found["requests"], found["completed"], found["in_flight_on_killed"]) == (total, completed, cut)
+    assert found["max_num_seqs"] == "4" and len(found["back_after_s"]) == 2 and all(found["verdicts"].values())
+    print(f"soak: back {found['back_after_s']} s after the kills, {total} requests in {found['load_s']:.0f} s")
