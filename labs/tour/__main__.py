@@ -14,14 +14,16 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from client.endpoint import ENDPOINT_SPEC, EndpointError
 from labs import results
 from labs.tour import report, sections
+from labs.tour.catalogue import PARTS, estimate_s
 from labs.tour.engines import KitEngines, OllamaClass, ollama_class
-from labs.tour.plan import FULL, QUICK, TITLES, Section, estimate_s
+from labs.tour.plan import FULL, QUICK, Section
 from labs.tour.report import SectionResult, Status, Tour
 from serve.config.paths import ROOT
 from serve.config.settings import Settings
@@ -106,14 +108,6 @@ def tour(args: argparse.Namespace, settings: Settings, beside: OllamaClass, fold
     ctx = sections.Context(folder, sizes, settings, engines)
     record = Tour(args.quick, lscpu(), [SectionResult(section, Status.NOT_RUN) for section in Section])
     envelope = results.Envelope.now(command)
-    measures: dict[Section, Callable[[], dict[str, Any]]] = {
-        Section.SEED: lambda: sections.seed(ctx),
-        Section.PAGING: lambda: sections.paging(ctx),
-        Section.BATCHING: lambda: sections.batching(ctx, record.result(Section.PAGING).data or None),
-        Section.LOAD: lambda: sections.load(ctx),
-        Section.QUANTIZATION: lambda: sections.quantization(ctx),
-        Section.CONTRACT: lambda: sections.contract(ctx),
-    }
     steps: list[str] = ["engines", *Section, "stop"]
     progress = Progress(steps, args.quick)
     started = time.monotonic()
@@ -125,8 +119,10 @@ def tour(args: argparse.Namespace, settings: Settings, beside: OllamaClass, fold
             record.notes.append(f"the engines did not all start: {exc}")
         progress.finished("engines")
         for index, section in enumerate(Section, start=1):
-            progress.step(index, TITLES[section])
-            record.sections[index - 1] = run_section(section, measures[section])  # Section's order
+            part = PARTS[section]
+            progress.step(index, part.title)
+            done = {item.section: item.data for item in record.sections if item.status is Status.OK}
+            record.sections[index - 1] = run_section(section, partial(part.measure, ctx, done))  # Section's order
             progress.finished(section)
             record.seconds = time.monotonic() - started
             report.write(folder, envelope, record)  # after every section: a stopped tour keeps its report

@@ -1,8 +1,8 @@
 """What the tour runs, in the course's order: the sections, the seed's figures, and how big each run is.
 
 A section is one experiment of the course; `Sizes` says how much each lab is asked to do, in the full tour and
-in `--quick` (fewer requests, the same sections). The seconds each step is expected to take on a 2-core
-machine give the progress line its "time left" (rescaled by how the steps so far went).
+in `--quick` (fewer requests, the same sections). Everything else about a section (its title, lab, measure,
+reading and plot) is in its one entry of labs/tour/catalogue.py.
 """
 
 from __future__ import annotations
@@ -23,25 +23,6 @@ class Section(StrEnum):
     LOAD = "load"
     QUANTIZATION = "quantization"
     CONTRACT = "contract"
-
-
-TITLES = {
-    Section.SEED: "1. The seed experiment: one request at a time, then all at once, vLLM vs the Ollama-class engine",
-    Section.PAGING: "2. Paging: KV cache reserved vs used, a max_len slab per request vs blocks on demand",
-    Section.BATCHING: "3. Batching: static vs continuous, TTFT and throughput",
-    Section.LOAD: "4. Load: Poisson arrivals over a rate sweep, and what /metrics and the doctor saw",
-    Section.QUANTIZATION: "5. Quantization: float vs int8 weights, bytes per step, tok/s, perplexity",
-    Section.CONTRACT: "6. The contract: the OpenAI /v1 checks on every engine the tour ran",
-}
-
-LABS = {  # the lab each section runs, and its page
-    Section.SEED: ("labs.compare", "labs/compare.md"),
-    Section.PAGING: ("labs.sizing + labs.engine.experiment", "labs/sizing.md, labs/engine.md"),
-    Section.BATCHING: ("labs.engine.experiment", "labs/engine.md"),
-    Section.LOAD: ("labs.loadtest + labs.doctor", "labs/loadtest.md, labs/metrics.md"),
-    Section.QUANTIZATION: ("labs.quantization + labs.loadtest", "labs/quantization.md"),
-    Section.CONTRACT: ("labs.contract", "labs/contract.md"),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,20 +118,3 @@ QUICK = Sizes(
     speed_lengths="fixed:32",
     contract_checks="models,chat,chat_stream,include_usage,completions,finish_length,stop_string,error_unknown_model",
 )
-
-# Seconds each step took on the kit's 2-core machine (full, quick): the progress line's first guess of time left
-ESTIMATES_S = {
-    "engines": (5, 5),  # both already up; starting them is a minute more
-    Section.SEED: (40, 15),
-    Section.PAGING: (150, 30),
-    Section.BATCHING: (1, 1),
-    Section.LOAD: (90, 15),
-    Section.QUANTIZATION: (300, 200),  # most of it the second vLLM's start
-    Section.CONTRACT: (60, 15),
-    "stop": (5, 5),
-}
-
-
-def estimate_s(step: str, quick: bool) -> float:
-    full, short = ESTIMATES_S[step]
-    return float(short if quick else full)

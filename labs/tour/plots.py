@@ -14,7 +14,6 @@ from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
-from labs.tour.plan import Section
 from labs.tour.readings.course import waste
 from labs.tour.readings.serving import users_text
 
@@ -151,20 +150,11 @@ def contract(data: dict[str, Any], figure: Figure) -> None:
     axes.set(title="green ✔: as the contract says · orange: differs · red ✘: failed · grey: n/a")
 
 
-DRAWERS: dict[Section, Callable[[dict[str, Any], Figure], None]] = {
-    Section.SEED: seed,
-    Section.PAGING: paging,
-    Section.BATCHING: batching,
-    Section.LOAD: load,
-    Section.QUANTIZATION: quantization,
-    Section.CONTRACT: contract,
-}
-
-
-def draw(section: Section, data: dict[str, Any], path: Path) -> Path:
-    figure = plt.figure(figsize=(WIDE_IN[0], WIDE_IN[1] * (1.3 if section is Section.CONTRACT else 1.0)))
+def save(draw: Callable[[dict[str, Any], Figure], None], data: dict[str, Any], path: Path, height: float = 1.0) -> Path:
+    """Draw one section's plot with its `draw` (labs/tour/catalogue.py names it) into `path`."""
+    figure = plt.figure(figsize=(WIDE_IN[0], WIDE_IN[1] * height))
     try:
-        DRAWERS[section](data, figure)
+        draw(data, figure)
         figure.tight_layout()
         figure.savefig(path, dpi=DPI)
     finally:

@@ -16,8 +16,9 @@ from typing import Any
 from labs import results
 from labs.loadtest.html_report import html_page
 from labs.tour import plots
-from labs.tour.plan import LABS, TITLES, Section
-from labs.tour.readings import Reading, Table, read
+from labs.tour.catalogue import PARTS
+from labs.tour.plan import Section
+from labs.tour.readings import Reading, Table
 
 TOUR_JSON = "tour.json"
 REPORT_HTML = "index.html"
@@ -105,19 +106,18 @@ def _headline(reading: Reading) -> str:
 
 
 def section_html(result: SectionResult, folder: Path, isa_flags: tuple[str, ...]) -> str:
-    section = result.section
-    lab, page = LABS[section]
+    section, part = result.section, PARTS[result.section]
     parts = [
-        f'<section id="{section.value}"><h2>{html.escape(TITLES[section])}</h2>',
-        f'<p class="lab">{html.escape(lab)} · {html.escape(page)} · {result.seconds:.0f} s</p>',
+        f'<section id="{section.value}"><h2>{html.escape(part.title)}</h2>',
+        f'<p class="lab">{html.escape(part.lab)} · {html.escape(part.page)} · {result.seconds:.0f} s</p>',
     ]
     if result.status is not Status.OK:
         why = result.error or "the tour was stopped before this section"
         parts.append(f'<p class="failed">{html.escape(result.status.value)}: {html.escape(why)}</p></section>')
         return "".join(parts)
     try:
-        reading = read(section, result.data, isa_flags)
-        plot = plots.draw(section, result.data, folder / f"{section.value}.png")
+        reading = part.read(result.data, isa_flags)
+        plot = plots.save(part.draw, result.data, folder / f"{section.value}.png", part.plot_height)
     except Exception as exc:  # one section's odd data must not cost the others their report
         why = f"its data could not be read ({exc.__class__.__name__}: {exc})"
         parts.append(f'<p class="failed">report failed: {html.escape(why)}</p></section>')
@@ -125,7 +125,7 @@ def section_html(result: SectionResult, folder: Path, isa_flags: tuple[str, ...]
     parts += [
         _headline(reading),
         "<ul>" + "".join(f"<li>{html.escape(sentence)}</li>" for sentence in reading.sentences) + "</ul>",
-        _figure(plot, TITLES[section].split(": ", 1)[-1]),
+        _figure(plot, part.title.split(": ", 1)[-1]),
         *(_table(table) for table in reading.tables),
         "</section>",
     ]
@@ -145,7 +145,7 @@ def write(folder: Path, envelope: results.Envelope, tour: Tour) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     results.write(folder / TOUR_JSON, envelope, tour.payload())
     summary = "".join(
-        f"<tr><td><a href='#{item.section.value}'>{html.escape(TITLES[item.section])}</a></td>"
+        f"<tr><td><a href='#{item.section.value}'>{html.escape(PARTS[item.section].title)}</a></td>"
         f"<td>{html.escape(item.status.value)}</td><td>{item.seconds:.0f} s</td></tr>"
         for item in tour.sections
     )

@@ -6,26 +6,6 @@ the same on any other, and every sentence is about numbers measured, never paste
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
-
-from labs.tour.plan import Section
-from labs.tour.readings.course import read_batching, read_paging, read_seed
-from labs.tour.readings.serving import read_contract, read_load, read_quantization
 from labs.tour.readings.shapes import Reading, Table
 
-__all__ = ["Reading", "Table", "read"]
-
-READERS: dict[Section, Callable[[dict[str, Any]], Reading]] = {
-    Section.SEED: read_seed,
-    Section.PAGING: read_paging,
-    Section.BATCHING: read_batching,
-    Section.LOAD: read_load,
-    Section.CONTRACT: read_contract,
-}
-
-
-def read(section: Section, data: dict[str, Any], isa_flags: Sequence[str] = ()) -> Reading:
-    if section is Section.QUANTIZATION:
-        return read_quantization(data, isa_flags)
-    return READERS[section](data)
+__all__ = ["Reading", "Table"]

@@ -13,12 +13,19 @@ import pytest
 
 from labs import results
 from labs.tour import report, running, sections
-from labs.tour.plan import SEEDS, TITLES, Section
-from labs.tour.readings import read
+from labs.tour.catalogue import PARTS
+from labs.tour.plan import SEEDS, Section
+from labs.tour.readings import Reading
 from labs.tour.report import SectionResult, Status, Tour
 from tests.conftest import ROOT
 from tests.labs.tour.recorded import ENVELOPE, recorded_tour
 from tests.support.loadtest_browser import CHROMIUM, check_page
+
+
+def read(section: Section, data: dict, isa_flags: tuple[str, ...] = ()) -> Reading:
+    """A section's reading, as the report reads it: through its entry in the catalogue."""
+    return PARTS[section].read(data, isa_flags)
+
 
 SECTION = re.compile(r'<section id="([a-z]+)">(.*?)</section>', re.S)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -101,7 +108,7 @@ def test_a_recorded_tour_is_drawn_again_from_its_json(tmp_path: Path, tour: Tour
 def test_the_header_shows_lscpu_and_each_section_its_title(tmp_path: Path, tour: Tour) -> None:
     page = report.write(tmp_path / "tour", ENVELOPE, tour).read_text()
     assert "<caption>lscpu</caption>" in page and "avx512f" in page
-    for title in TITLES.values():
+    for title in (part.title for part in PARTS.values()):
         assert title.replace("'", "&#x27;") in page
 
 
@@ -132,7 +139,7 @@ def test_every_section_renders_with_its_plot_in_a_real_browser(tmp_path: Path, t
     assert page.title == report.TITLE and not page.errors, page.errors
     assert [shown["id"] for shown in page.sections] == [section.value for section in Section]
     for shown, section in zip(page.sections, Section, strict=True):
-        assert shown["heading"] == TITLES[section]
+        assert shown["heading"] == PARTS[section].title
         assert len(shown["images"]) == 1 and all(image["complete"] and image["width"] > 0 for image in shown["images"])
 
 

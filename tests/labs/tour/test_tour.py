@@ -12,7 +12,8 @@ import pytest
 
 from labs import results
 from labs.tour.__main__ import parse_args
-from labs.tour.plan import TITLES, Section
+from labs.tour.catalogue import PARTS
+from labs.tour.plan import Section
 from labs.tour.report import TOUR_JSON
 from tests.conftest import ROOT, Server
 from tests.support.docs import doc_commands, retarget, run_doc
@@ -52,7 +53,7 @@ def test_the_quick_tour_on_the_real_kit_writes_every_section_with_its_plot(
         page = check_page(folder / "index.html")
         assert not page.errors, page.errors
         assert [(shown["id"], shown["heading"]) for shown in page.sections] == [
-            (section.value, TITLES[section]) for section in Section
+            (section.value, PARTS[section].title) for section in Section
         ]
         for shown in page.sections:
             assert len(shown["images"]) == 1, shown
