@@ -22,8 +22,7 @@ import dataclasses
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -37,7 +36,7 @@ from serve.config.settings import Settings
 from serve.engines import runtimes
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime
-from serve.engines.runtime import Runtime
+from serve.engines.runtimes import running
 from serve.processes import process
 from serve.processes.metrics import MetricsSnapshot, combine, scrape
 from ui.cli import KitArgumentParser, positive_int
@@ -64,20 +63,6 @@ def system_prompt(group: int, salt: str) -> str:
     """~650 tokens (inside MAX_MODEL_LEN 1024 with the question and answer), different from the first word
     on for every group and salt (so no two share a prefix: each policy meets prompts no replica has cached)."""
     return " ".join(f"{salt} group {group} rule {n}: answer briefly and in plain English." for n in range(1, 36))
-
-
-@contextmanager
-def running(started: list[Runtime]) -> Iterator[list[Runtime]]:
-    """Start the runtimes in order; stop them all (last first) whatever happens."""
-    up: list[Runtime] = []
-    try:
-        for runtime in started:
-            runtime.start(runtime.preflight())
-            up.append(runtime)
-        yield up
-    finally:
-        for runtime in reversed(up):
-            runtime.stop(quiet=True)
 
 
 async def send_all(

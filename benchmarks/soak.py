@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from benchmarks.replicas import measure, plain_messages, running
+from benchmarks.replicas import measure, plain_messages
 from client.stream import RequestRecord, chat_payload, closed_loop, stream_chat
 from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.config.paths import ROOT
@@ -42,6 +42,7 @@ from serve.config.settings import Settings
 from serve.engines import runtimes
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime, worker_gauges
+from serve.engines.runtimes import running
 from serve.processes import process, run_record
 from serve.processes.local_server import LocalRuntime
 from serve.processes.metrics import scrape

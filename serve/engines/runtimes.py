@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from serve.config.model import MODEL_DIR
 from serve.config.settings import ENGINES as SETTINGS_ENGINES
@@ -207,3 +209,19 @@ def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:
             f"RUNTIME=docker|docker-gpu; the native model lives in {MODEL_DIR})"
         )
     return runtime.stop(remove_volumes=True)
+
+
+@contextmanager
+def running(started: list[Runtime]) -> Iterator[list[Runtime]]:
+    """Start the runtimes in order, each after its preflight (a port in use, the memory, the model: refused in one
+    line before it starts), and stop them all, the last first, whatever happens: the one way the benchmarks start
+    what settings describe (up.sh is the users' and the tour's)."""
+    up: list[Runtime] = []
+    try:
+        for runtime in started:
+            runtime.start(runtime.preflight())
+            up.append(runtime)
+        yield up
+    finally:
+        for runtime in reversed(up):
+            runtime.stop(quiet=True)
