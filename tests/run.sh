@@ -46,29 +46,11 @@ timed "lint, formatting, types, import floors" checks
 # the native vLLM venv and prepared model, the llama.cpp venv and llama-server's GGUF, all in .kit/ (llama.cpp's
 # wheel and llama-server are built portably, in one build, once per machine, and kept in ~/.cache/vllm-lab-kit/ for
 # other clones; serve/install/README.md says how long); REPLICAS=2 adds the router's venv (.kit/router, vllm-router)
-# that tests/serve/test_replicas.py starts.
-# On a machine that never built llama.cpp that build is the longest step, and it needs the CPU where the vLLM install
-# mostly waits on downloads: it starts first, in the background at the lowest priority, as the first up.sh starts it
-# (serve/install/llamacpp_venv.py), and the llama.cpp install after the torch tests waits for it instead of building.
-BUILD_LOG=.kit/logs/build-llamacpp-wheel.log
-build_llamacpp_ahead() {
-  rm -f "$LOGS/llamacpp-build-started"
-  .venv/bin/python -c 'from serve.install.llamacpp_venv import start_background_build as start
-said = start(with_server=True)
-print("Meanwhile " + said if said else "llama.cpp: built already (the machine kit cache)")
-said and open(".kit/logs/test-run/llamacpp-build-started", "w").close()'
+# that tests/serve/test_replicas.py starts
+install_kit() {
+  REPLICAS=2 ENGINES=vllm,llamacpp,llamaserver .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
 }
-install_vllm() {
-  REPLICAS=2 ENGINES=vllm .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
-}
-install_llamacpp() {
-  ENGINES=llamacpp,llamaserver .venv/bin/python -m serve install 2>&1 | tee -a "$LOGS/install.log"
-  if [ -f "$LOGS/llamacpp-build-started" ]; then  # the build's own steps, for the closing report
-    grep -a '^✓' "$BUILD_LOG" | sed 's/^✓ /✓ (in the background) /' >>"$LOGS/install.log" || true
-  fi
-}
-timed "llama.cpp's build started in the background" build_llamacpp_ahead
-timed "install vLLM (python -m serve install: the venvs, the model)" install_vllm
+timed "install (python -m serve install: the venvs, the model, the builds)" install_kit
 # the teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest
 torch_tests() {
   .kit/vllm/bin/python -c "import pytest, hypothesis" 2>/dev/null \
@@ -76,5 +58,4 @@ torch_tests() {
   .kit/vllm/bin/python -m pytest tests/labs/engine/needs_torch --confcutdir=tests/labs/engine/needs_torch -q -p no:cacheprovider
 }
 timed "the teaching engine's torch tests (.kit/vllm)" torch_tests
-timed "install llama.cpp (waits for the build, then the venv and llama-server)" install_llamacpp
 timed "pytest" .venv/bin/python -m pytest --junitxml="$LOGS/pytest.xml" "$@"
