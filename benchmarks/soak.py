@@ -169,19 +169,26 @@ def checkout_processes() -> dict[int, float]:
     return found
 
 
+def kit_program(command_line: str) -> bool:
+    """A program of the kit's: one of this checkout's (a venv's python, a supervisor, vLLM, the router, llama.cpp),
+    or a vLLM process that renamed itself (VLLM::EngineCore, VLLM::Worker). A shell someone runs in the checkout
+    while the soak runs is not one."""
+    return str(ROOT) in command_line or command_line.startswith("VLLM::")
+
+
 def strays(servers: Sequence[LocalRuntime], before: dict[int, float]) -> list[str]:
-    """Processes run from this checkout (cwd ROOT) since the soak began that are not in its servers' recorded
-    groups, this benchmark aside. What ran before it (another server of this checkout, the test suite's
+    """The kit's programs run from this checkout (cwd ROOT) since the soak began that are not in its servers'
+    recorded groups, this benchmark aside. What ran before it (another server of this checkout, the test suite's
     dockerd) is not the soak's to judge."""
     groups = {runtime.running_pid() for runtime in servers}
     mine = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
     found = []
     for pid, started in checkout_processes().items():
-        if pid in mine or before.get(pid) == started:
+        if pid in mine or before.get(pid) == started or not kit_program(command_line := process.cmdline(pid)):
             continue
         try:
             if os.getpgid(pid) not in groups:
-                found.append(f"{pid} {process.cmdline(pid)[:80]}")
+                found.append(f"{pid} {command_line[:80]}")
         except ProcessLookupError:
             continue
     return found
