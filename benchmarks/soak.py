@@ -307,9 +307,10 @@ def main() -> None:
     assert isinstance(router, RouterRuntime)
     with running(started):
         measure(settings, settings.base_url, 4, plain_messages(8), 32)  # warm-up: every replica has served
+        seqs = recorded_seqs(engines[0].port)
         print(
             f"benchmarks.soak: {args.users} users on {settings.base_url} (2 replicas, max-num-seqs "
-            f"{recorded_seqs(engines[0].port)} each), {HANG_UP_SHARE:.0%} hang up mid-stream",
+            f"{seqs} each), {HANG_UP_SHARE:.0%} hang up mid-stream",
             flush=True,
         )
         warm = groups_rss_mib(servers)
@@ -349,7 +350,7 @@ def main() -> None:
         "users": args.users,
         "kill_after_s": args.kill_after_s,
         "settle_s": args.settle_s,
-        "max_num_seqs": recorded_seqs(engines[0].port),
+        "max_num_seqs": seqs,
         "requests": total,
         "load_s": load_s,
         "completed": tally.completed,
