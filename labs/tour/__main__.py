@@ -121,8 +121,10 @@ def tour(args: argparse.Namespace, settings: Settings, beside: OllamaClass, fold
         for index, section in enumerate(Section, start=1):
             part = PARTS[section]
             progress.step(index, part.title)
-            done = {item.section: item.data for item in record.sections if item.status is Status.OK}
-            record.sections[index - 1] = run_section(section, partial(part.measure, ctx, done))  # Section's order
+            result = run_section(section, partial(part.measure, ctx))
+            record.sections[index - 1] = result  # Section's order
+            if result.status is Status.OK:
+                ctx.measured[section] = result.data
             progress.finished(section)
             record.seconds = time.monotonic() - started
             report.write(folder, envelope, record)  # after every section: a stopped tour keeps its report

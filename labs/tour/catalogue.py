@@ -9,7 +9,7 @@ Adding a section: its member of `Section` in labs/tour/plan.py (the course's ord
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +22,12 @@ from labs.tour.readings.serving import read_contract, read_load, read_quantizati
 from labs.tour.readings.shapes import Reading
 
 Data = dict[str, Any]
-# a section's measure gets the tour's context and the data of the sections measured before it
-Measure = Callable[[sections.Context, Mapping[Section, Data]], Data]
+Read = Callable[[Data, Sequence[str]], Reading]  # a section's data and the machine's ISA flags -> what they say
+
+
+def data_only(read: Callable[[Data], Reading]) -> Read:
+    """A reading that needs no more than the section's data (all but quantization's, which the ISA changes)."""
+    return lambda data, _isa_flags: read(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +37,8 @@ class Part:
     lab: str  # the lab modules it runs
     page: str  # their pages
     estimate_s: tuple[float, float]  # full, quick: seconds on the kit's 2-core machine, the first guess of time left
-    measure: Measure
-    read: Callable[[Data, Sequence[str]], Reading]  # its data and the machine's ISA flags -> what they say
+    measure: Callable[[sections.Context], Data]  # the context holds the data of the sections measured before it
+    read: Read
     draw: Callable[[Data, Figure], None]
     plot_height: float = 1.0  # times the report's usual plot height
 
@@ -48,8 +52,8 @@ PARTS: dict[Section, Part] = {
             "labs.compare",
             "labs/compare.md",
             (40, 15),
-            lambda ctx, _done: sections.seed(ctx),
-            lambda data, _isa: read_seed(data),
+            sections.seed,
+            data_only(read_seed),
             plots.seed,
         ),
         Part(
@@ -58,8 +62,8 @@ PARTS: dict[Section, Part] = {
             "labs.sizing + labs.engine.experiment",
             "labs/sizing.md, labs/engine.md",
             (150, 30),
-            lambda ctx, _done: sections.paging(ctx),
-            lambda data, _isa: read_paging(data),
+            sections.paging,
+            data_only(read_paging),
             plots.paging,
         ),
         Part(
@@ -68,8 +72,8 @@ PARTS: dict[Section, Part] = {
             "labs.engine.experiment",
             "labs/engine.md",
             (1, 1),  # the paging section's study measured it
-            lambda ctx, done: sections.batching(ctx, done.get(Section.PAGING) or None),
-            lambda data, _isa: read_batching(data),
+            sections.batching,
+            data_only(read_batching),
             plots.batching,
         ),
         Part(
@@ -78,8 +82,8 @@ PARTS: dict[Section, Part] = {
             "labs.loadtest + labs.doctor",
             "labs/loadtest.md, labs/metrics.md",
             (90, 15),
-            lambda ctx, _done: sections.load(ctx),
-            lambda data, _isa: read_load(data),
+            sections.load,
+            data_only(read_load),
             plots.load,
         ),
         Part(
@@ -88,7 +92,7 @@ PARTS: dict[Section, Part] = {
             "labs.quantization + labs.loadtest",
             "labs/quantization.md",
             (300, 200),  # most of it the second vLLM's start
-            lambda ctx, _done: sections.quantization(ctx),
+            sections.quantization,
             read_quantization,
             plots.quantization,
         ),
@@ -98,8 +102,8 @@ PARTS: dict[Section, Part] = {
             "labs.contract",
             "labs/contract.md",
             (60, 15),
-            lambda ctx, _done: sections.contract(ctx),
-            lambda data, _isa: read_contract(data),
+            sections.contract,
+            data_only(read_contract),
             plots.contract,
             plot_height=1.3,
         ),

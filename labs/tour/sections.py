@@ -7,7 +7,7 @@ an engine. Nothing here measures by itself: the numbers are the labs'.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from labs.served import Served, served
 from labs.sizing.verify import compare as sizing_compare
 from labs.sizing.verify import inputs as sizing_inputs
 from labs.tour.engines import ExtraVllm, KitEngines
-from labs.tour.plan import Sizes
+from labs.tour.plan import Section, Sizes
 from labs.tour.running import LabFailed, lab, run
 from serve.config.paths import ROOT
 from serve.config.settings import Settings
@@ -46,6 +46,7 @@ class Context:
     sizes: Sizes
     settings: Settings
     engines: KitEngines
+    measured: dict[Section, dict[str, Any]] = field(default_factory=dict)  # the sections done so far, their data
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.folder))
@@ -128,8 +129,9 @@ def paging(ctx: Context) -> dict[str, Any]:
     return data
 
 
-def batching(ctx: Context, paging_data: dict[str, Any] | None) -> dict[str, Any]:
+def batching(ctx: Context) -> dict[str, Any]:
     """The same study as paging's (one run of the experiment gives both sections)."""
+    paging_data = ctx.measured.get(Section.PAGING)
     if paging_data is None or "study" not in paging_data:
         why = (paging_data or {}).get("study_error", "the paging section did not run")
         raise LabFailed(f"no study from the teaching engine: {why}")
