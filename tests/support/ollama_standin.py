@@ -9,12 +9,13 @@ API is offered. The compose profile `ollama` is the real Ollama, for Docker user
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
+
+from tests.support.loopback import loopback_server
 
 VERSION = "0.12.3"  # what it says it is: the version compose.yaml's ollama profile pins
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
@@ -74,12 +75,5 @@ def ollama_standin(
 ) -> Iterator[str]:
     """The stand-in listening on 127.0.0.1:`port` for the `with` block; yields its root URL."""
     handler = type("BoundStandIn", (StandIn,), {"upstream": upstream, "models": models})
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    thread = threading.Thread(target=server.serve_forever, name="ollama-standin", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with loopback_server(handler, port) as url:
+        yield url

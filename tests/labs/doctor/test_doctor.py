@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -31,6 +30,7 @@ from tests.conftest import ROOT, Server, kit_env
 from tests.labs.doctor.test_diagnosis import v0_text
 from tests.support.docs import doc_commands, doc_examples, retarget, run_doc, shows
 from tests.support.load import closed_loop
+from tests.support.loopback import loopback_server
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BURST_USERS = 64  # twice the session server's MAX_NUM_SEQS (32 on 2 cores), so half of them wait
@@ -59,14 +59,8 @@ def http_server(metrics_text: str | None, status: int = 200) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_server(Handler) as url:
+        yield url
 
 
 # An engine the kit did not start has no record of its KV budget, and V0's names carry none: the doctor names the

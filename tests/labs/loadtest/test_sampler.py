@@ -8,15 +8,13 @@ read hangs for longer than the sampler waits.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from client.endpoint import Endpoint
 from labs.loadtest.runner import SCRAPE_TIMEOUT_S, RunResult, sample_metrics
 from labs.loadtest.workload import WorkloadSpec
+from tests.support.loopback import loopback_server
 
 METRICS = b"""# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="m"} 3.0
@@ -45,21 +43,8 @@ class StallsOnce(BaseHTTPRequestHandler):
         self.wfile.write(METRICS)
 
 
-@contextmanager
-def stalling_metrics() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), StallsOnce)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_a_stalled_read_is_left_out_and_said_and_the_series_goes_on() -> None:
-    with stalling_metrics() as root:
+    with loopback_server(StallsOnce) as root:
         target = Endpoint(name="stand-in", base_url=f"{root}/v1", model="m")
         result = RunResult(target, WorkloadSpec(), records=[], started_s=time.perf_counter())
 
