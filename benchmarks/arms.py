@@ -213,12 +213,13 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
     if arm.attach_url:
         yield served
         return
+    plan = runtime.preflight()  # refused in one line before anything starts; its plan is the decode step's
     try:
         for attempt in range(restarts + 1 if engine.compile_cache else 1):
             if attempt:
                 runtime.stop(quiet=True)
-            with exported(engine_environ(arm)):  # the preflight's plan is the decode step's (one resolver)
-                started = runtime.start(runtime.preflight() if not attempt else step.plan)
+            with exported(engine_environ(arm)):
+                started = runtime.start(plan)
             served.pid = started.pid
             compiled = NO_COMPILE_STEP
             if engine.compile_cache is not None:

@@ -28,6 +28,8 @@ from serve.config.paths import ROOT
 from serve.config.settings import CLIENT_VARIABLES, DEFAULT_TORCH_INDEX_URL, KNOBS
 from serve.install.vllm_venv import TORCH_VERSION
 
+DOWNLOAD_TIMEOUT_S = 1800  # torch's CPU wheel is ~200 MB
+WHEEL_DIR = ROOT / ".kit" / "cache" / "torch-index"  # the stand-in index's wheels: downloaded once, never committed
 # what a developer's shell may export that a user's clone must not see: its own .env decides
 KIT_VARIABLES = {knob.env for knob in KNOBS} | {variable.env for variable in CLIENT_VARIABLES} | {"KIT_ENV_FILE"}
 
@@ -57,9 +59,6 @@ def stock_pip(env: dict[str, str], torch_index_url: str) -> dict[str, str]:
     return {**kept, "PIP_CONFIG_FILE": os.devnull, "TORCH_INDEX_URL": torch_index_url}
 
 
-DOWNLOAD_TIMEOUT_S = 1800  # torch's CPU wheel is ~200 MB
-
-
 def downloaded_wheel(requirement: str, pattern: str, dest: Path, *pip_args: str) -> Path:
     """The wheel matching `pattern` in `dest`, fetched there first with this Python's pip if it is missing."""
     wheels = sorted(dest.glob(pattern))
@@ -72,9 +71,6 @@ def downloaded_wheel(requirement: str, pattern: str, dest: Path, *pip_args: str)
         )
         wheels = sorted(dest.glob(pattern))
     return wheels[-1]
-
-
-WHEEL_DIR = ROOT / ".kit" / "cache" / "torch-index"
 
 
 def torch_wheel() -> Path:

@@ -43,8 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from serve.config.settings import RESTART_POLICIES
-from serve.processes import process
-from serve.processes.process import group_members
+from serve.processes.process import cmdline, group_members
 from ui.cli import KitArgumentParser, non_negative_int
 
 BACKOFF_FIRST_S = 2.0
@@ -156,13 +155,14 @@ def own_cpus(mask: str) -> set[int] | None:
             cpus.update(range(int(first), int(last or first) + 1))
     except ValueError:
         return None
-    return cpus & allowed if cpus & allowed and cpus & allowed != allowed else None
+    cpus &= allowed
+    return cpus if cpus and cpus != allowed else None
 
 
 def release(pgid: int, everywhere: set[int]) -> None:
     """Let every process of the group use `everywhere` again, each of its threads, but the one running the model:
     vLLM's worker where there is one, else the engine core (vLLM's uni executor runs the model there)."""
-    members = {pid: process.cmdline(pid) for pid in group_members(pgid) if pid != os.getpid()}
+    members = {pid: cmdline(pid) for pid in group_members(pgid) if pid != os.getpid()}
     runner = "VLLM::Worker" if any("VLLM::Worker" in line for line in members.values()) else "VLLM::EngineCore"
     for pid, line in members.items():
         if runner in line:
