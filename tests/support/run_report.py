@@ -16,6 +16,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from labs.results import MachineFacts
+
 BUDGET_S = 45 * 60  # issue 43: the whole run, on a bare machine
 SHOWN = 10
 STEP = re.compile(r"^✓ (?P<what>.+) \((?P<seconds>\d+) s\)$")
@@ -69,6 +71,7 @@ def report(phases_path: Path, install_log: Path, junit: Path) -> str:
     )
     tests = slowest_tests(junit)
     lines = [f"Where the time went: {minutes(total)} in all, {verdict} (the budget is for a bare machine)"]
+    lines.append(f"  machine: {MachineFacts.detect().describe()}")  # an AVX2 run is not an AVX-512 one
     lines += table("  phases:", ran, "none recorded")
     lines += table(f"  the install's {SHOWN} slowest steps:", install_steps(install_log)[:SHOWN], "no install log")
     lines += table(

@@ -160,9 +160,9 @@ async def fill_pool(server: Server) -> tuple[list[MetricsSnapshot], str]:
     history: list[MetricsSnapshot] = []
     async with closed_loop(
         server, FILL_USERS, fill_prompts(FILL_USERS * FILL_ROUNDS), FILL_MAX_TOKENS, FILL_ROUNDS
-    ) as failures:
+    ) as load:
         deadline = time.monotonic() + FILL_TIMEOUT_S
-        while time.monotonic() < deadline and not failures:
+        while time.monotonic() < deadline and not load.failures:
             history.append(await asyncio.to_thread(scrape, server.base_url))
             last = history[-1]
             if (last.waiting > 0 and (last.kv_usage or 0) >= HIGH_KV_USAGE) or last.preemptions_total > 0:
@@ -177,7 +177,7 @@ async def fill_pool(server: Server) -> tuple[list[MetricsSnapshot], str]:
             env=server.env,
             timeout=DOCTOR_TIMEOUT_S,
         )
-    assert not failures, f"{len(failures)} fill requests failed, e.g. {failures[0].error}"
+    assert not load.failures, load.summary()
     return history, doctor.stdout
 
 
