@@ -19,6 +19,7 @@ from ui.progress import StepFailed, console, tail
 from ui.values import SettingsError
 
 LOG_DIR = STATE_DIR / "logs"
+FAILED_START_GRACE_S = 3.0  # a start that failed has no request to finish: its group gets SIGKILL soon after SIGTERM
 
 
 def ensure_port_free(host: str, port: int, port_setting: str, hint: str = "") -> None:
@@ -151,12 +152,14 @@ class LocalServer:
                 progress=progress,
             )
         except (StepFailed, KeyboardInterrupt):
-            self.stop(quiet=True)
+            # nothing in flight to finish: vLLM's API server, its engine dead, ignores SIGTERM for the whole grace
+            self.stop(quiet=True, grace_s=FAILED_START_GRACE_S)
             raise
         return pid, waited
 
-    def stop(self, quiet: bool = False) -> bool:
-        """Stop the whole process group and wait until the port is free. False if none was running."""
+    def stop(self, quiet: bool = False, grace_s: float = process.STOP_GRACE_S) -> bool:
+        """Stop the whole process group (SIGTERM, SIGKILL after `grace_s`) and wait until the port is free.
+        False if none was running."""
         pid = self.running_pid()
         if pid is None:
             if self.pidfile.path.exists():
@@ -171,7 +174,7 @@ class LocalServer:
                 f"{self.label} on port {self.port}: its leader (pid {pid}) is gone but its process "
                 f"group lives on ({left}); stopping the group"
             )
-        killed = process.stop_group(pid)
+        killed = process.stop_group(pid, grace_s)
         self.pidfile.remove()
         run_record.remove(self.port)  # what it ran with runs no more
         if not process.wait_port_free(self.host, self.port):
