@@ -30,7 +30,7 @@ from labs.served import Served, served
 from serve.config.environment import load_env
 from serve.config.settings import Settings
 from ui.cli import KitArgumentParser, positive_int
-from ui.progress import console, fail
+from ui.progress import console, fail, step
 from ui.values import SettingsError
 
 DEFAULT_OUT = Path("results") / "quantization.json"
@@ -83,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{len(AGREEMENT_PROMPTS)} greedy answers ..."
             )
             kind, mb = weights(engine)
-            score = perplexity(endpoint, text_ids, max_windows=args.windows)
-            answers = [tokenize(endpoints[0], answer) for answer in greedy_answers(endpoint)]
+            with step(f"  scoring {endpoint.name}") as update:
+                score = perplexity(endpoint, text_ids, max_windows=args.windows, progress=update)
+                update("the greedy answers")
+                answers = [tokenize(endpoints[0], answer) for answer in greedy_answers(endpoint)]
             reference_tokens = reference_tokens or answers
             rows.append(
                 {

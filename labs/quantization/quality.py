@@ -10,6 +10,7 @@ Greedy agreement: the lab prompts at temperature 0, each engine's answer against
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,12 +63,19 @@ def tokenize(endpoint: Endpoint, text: str) -> list[int]:
 
 
 def perplexity(
-    endpoint: Endpoint, token_ids: list[int], window_tokens: int = WINDOW_TOKENS, max_windows: int | None = None
+    endpoint: Endpoint,
+    token_ids: list[int],
+    window_tokens: int = WINDOW_TOKENS,
+    max_windows: int | None = None,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> Perplexity:
+    """exp of the mean negative log-probability of each window's tokens after its first; `progress` hears of each
+    window as it is sent (seconds each on a CPU: the whole text is a minute or more)."""
     windows = [token_ids[start : start + window_tokens] for start in range(0, len(token_ids), window_tokens)]
     windows = [window for window in windows if len(window) > 1][:max_windows]
     total_logprob, scored = 0.0, 0
-    for window in windows:
+    for number, window in enumerate(windows, 1):
+        progress(f"window {number} of {len(windows)} ({len(window):,} tokens)")
         body = {"model": endpoint.model, "prompt": window, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
         scores = _post(endpoint, "/v1/completions", body)["choices"][0]["prompt_logprobs"]
         for token_id, entry in zip(window[1:], scores[1:], strict=True):

@@ -16,6 +16,10 @@ from tests.support.docs import doc_commands, retarget, run_doc
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 PAGE = "labs/quantization.md"
+# The page's text is 24 windows of 1,000 tokens, a minute of prefill per engine on one compute core: the test scores
+# the first 8 (the lab's own --windows), a third of the time, with the same verdicts; the pages' figures come from
+# whole runs (labs/measured/quantization-quality-*.json)
+WINDOWS = 8
 
 
 def test_the_page_serves_int8_beside_float_and_measures_what_it_costs(tmp_path: Path) -> None:
@@ -29,7 +33,7 @@ def test_the_page_serves_int8_beside_float_and_measures_what_it_costs(tmp_path: 
         for command in commands:
             actual = retarget(command, ports)
             if "labs.quantization" in actual:
-                actual += f" --out {tmp_path}/quantization.json"
+                actual += f" --windows {WINDOWS} --out {tmp_path}/quantization.json"
             result = run_doc(actual, env)
             assert result.returncode == 0, f"{actual}\n{result.stdout}\n{result.stderr}"
             outputs[command] = " ".join((result.stdout + result.stderr).split())
@@ -46,7 +50,8 @@ def test_the_page_serves_int8_beside_float_and_measures_what_it_costs(tmp_path: 
     assert reference["weights"] in ("bfloat16", "float32")
     assert int8["weights"] == f"int8 W8A8 + {reference['weights']}", (reference, int8)
     assert int8["mb_per_step"] < 0.7 * reference["mb_per_step"]
-    assert reference["perplexity"]["num_tokens"] == int8["perplexity"]["num_tokens"] > 20_000
+    assert reference["perplexity"]["num_windows"] == int8["perplexity"]["num_windows"] == WINDOWS
+    assert reference["perplexity"]["num_tokens"] == int8["perplexity"]["num_tokens"] == WINDOWS * 999
     # The recipe measured +0.9% (bfloat16, AVX-512) and +3.4% (float32, AVX2; labs/quantization.md): a broken scale
     # or layout gives tens of percent, or thousands.
     assert int8["perplexity"]["value"] < 1.05 * reference["perplexity"]["value"], (reference, int8)
