@@ -20,13 +20,14 @@ back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import random
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -179,18 +180,27 @@ def kit_program(command_line: str) -> bool:
 def strays(servers: Sequence[LocalRuntime], before: dict[int, float]) -> list[str]:
     """The kit's programs run from this checkout (cwd ROOT) since the soak began that are not in its servers'
     recorded groups, this benchmark aside. What ran before it (another server of this checkout, the test suite's
-    dockerd) is not the soak's to judge."""
+    dockerd, an install in the background) is not the soak's to judge, nor what it starts in its own group."""
     groups = {runtime.running_pid() for runtime in servers}
     mine = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
+    earlier = _groups(before) - _groups(mine)  # groups of their own: what this soak and its callers run is judged
     found = []
     for pid, started in checkout_processes().items():
         if pid in mine or before.get(pid) == started or not kit_program(command_line := process.cmdline(pid)):
             continue
         try:
-            if os.getpgid(pid) not in groups:
+            if os.getpgid(pid) not in groups | earlier:
                 found.append(f"{pid} {command_line[:80]}")
         except ProcessLookupError:
             continue
+    return found
+
+
+def _groups(pids: Iterable[int]) -> set[int]:
+    found = set()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            found.add(os.getpgid(pid))
     return found
 
 

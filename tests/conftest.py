@@ -46,12 +46,33 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 ENGINE_FIXTURES = frozenset({"vllm_server", "llamacpp_server", "docker_engine"})
 
 
+# Modules whose tests start llama.cpp's engines themselves (the rest that need one ask for llamacpp_server).
+LLAMACPP_MODULES = frozenset(
+    {
+        "tests/benchmarks/test_kit_vs_defaults.py",  # its llama-server arm
+        "tests/labs/compare/test_compare.py",
+        "tests/serve/test_llama_server.py",
+        "tests/serve/test_llamacpp.py",
+        "tests/serve/test_observe.py",  # Prometheus scraping a llama-server that its up.sh installs
+        "tests/serve/test_ollama.py",  # ENGINES=vllm,llamacpp beside a stand-in Ollama
+    }
+)
+
+
+def needs_llamacpp(item: pytest.Item) -> bool:
+    return "llamacpp_server" in getattr(item, "fixturenames", ()) or (
+        item.path.relative_to(ROOT).as_posix() in LLAMACPP_MODULES
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that asks for a real engine is a server test whatever its module says: `-m "not server"` leaves it
-    out, and the mark cannot be forgotten."""
+    out, and the mark cannot be forgotten. The tests that need llama.cpp run last, in their order: on a bare
+    machine tests/run.sh installs it (a build of minutes) in the background while the others run."""
     for item in items:
         if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
+    items.sort(key=needs_llamacpp)  # stable: each group keeps its order
 
 
 @pytest.hookimpl(trylast=True)  # after the durations, just above the short summary: seen with the results
@@ -62,7 +83,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 
 def kit_env(**overrides: str) -> dict[str, str]:
-    """The process environment for a kit command: .env.example's defaults, RUNTIME=native, plus `overrides`.
+    """The process environment for a kit command: .env.example's defaults, RUNTIME=native, no build-ahead, plus
+    `overrides`.
 
     KIT_ENV_FILE keeps a developer's own .env out of the tests; variables a developer exported that
     the kit reads are dropped so that only `overrides` change the defaults. RUNTIME is native unless
@@ -76,6 +98,9 @@ def kit_env(**overrides: str) -> dict[str, str]:
     }
     env["KIT_ENV_FILE"] = str(ROOT / ".env.example")
     env["RUNTIME"] = "native"
+    # tests/run.sh installs llama.cpp in the background: each `up` would start a second build that waits for it
+    # (and a soak counts it a stray); tests/serve/test_build_ahead.py tests the build-ahead itself
+    env["LLAMACPP_BUILD_AHEAD"] = "false"
     env.update(overrides)
     return env
 

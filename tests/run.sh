@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # the time went (the phases, the install's slowest steps, the slowest tests) and whether the run kept its budget.
 LOGS=.kit/logs/test-run
 mkdir -p "$LOGS"
-rm -f "$LOGS/phases.tsv" "$LOGS/install.log" "$LOGS/pytest.xml"
+rm -f "$LOGS/phases.tsv" "$LOGS/install.log" "$LOGS/install-llamacpp.log" "$LOGS/pytest.xml"
 timed() {  # timed NAME COMMAND...: run it, append "NAME<TAB>seconds", keep its exit status
   local name="$1" start=$SECONDS status=0
   shift
@@ -19,6 +19,7 @@ timed() {  # timed NAME COMMAND...: run it, append "NAME<TAB>seconds", keep its 
 }
 report() {
   if [ -x .venv/bin/python ]; then
+    cat "$LOGS/install-llamacpp.log" >>"$LOGS/install.log" 2>/dev/null || true  # the background install's steps
     .venv/bin/python -m tests.support.run_report "$LOGS/phases.tsv" "$LOGS/install.log" "$LOGS/pytest.xml" >&2 || true
   fi
 }
@@ -43,14 +44,20 @@ checks() {
     .venv/bin/lint-imports
 }
 timed "lint, formatting, types, import floors" checks
-# the native vLLM venv and prepared model, the llama.cpp venv and llama-server's GGUF, all in .kit/ (llama.cpp's
-# wheel and llama-server are built portably, in one build, once per machine, and kept in ~/.cache/vllm-lab-kit/ for
-# other clones; serve/install/README.md says how long); REPLICAS=2 adds the router's venv (.kit/router, vllm-router)
-# that tests/serve/test_replicas.py starts
+# the native vLLM venv and prepared model in .kit/; REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that
+# tests/serve/test_replicas.py starts
 install_kit() {
-  REPLICAS=2 ENGINES=vllm,llamacpp,llamaserver .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
+  REPLICAS=2 ENGINES=vllm .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
 }
-timed "install (python -m serve install: the venvs, the model, the builds)" install_kit
+timed "install (python -m serve install: the venvs, the model)" install_kit
+# The llama.cpp venv and llama-server's GGUF install in the background, at the lowest CPU priority, while the tests
+# run: on a bare machine that means llama.cpp's build (minutes of a compiler, once per machine: its wheel and
+# llama-server are kept in ~/.cache/vllm-lab-kit/ for other clones), which takes the CPU the engine tests leave idle
+# (their starts import on one core). tests/conftest.py runs the tests that need llama.cpp last; one that comes
+# sooner waits for the install (the kit's installs take a lock: serve/install/venv.py). Its steps join the report.
+setsid nice -n 19 env ENGINES=llamacpp,llamaserver .venv/bin/python -m serve install >"$LOGS/install-llamacpp.log" 2>&1 &
+LLAMACPP_INSTALL=$!
+trap 'kill -TERM -- "-$LLAMACPP_INSTALL" 2>/dev/null || true; report' EXIT
 # the teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest
 torch_tests() {
   .kit/vllm/bin/python -c "import pytest, hypothesis" 2>/dev/null \

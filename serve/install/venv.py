@@ -13,7 +13,8 @@ from pathlib import Path
 
 from serve.config.model import GGUF_NAME
 from serve.config.paths import ROOT
-from ui.progress import StepFailed, run_logged
+from serve.processes import process
+from ui.progress import StepFailed, console, run_logged
 
 STAMP_NAME = ".kit-installed"
 
@@ -48,20 +49,29 @@ class Venv:
     def installed(self) -> bool:
         return self.stamp.exists() and self.stamp.read_text() == self.wanted and self.python.exists()
 
+    @property
+    def lock(self) -> Path:
+        return self.folder.with_name(f"{self.folder.name}.install.lock")
+
     def install(self, fill: Callable[[], None]) -> bool:
         """Unless the stamp says it is done: the venv (made if missing), then `fill` installs into it, then the
-        stamp. True if it installed. The log starts afresh for each install."""
+        stamp. True if it installed. The log starts afresh for each install. One install of a venv at a time: a
+        second (another `up` on another port, an install already running in the background) waits for the first,
+        then finds the stamp written."""
         if self.installed():
             return False
-        self.log_path.unlink(missing_ok=True)
-        if not self.python.exists():
-            run_logged(
-                f"Creating the {self.label} venv in {self.folder.relative_to(ROOT)}",
-                ["python3", "-m", "venv", str(self.folder)],
-                self.log_path,
-            )
-        fill()
-        self.stamp.write_text(self.wanted)
+        with process.file_lock(self.lock, f"the {self.label} venv is being installed", console.print):
+            if self.installed():
+                return False
+            self.log_path.unlink(missing_ok=True)
+            if not self.python.exists():
+                run_logged(
+                    f"Creating the {self.label} venv in {self.folder.relative_to(ROOT)}",
+                    ["python3", "-m", "venv", str(self.folder)],
+                    self.log_path,
+                )
+            fill()
+            self.stamp.write_text(self.wanted)
         return True
 
 

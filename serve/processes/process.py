@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,27 +223,32 @@ class PidFile:
 def port_lock(run_dir: Path, ports: Sequence[int], wait_message: Callable[[str], None]) -> Iterator[None]:
     """One `up`/`down` at a time per port: `run_dir/port-PORT.lock`, taken in port order (no deadlock).
     A second caller waits for the first to finish, after saying who holds it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    handles = []
-    try:
+    with ExitStack() as locks:
         for number in sorted(set(ports)):
-            handle = (run_dir / f"port-{number}.lock").open("a+")
-            handles.append(handle)
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                wait_message(f"port {number} is being brought up or down by {holder}; waiting for it to finish")
-                fcntl.flock(handle, fcntl.LOCK_EX)
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()} ({cmdline(os.getpid()) or 'python -m serve'})")
-            handle.flush()
+            locks.enter_context(
+                file_lock(run_dir / f"port-{number}.lock", f"port {number} is being brought up or down", wait_message)
+            )
         yield
-    finally:
-        for handle in handles:
-            handle.close()  # closing releases the lock
+
+
+@contextmanager
+def file_lock(path: Path, what: str, wait_message: Callable[[str], None]) -> Iterator[None]:
+    """An exclusive flock on `path` for the block, released however the block ends (or the process dies). A second
+    caller waits, after `wait_message` says who holds it: "<what> by pid N (its command line); waiting ..."."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as handle:  # closing releases the lock
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            wait_message(f"{what} by {holder}; waiting for it to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} ({cmdline(os.getpid()) or 'python -m serve'})")
+        handle.flush()
+        yield
 
 
 def spawn(argv: Sequence[str], log_path: Path, env: dict[str, str], cwd: Path) -> int:

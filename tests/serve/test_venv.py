@@ -49,3 +49,36 @@ def test_a_venv_is_trusted_only_with_todays_stamp_and_reinstalls_after_a_failure
     assert newer.install(lambda: None) is True and newer.stamp.read_text() == "tool==1.1\nmodel==2\n"
     venv.python.unlink()
     assert not newer.installed()  # a stamp without its python is not trusted
+
+
+def test_two_installs_of_a_venv_at_once_fill_it_once(tmp_path: Path) -> None:
+    """tests/run.sh installs llama.cpp in the background while a test's `up` may ask for the same venv; two clones'
+    `up` may build the same wheel. A second install waits on the first's lock, then finds the stamp and fills
+    nothing. The first here is a real second process, holding its install (and the lock) for two seconds."""
+    folder = tmp_path / "tool"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    log = tmp_path / "logs" / "install-tool.log"
+    log.parent.mkdir()
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from serve.install.venv import Venv\n"
+            "venv = Venv(Path(sys.argv[1]), 'tool', ('tool==1.0',), Path(sys.argv[2]))\n"
+            "venv.install(lambda: (print('filling', flush=True), time.sleep(2)))",
+            str(folder),
+            str(log),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None and first.stdout.readline() == "filling\n"  # it holds the lock now
+        venv = Venv(folder, "tool", ("tool==1.0",), log)
+        filled: list[str] = []
+        assert venv.install(lambda: filled.append("second")) is False
+        assert filled == [] and venv.installed() and first.wait(timeout=30) == 0
+    finally:
+        first.kill()
+        first.wait()
