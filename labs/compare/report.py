@@ -102,12 +102,16 @@ class ResultsWriter:
         self.write_json()
 
     def write_json(self) -> Path:
-        summaries = self.summaries
         engines = tuple(
             MeasuredEngine(facts.model, facts.api_url.removesuffix("/v1"), facts.engine, facts.version.get("version"))
             for facts in self.engines
         )
-        document = {
+        return write(self.folder / JSON_FILE, replace(self.envelope, engines=engines), self.document())
+
+    def document(self) -> dict[str, Any]:
+        """What the results file holds under its envelope."""
+        summaries = self.summaries
+        return {
             "config": self.config,
             "machine": asdict(self.envelope.machine),  # also in the envelope; kept for readers of this key
             "engines": [asdict(facts) for facts in self.engines],
@@ -129,7 +133,6 @@ class ResultsWriter:
             "scaling": scaling(summaries),
             "notes": self.notes,
         }
-        return write(self.folder / JSON_FILE, replace(self.envelope, engines=engines), document)
 
     def write_text(self) -> Path:
         buffer = io.StringIO()

@@ -15,16 +15,14 @@ from pathlib import Path
 
 from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError, named_endpoints
 from labs.compare.workload import targets
-from labs.contract.probe import MAX_TOKENS, CheckRecord
-from labs.contract.registry import CHECKS, run_all
-from labs.contract.report import difference_lines, matrix_lines, write_html, write_results
-from labs.results import Envelope, MeasuredEngine, command_line
+from labs.contract.lab import Contract, ContractStopped, check_contract
+from labs.contract.registry import CHECKS
+from labs.results import command_line
 from serve.config.environment import load_env
 from serve.config.paths import ROOT
 from serve.config.settings import Settings, engine_list
 from ui.cli import KitArgumentParser
-from ui.progress import console, fail
-from ui.values import SettingsError
+from ui.progress import fail
 
 RESULTS_DIR = ROOT / "results"
 
@@ -88,41 +86,19 @@ def chosen_endpoints(args: argparse.Namespace) -> list[Endpoint]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        endpoints = chosen_endpoints(args)
-        for endpoint in endpoints:  # every engine answers before any is checked: bad input stops here
-            endpoint.check()
-    except (SettingsError, EndpointError) as exc:
-        fail(str(exc), code=2)
     started = datetime.now(UTC)
-    folder = args.out or RESULTS_DIR / f"contract-{started:%Y%m%d-%H%M%S}"
-    console.print(
-        f"Checking {len(args.checks)} parts of the OpenAI contract (answers of at most {MAX_TOKENS} "
-        f"tokens, a few longer) on {', '.join(endpoint.name for endpoint in endpoints)}"
-    )
-    records: list[CheckRecord] = []
-    for endpoint in endpoints:
-        with console.status(f"{endpoint.name} at {endpoint.base_url}, model {endpoint.model} ..."):
-            try:
-                found = run_all(endpoint, args.checks)
-            except EndpointError as exc:
-                fail(f"{exc} (stopped while checking {endpoint.name})", code=1)
-        took_s = sum(record.duration_s for record in found)
-        console.print(f"{endpoint.name}: {len(found)} checks in {took_s:.1f} s", markup=False)
-        records += found
-    names = [endpoint.name for endpoint in endpoints]
-    console.print("\n" + "\n".join(matrix_lines(records, names)), markup=False, highlight=False, soft_wrap=True)
-    differences = difference_lines(records)
-    if differences:
-        console.print("\nWhat differs, and the evidence:", markup=False)
-        console.print("\n".join(differences), markup=False, highlight=False, soft_wrap=True)
-    command = command_line("python -m labs.contract", sys.argv[1:] if argv is None else argv)
-    envelope = Envelope.now(
-        command, [MeasuredEngine(endpoint.model, endpoint.base_url, endpoint.kind or None) for endpoint in endpoints]
-    )
-    results = write_results(folder, envelope, endpoints, records)
-    report = write_html(folder, envelope, endpoints, records)
-    console.print(f"\nwrote {results} and {report}", markup=False, soft_wrap=True)
+    try:
+        config = Contract(
+            chosen_endpoints(args),
+            args.out or RESULTS_DIR / f"contract-{started:%Y%m%d-%H%M%S}",
+            command_line("python -m labs.contract", sys.argv[1:] if argv is None else argv),
+            args.checks,
+        )
+        check_contract(config)
+    except (ValueError, EndpointError) as exc:  # bad input (SettingsError among them): nothing checked
+        fail(str(exc), code=2)
+    except ContractStopped as exc:
+        fail(str(exc), code=1)
     return 0
 
 

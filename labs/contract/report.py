@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from client.endpoint import Endpoint
 from labs.contract.probe import CheckRecord, Verdict
@@ -61,7 +62,12 @@ def counts(records: Sequence[CheckRecord], engine: str) -> dict[str, int]:
 def write_results(
     folder: Path, envelope: Envelope, endpoints: Sequence[Endpoint], records: Sequence[CheckRecord]
 ) -> Path:
-    payload = {
+    return write(folder / RESULTS_JSON, envelope, payload(endpoints, records))
+
+
+def payload(endpoints: Sequence[Endpoint], records: Sequence[CheckRecord]) -> dict[str, Any]:
+    """What contract.json holds under its envelope: each engine's counts, the matrix, every record."""
+    return {
         "engines": [
             {
                 "name": endpoint.name,
@@ -76,7 +82,6 @@ def write_results(
         },
         "records": [record.to_dict() for record in records],
     }
-    return write(folder / RESULTS_JSON, envelope, payload)
 
 
 def _cell(verdict: Verdict | None) -> str:

@@ -7,18 +7,12 @@ with the seed study's scenario: 48 requests at 25 req/s (Poisson), 80% wanting ~
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError
-from labs.loadtest.aggregate import summarize
-from labs.loadtest.console import console, progress_bar, results_table
-from labs.loadtest.files import write_data
-from labs.loadtest.html_report import write_html
-from labs.loadtest.plots import write_plots
-from labs.loadtest.runner import SCRAPE_INTERVAL_S, run_load
+from labs.loadtest.lab import LoadTest, UsageError, load_test
+from labs.loadtest.runner import SCRAPE_INTERVAL_S
 from labs.loadtest.workload import (
     ARRIVALS,
     DEFAULT_LENGTHS,
@@ -29,8 +23,7 @@ from labs.loadtest.workload import (
     parse_lengths,
     read_prompts,
 )
-from labs.results import Envelope, MeasuredEngine, command_line
-from labs.served import replica_urls
+from labs.results import command_line
 from serve.config.environment import load_env
 from ui.cli import (
     KitArgumentParser,
@@ -44,11 +37,6 @@ from ui.cli import (
 
 DEFAULT_OUT = Path("results/loadtest")
 URL_SOURCE = "--base-url/OPENAI_BASE_URL"
-WARMUP_MAX_TOKENS = 8
-
-
-class UsageError(ValueError):
-    """Bad input or an unusable engine; the message says what to change."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -139,77 +127,24 @@ def build_endpoints(args: argparse.Namespace) -> list[Endpoint]:
             endpoints.append(Endpoint.from_spec(item, env, url_source=URL_SOURCE))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    return [replace(endpoint, replica_urls=replica_urls(endpoint.base_url)) for endpoint in endpoints]
-
-
-def checked(endpoint: Endpoint) -> Endpoint:
-    """The endpoint once /v1/models shows its model; with the first one listed when none was named."""
-    if endpoint.model:
-        endpoint.check()
-        return endpoint
-    served = endpoint.models()
-    if not served:
-        raise UsageError(f"{endpoint.base_url} lists no model: add @MODEL to --endpoint {endpoint.name}=...")
-    return replace(endpoint, model=served[0].id)
+    return endpoints
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        specs = build_specs(args)
-        targets = [checked(endpoint) for endpoint in build_endpoints(args)]
-    except (ValueError, EndpointError) as exc:
+        config = LoadTest(
+            build_endpoints(args),
+            build_specs(args),
+            args.out,
+            command_line("python -m labs.loadtest", sys.argv[1:] if argv is None else argv),
+            args.warmup,
+            args.scrape_interval_s or None,
+        )
+        load_test(config)
+    except (ValueError, EndpointError) as exc:  # bad input or an engine that does not answer: nothing measured
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    interval_s = args.scrape_interval_s or None
-    results = []
-    for target in targets:
-        if args.warmup > 0:  # the first connection and the engine's first batch are not part of the load
-            warm_up = WorkloadSpec(
-                num_requests=args.warmup,
-                rate_rps=None,
-                concurrency=1,
-                lengths=parse_lengths(f"fixed:{WARMUP_MAX_TOKENS}"),
-            )
-            asyncio.run(run_load(target, warm_up, scrape_interval_s=None))
-        for spec in specs:
-            with progress_bar(f"{target.name} · {spec.label}", spec.num_requests) as on_done:
-                result = asyncio.run(run_load(target, spec, on_done, interval_s))
-            results.append((result, summarize(result.records)))
-    console.print(results_table(results))
-    notes = {result.target.name: result.metrics_note for result, _ in results if result.metrics_note}
-    for name, note in notes.items():
-        console.print(f"[yellow]note[/yellow] {name}: {note}")
-    for result, _ in results:
-        if result.served_by_replica:
-            spread = ", ".join(f"{url} {count:g}" for url, count in result.served_by_replica.items())
-            console.print(
-                f"served by replica at {result.target.name} · {result.spec.label}: {spread} "
-                "(their own request counters; the router names none per request)"
-            )
-    for result, summary in results:
-        errors = [record.error for record in result.records if record.error]
-        if errors:
-            console.print(
-                f"[red]{summary.num_failed} failed[/red] at {result.target.name} · {result.spec.label}; "
-                f"the first said: {errors[0][:200]}"
-            )
-    command = command_line("python -m labs.loadtest", sys.argv[1:] if argv is None else argv)
-    # an engine that exposes vLLM's /metrics names is a vLLM; nothing else here tells the kind for sure
-    with_vllm_metrics = {result.target.name for result, _ in results if result.snapshots}
-    name_to_target = {result.target.name: result.target for result, _ in results}
-    envelope = Envelope.now(
-        command,
-        [
-            MeasuredEngine(target.model, target.root_url, "vllm" if name in with_vllm_metrics else None)
-            for name, target in name_to_target.items()
-        ],
-    )
-    data_paths = write_data(args.out, results, envelope)
-    plots = write_plots(args.out, results)
-    report = write_html(args.out, results, plots, envelope)
-    for path in [*data_paths, *(plot.path for plot in plots), report]:
-        console.print(f"wrote {path}")
     return 0
 
 

@@ -23,7 +23,7 @@ from labs import results
 from labs.tour import report, sections
 from labs.tour.catalogue import PARTS, estimate_s
 from labs.tour.engines import KitEngines, OllamaClass, ollama_class
-from labs.tour.plan import FULL, QUICK, Section
+from labs.tour.plan import Section
 from labs.tour.report import SectionResult, Status, Tour
 from serve.config.paths import ROOT
 from serve.config.settings import Settings
@@ -102,10 +102,9 @@ def run_section(section: Section, measure: Callable[[], dict[str, Any]]) -> Sect
 
 
 def tour(args: argparse.Namespace, settings: Settings, beside: OllamaClass, folder: Path, command: str) -> Tour:
-    sizes = QUICK if args.quick else FULL
     engines = KitEngines(settings, beside)
     console.print(f"[bold]tour:[/bold] beside vLLM: {engines.beside.described}")
-    ctx = sections.Context(folder, sizes, settings, engines)
+    ctx = sections.Context(folder, settings, engines, command)
     record = Tour(args.quick, lscpu(), [SectionResult(section, Status.NOT_RUN) for section in Section])
     envelope = results.Envelope.now(command)
     steps: list[str] = ["engines", *Section, "stop"]
@@ -121,7 +120,7 @@ def tour(args: argparse.Namespace, settings: Settings, beside: OllamaClass, fold
         for index, section in enumerate(Section, start=1):
             part = PARTS[section]
             progress.step(index, part.title)
-            result = run_section(section, partial(part.measure, ctx))
+            result = run_section(section, partial(part.run, ctx, args.quick))
             record.sections[index - 1] = result  # Section's order
             if result.status is Status.OK:
                 ctx.measured[section] = result.data

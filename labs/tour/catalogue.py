@@ -1,25 +1,25 @@
-"""Each section of the tour in one place: its title, the lab it runs and that lab's page, the seconds it takes, how
-it measures, how its numbers read and how they are drawn. The tour (`__main__`) and its report read this table.
+"""Each section of the tour in one place: its title, the lab it runs and that lab's page, the course's figure beside
+it, how much it asks of its lab in the full tour and in `--quick`, the seconds it takes, how it measures, how its
+numbers read and how they are drawn. The tour (`__main__`) and its report read this table.
 
-Adding a section: its member of `Section` in labs/tour/plan.py (the course's order), the fields its lab needs in
-`Sizes` with their full and quick values, a course figure to show beside it in plan.SEEDS if it has one, and one
-`Part` here naming its measure (labs/tour/sections.py), its reading (labs/tour/readings/) and its plot
-(labs/tour/plots.py).
+Adding a section: its member of `Section` in labs/tour/plan.py (the course's order) and one `Part` here naming its
+sizes and measure (labs/tour/sections.py), its reading (labs/tour/readings/) and its plot (labs/tour/plots.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from matplotlib.figure import Figure
 
 from labs.tour import plots, sections
-from labs.tour.plan import Section
+from labs.tour.plan import Section, Seed
 from labs.tour.readings.course import read_batching, read_paging, read_seed
 from labs.tour.readings.serving import read_contract, read_load, read_quantization
 from labs.tour.readings.shapes import Reading
+from labs.tour.sections import ContractSizes, LoadSizes, QuantizationSizes, SeedSizes, StudySizes
 
 Data = dict[str, Any]
 Read = Callable[[Data, Sequence[str]], Reading]  # a section's data and the machine's ISA flags -> what they say
@@ -36,11 +36,21 @@ class Part:
     title: str
     lab: str  # the lab modules it runs
     page: str  # their pages
+    seed: Seed | None  # the course's own figure, shown beside this machine's (a reading may name a closer one)
+    sizes: tuple[Any, Any]  # full, quick: what its measure asks of its lab (one of sections' *Sizes)
     estimate_s: tuple[float, float]  # full, quick: seconds on the kit's 2-core machine, the first guess of time left
-    measure: Callable[[sections.Context], Data]  # the context holds the data of the sections measured before it
+    measure: Callable[[sections.Context, Any], Data]  # the context holds the data of the sections measured before it
     read: Read
     draw: Callable[[Data, Figure], None]
     plot_height: float = 1.0  # times the report's usual plot height
+
+    def run(self, ctx: sections.Context, quick: bool) -> Data:
+        return self.measure(ctx, self.sizes[quick])
+
+    def reading(self, data: Data, isa_flags: Sequence[str]) -> Reading:
+        """What the numbers say, beside the course's figure where the reading names none of its own."""
+        found = self.read(data, isa_flags)
+        return found if found.seed is not None else replace(found, seed=self.seed)
 
 
 PARTS: dict[Section, Part] = {
@@ -51,6 +61,8 @@ PARTS: dict[Section, Part] = {
             "1. The seed experiment: one request at a time, then all at once, vLLM vs the Ollama-class engine",
             "labs.compare",
             "labs/compare.md",
+            Seed("3.13x vs 1.10x", "matched sequential / concurrent wall time, vLLM vs Ollama"),
+            (SeedSizes(n=8, max_tokens=48), SeedSizes(n=4, max_tokens=24)),
             (40, 15),
             sections.seed,
             data_only(read_seed),
@@ -61,6 +73,12 @@ PARTS: dict[Section, Part] = {
             "2. Paging: KV cache reserved vs used, a max_len slab per request vs blocks on demand",
             "labs.sizing + labs.engine.experiment",
             "labs/sizing.md, labs/engine.md",
+            Seed("waste < 4%", "KV slots paged but not filled (the PagedAttention paper; the seed: 3.6x)"),
+            (
+                # the seed's figures: 5.1x and 21x TTFT p50 at max batch 16 and 32 (4 and 8 add minutes on two cores)
+                StudySizes(requests=48, rate=25.0, batches=(16, 32), short_tokens=24, long_tokens=150),
+                StudySizes(requests=16, rate=25.0, batches=(16,), short_tokens=12, long_tokens=48),
+            ),
             (150, 30),
             sections.paging,
             data_only(read_paging),
@@ -71,7 +89,9 @@ PARTS: dict[Section, Part] = {
             "3. Batching: static vs continuous, TTFT and throughput",
             "labs.engine.experiment",
             "labs/engine.md",
-            (1, 1),  # the paging section's study measured it
+            Seed("5.1x TTFT p50", "static / continuous TTFT p50 at max batch 16"),
+            (None, None),  # the paging section's study measured it
+            (1, 1),
             sections.batching,
             data_only(read_batching),
             plots.batching,
@@ -81,6 +101,12 @@ PARTS: dict[Section, Part] = {
             "4. Load: Poisson arrivals over a rate sweep, and what /metrics and the doctor saw",
             "labs.loadtest + labs.doctor",
             "labs/loadtest.md, labs/metrics.md",
+            None,
+            (
+                # 32/s fills the kit's 32 sequences on two cores: requests wait in the engine
+                LoadSizes(rates=(2, 8, 32), requests=48, lengths="mix:24@0.8,150@0.2"),
+                LoadSizes(rates=(2, 16), requests=16, lengths="fixed:24"),
+            ),
             (90, 15),
             sections.load,
             data_only(read_load),
@@ -91,6 +117,11 @@ PARTS: dict[Section, Part] = {
             "5. Quantization: float vs int8 weights, bytes per step, tok/s, perplexity",
             "labs.quantization + labs.loadtest",
             "labs/quantization.md",
+            None,  # the page's own measurement for this machine's ISA (readings.serving)
+            (
+                QuantizationSizes(windows=24, users=(1, 16), requests=16, lengths="fixed:64"),
+                QuantizationSizes(windows=2, users=(1, 8), requests=8, lengths="fixed:32"),
+            ),
             (300, 200),  # most of it the second vLLM's start
             sections.quantization,
             read_quantization,
@@ -101,6 +132,22 @@ PARTS: dict[Section, Part] = {
             "6. The contract: the OpenAI /v1 checks on every engine the tour ran",
             "labs.contract",
             "labs/contract.md",
+            None,
+            (
+                ContractSizes(checks=None),  # every check
+                ContractSizes(
+                    checks=(
+                        "models",
+                        "chat",
+                        "chat_stream",
+                        "include_usage",
+                        "completions",
+                        "finish_length",
+                        "stop_string",
+                        "error_unknown_model",
+                    )
+                ),
+            ),
             (60, 15),
             sections.contract,
             data_only(read_contract),

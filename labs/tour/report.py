@@ -116,7 +116,7 @@ def section_html(result: SectionResult, folder: Path, isa_flags: tuple[str, ...]
         parts.append(f'<p class="failed">{html.escape(result.status.value)}: {html.escape(why)}</p></section>')
         return "".join(parts)
     try:
-        reading = part.read(result.data, isa_flags)
+        reading = part.reading(result.data, isa_flags)
         plot = plots.save(part.draw, result.data, folder / f"{section.value}.png", part.plot_height)
     except Exception as exc:  # one section's odd data must not cost the others their report
         why = f"its data could not be read ({exc.__class__.__name__}: {exc})"

@@ -1,33 +1,35 @@
-"""MEASURE: each section runs its labs through their own entry points and keeps what their results files say.
+"""MEASURE: each section calls its labs' own functions with its sizes and keeps what the report needs of their
+results.
 
-Every lab writes its usual results (in the kit's envelope) under the tour's folder; a section's data is what the
-report needs of them, read back through `labs.results.load`, so a recorded tour can be reported again without
-an engine. Nothing here measures by itself: the numbers are the labs'.
+Every lab writes its usual results (in the kit's envelope) under the tour's folder and returns what it wrote; a
+section's data is what the report needs of that (kept in tour.json, so a recorded tour can be reported again
+without an engine). Nothing here measures by itself: the numbers are the labs'. A lab's error (bad input, an
+engine that stopped answering) is the section's error line.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labs import results
-from labs.compare import __main__ as compare_lab
-from labs.compare.report import JSON_FILE as COMPARE_JSON
-from labs.contract import __main__ as contract_lab
-from labs.contract.report import RESULTS_JSON as CONTRACT_JSON
+from client.endpoint import Endpoint
+from labs.compare.lab import Comparison, compare, engine_settings
+from labs.contract.lab import Contract, check_contract
 from labs.doctor.__main__ import TREND_WINDOW
 from labs.doctor.diagnosis import Limits, diagnose
 from labs.engine.study import load_study
-from labs.loadtest import __main__ as loadtest_lab
-from labs.loadtest.files import SUMMARY_JSON
-from labs.quantization import __main__ as quantization_lab
+from labs.loadtest.lab import LoadTest, load_test
+from labs.loadtest.workload import WorkloadSpec, parse_lengths
+from labs.quantization.lab import Quality, score, weights
 from labs.served import Served, served
 from labs.sizing.verify import compare as sizing_compare
 from labs.sizing.verify import inputs as sizing_inputs
 from labs.tour.engines import ExtraVllm, KitEngines
-from labs.tour.plan import Section, Sizes
-from labs.tour.running import LabFailed, lab, run
+from labs.tour.plan import Section
+from labs.tour.running import LabFailed, run
 from serve.config.paths import ROOT
 from serve.config.settings import Settings
 from serve.config.sizing import GiB, SizingError
@@ -40,40 +42,47 @@ SCRAPE_INTERVAL_S = 0.25  # /metrics samples: a quick load point lasts seconds
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What every section needs: where to write, how much to ask, the settings and the engines the tour holds."""
+    """What every section needs: where to write, the settings, the engines the tour holds, how to say it ran."""
 
     folder: Path
-    sizes: Sizes
     settings: Settings
     engines: KitEngines
+    command: str  # the tour's own command line: the envelope of every lab's results it writes
     measured: dict[Section, dict[str, Any]] = field(default_factory=dict)  # the sections done so far, their data
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.folder))
 
+    def beside(self) -> list[Endpoint]:
+        """vLLM and the engine beside it, started if they do not answer."""
+        started = self.engines.ensure(self.engines.beside.kit_engines)
+        return started if self.engines.beside.endpoint is None else [*started, self.engines.beside.endpoint]
 
-def seed(ctx: Context) -> dict[str, Any]:
-    beside = ctx.engines.beside
-    ctx.engines.ensure(beside.kit_engines)
+
+@dataclass(frozen=True, slots=True)
+class SeedSizes:
+    n: int  # matched requests, one after another and all at once
+    max_tokens: int
+
+
+def seed(ctx: Context, sizes: SeedSizes) -> dict[str, Any]:
     folder = ctx.folder / "compare"
-    sizes = ctx.sizes
-    argv = [*beside.lab_args, "--n", str(sizes.compare_n), "--max-tokens", str(sizes.compare_max_tokens)]
-    lab("labs.compare", compare_lab.main, [*argv, "--results", str(folder)])
+    config = Comparison(ctx.beside(), folder, ctx.command, sizes.n, sizes.max_tokens, engine_settings(ctx.settings))
+    compared = compare(config)
     return {
-        **seed_data(folder / COMPARE_JSON),
-        "results": ctx.relative(folder / COMPARE_JSON),
-        "beside": {"name": beside.name, "described": beside.described},
+        **seed_data(compared.document),
+        "results": ctx.relative(compared.paths[0]),
+        "beside": {"name": ctx.engines.beside.name, "described": ctx.engines.beside.described},
     }
 
 
-def seed_data(path: Path) -> dict[str, Any]:
-    """What the report needs of the comparison lab's results file."""
-    _, payload = results.load(path)
+def seed_data(document: dict[str, Any]) -> dict[str, Any]:
+    """What the report needs of the comparison lab's results."""
     return {
-        "n": payload["config"]["n"],
-        "max_tokens": payload["config"]["max_tokens"],
-        "summaries": payload["summaries"],
-        "scaling": payload["scaling"],
+        "n": document["config"]["n"],
+        "max_tokens": document["config"]["max_tokens"],
+        "summaries": document["summaries"],
+        "scaling": document["scaling"],
     }
 
 
@@ -100,28 +109,41 @@ def sizing_data(engine: Served) -> dict[str, Any]:
     }
 
 
-def teaching_study(ctx: Context) -> dict[str, Any]:
-    """The teaching engine's seed study (`labs.engine.experiment`, in the vLLM venv: it needs torch)."""
+@dataclass(frozen=True, slots=True)
+class StudySizes:
+    """The teaching engine's study: requests arriving at `rate` per second, short and long answers, max batches."""
+
+    requests: int
+    rate: float
+    batches: tuple[int, ...]
+    short_tokens: int
+    long_tokens: int
+
+
+def teaching_study(ctx: Context, sizes: StudySizes) -> dict[str, Any]:
+    """The teaching engine's seed study (`labs.engine.experiment`, in the vLLM venv: it needs torch, so it is a
+    command of that venv's python, not a call)."""
     if not TEACHING_PYTHON.exists():
         raise LabFailed(
             f"the teaching engine needs torch, which only the native runtime's venv has ({TEACHING_PYTHON} is "
             "missing): run RUNTIME=native bash up.sh once"
         )
-    sizes, out = ctx.sizes, ctx.folder / "engine" / "study.json"
-    argv = [str(TEACHING_PYTHON), "-m", "labs.engine.experiment", "--requests", str(sizes.engine_requests)]
-    argv += ["--rate", f"{sizes.engine_rate:g}", "--batches", sizes.engine_batches]
-    argv += ["--short-tokens", str(sizes.engine_short_tokens), "--long-tokens", str(sizes.engine_long_tokens)]
+    out = ctx.folder / "engine" / "study.json"
+    argv = [str(TEACHING_PYTHON), "-m", "labs.engine.experiment", "--requests", str(sizes.requests)]
+    argv += ["--rate", f"{sizes.rate:g}", "--batches", ",".join(map(str, sizes.batches))]
+    argv += ["--short-tokens", str(sizes.short_tokens), "--long-tokens", str(sizes.long_tokens)]
     run([*argv, "--out", str(out)], timeout_s=ENGINE_TIMEOUT_S)
     study = load_study(out)
     return {"args": study.args, "results": [asdict(row) for row in study.results], "results_file": ctx.relative(out)}
 
 
-def paging(ctx: Context) -> dict[str, Any]:
+def paging(ctx: Context, sizes: StudySizes) -> dict[str, Any]:
     """vLLM's pool (sizing) and the teaching engine's KV at its peak; one failing part leaves the other."""
     data: dict[str, Any] = {}
-    for key, part in (("vllm", sizing), ("study", teaching_study)):
+    parts = (("vllm", lambda: sizing(ctx)), ("study", lambda: teaching_study(ctx, sizes)))
+    for key, part in parts:
         try:
-            data[key] = part(ctx)
+            data[key] = part()
         except Exception as exc:  # a part's failure is reported in its section; the tour goes on
             data[f"{key}_error"] = str(exc) or exc.__class__.__name__
     if not ("vllm" in data or "study" in data):
@@ -129,7 +151,7 @@ def paging(ctx: Context) -> dict[str, Any]:
     return data
 
 
-def batching(ctx: Context) -> dict[str, Any]:
+def batching(ctx: Context, _sizes: None) -> dict[str, Any]:
     """The same study as paging's (one run of the experiment gives both sections)."""
     paging_data = ctx.measured.get(Section.PAGING)
     if paging_data is None or "study" not in paging_data:
@@ -168,24 +190,31 @@ def doctor_reading(series: list[dict[str, Any]], limits: Limits) -> dict[str, An
     }
 
 
-def load(ctx: Context) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class LoadSizes:
+    rates: tuple[float, ...]  # arrivals per second, one load point each
+    requests: int  # per load point
+    lengths: str  # the answers' lengths, as labs.loadtest --lengths takes them
+
+
+def load(ctx: Context, sizes: LoadSizes) -> dict[str, Any]:
     (vllm,) = ctx.engines.ensure(["vllm"])
-    sizes, folder = ctx.sizes, ctx.folder / "loadtest"
-    argv = ["--base-url", vllm.base_url, "--model", vllm.model, "--sweep-rate", sizes.load_rates]
-    argv += ["--requests", str(sizes.load_requests), "--lengths", sizes.load_lengths]
-    argv += ["--scrape-interval-s", f"{SCRAPE_INTERVAL_S:g}"]
-    lab("labs.loadtest", loadtest_lab.main, [*argv, "--out", str(folder)])
+    lengths = parse_lengths(sizes.lengths)
+    specs = [WorkloadSpec(num_requests=sizes.requests, rate_rps=rate, lengths=lengths) for rate in sizes.rates]
+    report = load_test(
+        LoadTest([vllm], specs, ctx.folder / "loadtest", ctx.command, scrape_interval_s=SCRAPE_INTERVAL_S)
+    )
     limits = Limits.of(served(vllm.root_url, vllm, require_metrics=False))  # what it runs with, as the doctor reads it
     return {
-        **load_data(folder / SUMMARY_JSON, limits, sizes.load_lengths),
+        **load_data(report.run_dicts, limits, sizes.lengths),
+        "limits": {"max_num_seqs": limits.max_num_seqs, "max_model_len": limits.max_model_len},
         "limits_source": limits.source,
-        "results": ctx.relative(folder / SUMMARY_JSON),
+        "results": ctx.relative(report.paths[0]),
     }
 
 
-def load_data(path: Path, limits: Limits, lengths: str) -> dict[str, Any]:
-    """The load tester's summary.json, each point with the doctor's reading of its /metrics series."""
-    _, payload = results.load(path)
+def load_data(runs: Sequence[dict[str, Any]], limits: Limits, lengths: str) -> dict[str, Any]:
+    """The load tester's runs (as summary.json holds them), each point with the doctor's reading of its series."""
     points = [
         {
             "rate": run_["load_value"],
@@ -195,45 +224,59 @@ def load_data(path: Path, limits: Limits, lengths: str) -> dict[str, Any]:
             "metrics_note": run_["metrics_note"],
             "doctor": doctor_reading(run_["metrics_series"], limits),
         }
-        for run_ in payload["runs"]
+        for run_ in runs
     ]
     return {"lengths": lengths, "points": points}
 
 
-def quantization(ctx: Context) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class QuantizationSizes:
+    windows: int  # perplexity windows of 1,000 tokens (the text has 24)
+    users: tuple[int, ...]  # the speed runs' closed-loop users, one load point each
+    requests: int  # per load point
+    lengths: str  # the answers' lengths, as labs.loadtest --lengths takes them
+
+
+def quantization(ctx: Context, sizes: QuantizationSizes) -> dict[str, Any]:
     """The quality lab on the float and the int8 weights (the running vLLM and a second one with the other
     weights), then the load tester's tok/s at 1 and many users on both."""
     (vllm,) = ctx.engines.ensure(["vllm"])
-    running_kind, _ = quantization_lab.weights(served(vllm.root_url, vllm, require_metrics=False))
+    running_kind, _ = weights(served(vllm.root_url, vllm, require_metrics=False))
     other = "none" if "int8" in running_kind else "int8"
-    sizes = ctx.sizes
     with ExtraVllm(other) as extra:
-        second = f"http://127.0.0.1:{extra.port}/v1"
-        float_url, int8_url = (second, vllm.base_url) if other == "none" else (vllm.base_url, second)
-        out = ctx.folder / "quantization.json"
-        argv = ["--url", float_url, "--url", int8_url, "--windows", str(sizes.quality_windows), "--out", str(out)]
-        lab("labs.quantization", quantization_lab.main, argv)
-        folder = ctx.folder / "quantization-speed"
-        argv = ["--endpoint", f"float={float_url}@{vllm.model}", "--endpoint", f"int8={int8_url}@{vllm.model}"]
-        argv += ["--sweep-concurrency", sizes.speed_users, "--requests", str(sizes.speed_requests)]
-        argv += ["--lengths", sizes.speed_lengths, "--scrape-interval-s", "0"]
-        lab("labs.loadtest", loadtest_lab.main, [*argv, "--out", str(folder)])
-    data = quantization_data(out, folder / SUMMARY_JSON)
+        second = replace_url(vllm, f"http://127.0.0.1:{extra.port}/v1")
+        float_engine, int8_engine = (second, vllm) if other == "none" else (vllm, second)
+        named = [replace_name(float_engine, "float"), replace_name(int8_engine, "int8")]
+        scored = score(Quality(named, ctx.folder / "quantization.json", ctx.command, sizes.windows))
+        lengths = parse_lengths(sizes.lengths)
+        specs = [
+            WorkloadSpec(num_requests=sizes.requests, rate_rps=None, concurrency=users, lengths=lengths)
+            for users in sizes.users
+        ]
+        speed = load_test(
+            LoadTest(named, specs, ctx.folder / "quantization-speed", ctx.command, scrape_interval_s=None)
+        )
     return {
-        **data,
-        "windows": sizes.quality_windows,
-        "lengths": sizes.speed_lengths,
-        "results": [ctx.relative(out), ctx.relative(folder / SUMMARY_JSON)],
+        **quantization_data(scored.payload, speed.run_dicts),
+        "windows": sizes.windows,
+        "lengths": sizes.lengths,
+        "results": [ctx.relative(scored.path), ctx.relative(speed.paths[0])],
     }
 
 
-def quantization_data(quality_path: Path, speed_path: Path) -> dict[str, Any]:
+def replace_url(endpoint: Endpoint, base_url: str) -> Endpoint:
+    return dataclasses.replace(endpoint, base_url=base_url, replica_urls=())
+
+
+def replace_name(endpoint: Endpoint, name: str) -> Endpoint:
+    return dataclasses.replace(endpoint, name=name)
+
+
+def quantization_data(quality: dict[str, Any], speed_runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The quality lab's rows (float first) with the load tester's tok/s and TTFT p50 per number of users."""
-    _, quality = results.load(quality_path)
-    _, speed = results.load(speed_path)
     engines = []
     for label, row in zip(("float", "int8"), quality["engines"], strict=True):
-        runs = [run_ for run_ in speed["runs"] if run_["endpoint"]["name"] == label]
+        runs = [run_ for run_ in speed_runs if run_["endpoint"]["name"] == label]
         engines.append(
             {
                 "label": label,
@@ -245,19 +288,19 @@ def quantization_data(quality_path: Path, speed_path: Path) -> dict[str, Any]:
     return {"dtype": quality["dtype"], "engines": engines}
 
 
-def contract(ctx: Context) -> dict[str, Any]:
-    ctx.engines.ensure(ctx.engines.beside.kit_engines)
-    folder = ctx.folder / "contract"
-    argv = [*ctx.engines.beside.lab_args, "--out", str(folder)]
-    if ctx.sizes.contract_checks:
-        argv += ["--checks", ctx.sizes.contract_checks]
-    lab("labs.contract", contract_lab.main, argv)
-    return {**contract_data(folder / CONTRACT_JSON), "results": ctx.relative(folder / CONTRACT_JSON)}
+@dataclass(frozen=True, slots=True)
+class ContractSizes:
+    checks: tuple[str, ...] | None  # None: every check
 
 
-def contract_data(path: Path) -> dict[str, Any]:
+def contract(ctx: Context, sizes: ContractSizes) -> dict[str, Any]:
+    config = Contract(ctx.beside(), ctx.folder / "contract", ctx.command, *([sizes.checks] if sizes.checks else []))
+    checked = check_contract(config)
+    return {**contract_data(checked.payload), "results": ctx.relative(checked.paths[0])}
+
+
+def contract_data(payload: dict[str, Any]) -> dict[str, Any]:
     """The contract lab's matrix, with every check that did not pass and its evidence."""
-    _, payload = results.load(path)
     return {
         "engines": payload["engines"],
         "matrix": payload["matrix"],

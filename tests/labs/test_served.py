@@ -14,12 +14,17 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from labs.doctor.diagnosis import Limits
 from labs.served import REPORTED, served
 from labs.tour import sections
+from labs.tour.catalogue import PARTS
+from labs.tour.engines import KitEngines, OllamaClass
+from labs.tour.plan import Section
+from labs.tour.sections import LoadSizes
 from serve.config.machine import detect
 from serve.config.model import served_model_facts
 from serve.config.plan import resolve
@@ -73,7 +78,7 @@ def test_the_record_holds_what_up_started_the_engine_with(eight: Server) -> None
 
 
 @pytest.mark.slow
-def test_status_doctor_sizing_and_the_tour_report_the_8_the_engine_runs_with(eight: Server) -> None:
+def test_status_doctor_sizing_and_the_tour_report_the_8_the_engine_runs_with(eight: Server, tmp_path: Path) -> None:
     env = readers_env(eight)
     status = run("serve", "status", env=env)
     assert status.returncode == 0, status.stdout + status.stderr
@@ -90,9 +95,17 @@ def test_status_doctor_sizing_and_the_tour_report_the_8_the_engine_runs_with(eig
     assert verify.returncode == 0 and verify.stdout.count("match") == 7, verify.stdout + verify.stderr
     assert f"runs with max_num_seqs {SEQS}," in verify.stdout and "from the record up wrote" in flat(verify.stdout)
 
-    engine = served(eight.base_url)
-    assert sections.sizing_data(engine)["max_num_seqs"] == SEQS  # the tour's paging section
-    assert Limits.of(served(eight.base_url, require_metrics=False)).max_num_seqs == SEQS  # its load section
+    # the tour: its paging and load sections as it runs them, read as its report reads them
+    settings = Settings.from_env(env)
+    beside = OllamaClass("llamacpp", None, "the kit's llama.cpp server (not started: these sections need only vLLM)")
+    ctx = sections.Context(tmp_path, settings, KitEngines(settings, beside), "python -m labs.tour")
+    paging = PARTS[Section.PAGING].reading({"vllm": sections.sizing(ctx)}, ())
+    assert f"runs with max_num_seqs {SEQS} and max_model_len" in " ".join(paging.sentences), paging.sentences
+    assert "the record up wrote" in " ".join(paging.sentences), paging.sentences
+    load = PARTS[Section.LOAD].reading(sections.load(ctx, LoadSizes(rates=(4,), requests=4, lengths="fixed:8")), ())
+    said = " ".join(load.sentences)
+    assert f"what the engine runs with: max_num_seqs {SEQS}," in said and "the record up wrote" in said, said
+    assert Limits.of(served(eight.base_url, require_metrics=False)).max_num_seqs == SEQS
 
 
 @pytest.mark.slow
@@ -118,6 +131,10 @@ def test_an_engine_the_kit_did_not_start_is_read_from_what_it_reports_and_says_s
         status = run("serve", "status", env=env)
         assert status.returncode == 0, status.stdout + status.stderr
         assert f"vLLM on port {eight.port}: no record of what up started it with" in flat(status.stdout)
+
+        paging = PARTS[Section.PAGING].reading({"vllm": sections.sizing_data(engine)}, ())  # the tour's
+        said = " ".join(paging.sentences)
+        assert "runs with max_num_seqs unknown" in said and REPORTED in said, said
     finally:
         aside.replace(record)
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from labs.engine.study import COLUMNS
-from labs.tour.plan import SEED_BATCH, SEED_MAX_LEN_OVER_PAGED, SEEDS, Section
+from labs.tour.plan import SEED_BATCH, SEED_MAX_LEN_OVER_PAGED
 from labs.tour.readings.shapes import Reading, Table, number, ratio, times
 
 SEED_CONTINUOUS_TTFT_P50_MS = 201  # the seed study's continuous TTFT p50 at max batch 16 (labs/engine.md)
@@ -71,7 +71,7 @@ def read_seed(data: dict[str, Any]) -> Reading:
     ]
     table = Table(("engine", "mode", "requests", "wall s", "output tok/s", "ok", "cut short/failed", "scaling"), rows)
     headline = f"vLLM {times(scaling.get('vllm'))} vs {shown} {times(scaling.get(other))}"
-    return Reading(headline, sentences, [table], SEEDS[Section.SEED])
+    return Reading(headline, sentences, [table])
 
 
 def _study_row(results: Sequence[dict[str, Any]], policy: str) -> dict[str, Any] | None:
@@ -130,7 +130,9 @@ def read_paging(data: dict[str, Any]) -> Reading:
         sentences.append(
             f"vLLM's own pool here: {config.get('num_gpu_blocks', '?')} blocks of {config.get('block_size', '?')} "
             f"tokens in {vllm['kv_gib']} GiB ({vllm['dtype']}), handed out a block at a time; the sizing lab "
-            f"predicted {matched} of its {len(rows)} reported figures exactly."
+            f"predicted {matched} of its {len(rows)} reported figures exactly. It runs with max_num_seqs "
+            f"{vllm.get('max_num_seqs') or 'unknown'} and max_model_len {vllm.get('max_model_len') or 'unknown'} "
+            f"({vllm.get('source') or 'source unknown'})."
         )
         tables.append(
             Table(
@@ -150,7 +152,7 @@ def read_paging(data: dict[str, Any]) -> Reading:
         )
     else:
         sentences.append(f"vLLM's pool was not read: {data.get('vllm_error', 'no reason recorded')}.")
-    return Reading(headline, sentences, tables, SEEDS[Section.PAGING])
+    return Reading(headline, sentences, tables)
 
 
 def read_batching(data: dict[str, Any]) -> Reading:
@@ -207,5 +209,4 @@ def read_batching(data: dict[str, Any]) -> Reading:
         f"{times(ttft, 1)} TTFT p50, {times(throughput)} tok/s at max batch {batch}",
         sentences,
         [table],
-        SEEDS[Section.BATCHING],
     )

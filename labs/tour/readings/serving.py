@@ -55,6 +55,13 @@ def read_load(data: dict[str, Any]) -> Reading:
         )
     elif last.get("metrics_note"):
         sentences.append(f"No /metrics series: {last['metrics_note']}")
+    limits = data.get("limits")
+    if limits:
+        seqs = limits.get("max_num_seqs")
+        sentences.append(
+            f"The doctor judged against what the engine runs with: max_num_seqs {seqs if seqs else 'unknown'}, "
+            f"max_model_len {number(limits.get('max_model_len'))} ({data.get('limits_source') or 'source unknown'})."
+        )
     rows = []
     for point in points:
         summary, peaks = point["summary"], point.get("peaks") or {}

@@ -1,5 +1,5 @@
 """A tour's sections as recorded: each lab's own results file, written by the lab's own writer from request records
-timed as on the kit's 2-core machine, then read back by the tour's own collectors (labs/tour/sections.py).
+timed as on the kit's 2-core machine, then read back and handed to the tour's own collectors (labs/tour/sections.py).
 
 The timings are a recording's, not a model of the labs: requests streamed at 20 ms a token, vLLM's concurrent
 phase about one answer long, llama.cpp's as long as its answers one after another.
@@ -211,8 +211,14 @@ def recorded_vllm() -> RunRecord:
     )
 
 
+def payload(path: Path) -> dict[str, Any]:
+    return results.load(path)[1]
+
+
 def recorded_tour(folder: Path) -> Tour:
-    """Every section as the tour's collectors read the labs' files above."""
+    """Every section as the tour's collectors read the labs' results above (each written by its lab's own writer and
+    read back as the lab would have returned it)."""
+    quality, speed = quantization_files(folder)
     study = load_study(study_file(folder / "engine" / "study.json"))
     cache_config = {"block_size": "32", "num_gpu_blocks": "1456", "kv_cache_size_tokens": "46592"}
     engine = Served("http://127.0.0.1:8009", recorded_vllm(), cache_config, 1024)
@@ -221,12 +227,17 @@ def recorded_tour(folder: Path) -> Tour:
         "study": {"args": study.args, "results": [asdict(row) for row in study.results]},
     }
     data = {
-        Section.SEED: sections.seed_data(compare_file(folder / "compare")),
+        Section.SEED: sections.seed_data(payload(compare_file(folder / "compare"))),
         Section.PAGING: paging,
         Section.BATCHING: paging["study"],
-        Section.LOAD: sections.load_data(load_file(folder / "loadtest"), Limits(32, 1024, 1), "fixed:24"),
-        Section.QUANTIZATION: {**sections.quantization_data(*quantization_files(folder)), "lengths": "fixed:32"},
-        Section.CONTRACT: sections.contract_data(contract_file(folder / "contract")),
+        Section.LOAD: sections.load_data(
+            payload(load_file(folder / "loadtest"))["runs"], Limits(32, 1024, 1), "fixed:24"
+        ),
+        Section.QUANTIZATION: {
+            **sections.quantization_data(payload(quality), payload(speed)["runs"]),
+            "lengths": "fixed:32",
+        },
+        Section.CONTRACT: sections.contract_data(payload(contract_file(folder / "contract"))),
     }
     lscpu = {"Model name": "AMD EPYC", "CPU(s)": "2", "ISA": "avx2 avx512f avx512_bf16"}
     return Tour(True, lscpu, [SectionResult(section, Status.OK, 1.0, data[section]) for section in Section])

@@ -11,13 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from client.endpoint import Endpoint
 from labs import results
-from labs.tour import report, running, sections
+from labs.loadtest.lab import LoadTest, load_test
+from labs.loadtest.workload import WorkloadSpec
+from labs.tour import report, sections
+from labs.tour.__main__ import run_section
 from labs.tour.catalogue import PARTS
-from labs.tour.plan import SEEDS, Section
+from labs.tour.plan import Section
 from labs.tour.readings import Reading
 from labs.tour.report import SectionResult, Status, Tour
-from tests.conftest import ROOT
+from tests.conftest import MODEL, ROOT, free_port
 from tests.labs.tour.recorded import ENVELOPE, recorded_tour
 from tests.support.loadtest_browser import CHROMIUM, check_page
 
@@ -60,7 +64,7 @@ def test_the_sentences_read_the_recorded_numbers_beside_the_seeds(tour: Tour) ->
     vllm, llamacpp = seed["scaling"]["vllm"], seed["scaling"]["llamacpp"]
     assert reading.headline == f"vLLM {vllm:.2f}x vs llama.cpp {llamacpp:.2f}x"
     assert f"{vllm:.2f}x, where the seed measured 3.13x" in reading.sentences[0]
-    assert reading.seed == SEEDS[Section.SEED]
+    assert PARTS[Section.SEED].reading(seed, ()).seed == PARTS[Section.SEED].seed  # the course's figure beside it
 
     study = tour.result(Section.BATCHING).data["results"]
     static, continuous = (next(row for row in study if row["policy"] == policy) for policy in ("static", "continuous"))
@@ -121,15 +125,20 @@ def test_the_doctor_reads_the_busiest_moment_of_a_series() -> None:
     assert sections.doctor_reading([], sections.Limits()) is None
 
 
-def test_a_lab_that_fails_gives_its_own_error_line() -> None:
-    def refusing(argv: list[str]) -> int:
-        import sys
+def test_a_lab_that_refuses_gives_its_section_its_own_error_line(tmp_path: Path) -> None:
+    """The labs are functions the sections call: the lab's own one-line error (here the load tester's, for an engine
+    that does not answer) is the section's, and the tour goes on."""
+    nowhere = Endpoint.at("vllm", f"http://127.0.0.1:{free_port()}/v1", MODEL, {}, url_source="VLLM_PORT")
+    spec = WorkloadSpec(num_requests=1, rate_rps=None, concurrency=1)
 
-        print("error: --rate 0 is invalid: give requests per second > 0", file=sys.stderr)
-        raise SystemExit(2)
+    def measure() -> dict:
+        load_test(LoadTest([nowhere], [spec], tmp_path / "loadtest", "python -m labs.tour"))
+        return {}
 
-    with pytest.raises(running.LabFailed, match=r"labs.loadtest exited with 2: error: --rate 0 is invalid"):
-        running.lab("labs.loadtest", refusing, ["--rate", "0"])
+    result = run_section(Section.LOAD, measure)
+    assert result.status is Status.FAILED and result.error is not None
+    assert nowhere.base_url in result.error and "VLLM_PORT" in result.error, result.error
+    assert not (tmp_path / "loadtest").exists()  # nothing measured, nothing written
 
 
 def test_every_section_renders_with_its_plot_in_a_real_browser(tmp_path: Path, tour: Tour) -> None:
