@@ -10,17 +10,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from client.endpoint import EndpointError
 from serve.config.environment import load_env
 from serve.config.machine import ISA_CAPS, ISA_ENV
 from serve.config.settings import KNOBS, PORT_FIELDS, Settings
 from serve.config.sizing import V1_CPU_BLOCK_SIZE
 from serve.engines.runtimes import ENGINES
 from serve.processes.process import free_port
+from ui.progress import StepFailed, fail
+from ui.values import SettingsError
+
+T = TypeVar("T")
 
 SLOTS = "LLAMA_SERVER_SLOTS"
 RESERVED_CPUS = "VLLM_CPU_NUM_OF_RESERVED_CPU"  # vLLM's own: 0 binds its compute threads to every core
@@ -228,3 +234,23 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
         yield served
     finally:
         runtime.stop(quiet=True)
+
+
+def interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def guarded(run: Callable[[], T]) -> T:
+    """`run()` with Ctrl-C and `kill` turned into KeyboardInterrupt (even in the background, where SIGINT is ignored),
+    so that every engine it started is stopped on the way out, and its errors one line each: bad input exits 2, a
+    step or an engine that failed 1, an interrupt 130."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupt)
+    try:
+        return run()
+    except (ValueError, SettingsError) as exc:
+        fail(str(exc), code=2)
+    except (StepFailed, EndpointError) as exc:
+        fail(str(exc), code=1)
+    except KeyboardInterrupt:
+        fail("interrupted; every engine this run started was stopped", code=130)

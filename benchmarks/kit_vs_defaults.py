@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import signal
 import sys
 import time
 from pathlib import Path
@@ -33,13 +32,14 @@ from benchmarks.arms import (
     Served,
     add_cpu_isa_argument,
     engine_environ,
+    guarded,
     parse_overrides,
     serving,
     use_cpu_isa,
 )
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons, print_report, write_plot
-from client.endpoint import Endpoint, EndpointError
+from client.endpoint import Endpoint
 from client.stream import RequestRecord
 from labs.loadtest.aggregate import summarize
 from labs.loadtest.runner import run_load
@@ -48,8 +48,7 @@ from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.config.machine import detect
 from serve.config.paths import ROOT
 from ui.cli import KitArgumentParser, non_negative_int, positive_int, positive_ints
-from ui.progress import StepFailed, console, fail
-from ui.values import SettingsError
+from ui.progress import console
 
 DEFAULT_ARMS = "kit,vllm-defaults,llamacpp,llamaserver-1,llamaserver-n"
 DEFAULT_CONCURRENCY = "1,4,8,16"
@@ -299,23 +298,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Stop the engines on Ctrl-C and on `kill` too, even when started in the background (SIGINT ignored).
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, interrupt)
-    try:
-        report = run(args)
-    except (ValueError, SettingsError) as exc:
-        fail(str(exc), code=2)
-    except (StepFailed, EndpointError) as exc:
-        fail(str(exc), code=1)
-    except KeyboardInterrupt:
-        fail("interrupted; every engine this run started was stopped", code=130)
+    report = guarded(lambda: run(args))
     engines = [
         MeasuredEngine(arm["model"], arm["api_url"].removesuffix("/v1"), arm["engine"]) for arm in report["arms"]
     ]

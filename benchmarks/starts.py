@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from typing import Any
 
 from rich.table import Table
 
-from benchmarks.arms import BUILTIN_ARMS, Arm, arm_settings, engine_environ, exported, parse_overrides
+from benchmarks.arms import BUILTIN_ARMS, Arm, arm_settings, engine_environ, exported, guarded, parse_overrides
 from client.endpoint import Endpoint
 from labs.loadtest.runner import run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
@@ -37,8 +36,7 @@ from serve.engines.runtimes import ENGINES
 from serve.engines.vllm_log import PHASES, compile_cache_state, phase_starts
 from serve.processes import process
 from ui.cli import KitArgumentParser, non_negative_int, positive_int
-from ui.progress import StepFailed, console, fail
-from ui.values import SettingsError
+from ui.progress import StepFailed, console
 
 DEFAULT_OUT = ROOT / "results" / "starts"
 FIRST_TOKEN_LENGTHS = "fixed:8"
@@ -223,22 +221,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, interrupt)
-    try:
-        report = run(args)
-    except (ValueError, SettingsError) as exc:
-        fail(str(exc), code=2)
-    except StepFailed as exc:
-        fail(str(exc), code=1)
-    except KeyboardInterrupt:
-        fail("interrupted; every engine this run started was stopped", code=130)
+    report = guarded(lambda: run(args))
     print_summary(report["summary"])
     command = command_line("python -m benchmarks.starts", sys.argv[1:] if argv is None else argv)
     engines = [MeasuredEngine(report["model"], "http://127.0.0.1 (a free port per start)", "vllm")]

@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -121,7 +122,7 @@ def warn(message: str) -> None:
     err_console.print(f"[bold red]warning:[/bold red] {message}", soft_wrap=True)
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     """Print one clear error on stderr and leave; used by the command-line entry points."""
     err_console.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)  # its [brackets] are text
     sys.exit(code)

@@ -19,10 +19,9 @@ from serve.config.machine import detect
 from serve.config.plan import Plan, resolve_threads
 from serve.config.settings import Settings
 from serve.engines.ollama import SAME_MODEL, Ollama, find
-from serve.engines.runtime import DecodeStep, Engine, Started
+from serve.engines.runtime import DecodeStep, Engine, Started, started_record
 from serve.install import system
 from serve.install.llamacpp_venv import LLAMACPP_VERSION, VENV, gguf_path, install, will_build
-from serve.processes import run_record
 from serve.processes.local_server import LocalRuntime, LocalServer
 from serve.processes.process import next_free_port, port_is_free
 from serve.processes.run_record import RunRecord, Weights
@@ -91,20 +90,13 @@ class GgufRuntime(LocalRuntime):
 
     def record(self, pid: int, argv: list[str], env: dict[str, str]) -> RunRecord:
         gguf = self.gguf()
-        return RunRecord(
-            engine=self.engine,
-            runtime=self.name,
-            label=self.label,
-            port=self.port,
-            base_url=self.base_url,
-            served_model=self.served_model,
-            engine_version=self.engine_version,
-            **run_record.stamp(pid),
-            argv=tuple(argv),
-            env=env,
+        return started_record(
+            self,
+            pid,
+            argv,
+            env,
             max_model_len=self.settings.max_model_len,
             weights=Weights(GGUF_FORMAT, gguf.stat().st_size, str(gguf)),
-            log_path=str(self.log_path),
             notes=self.notes(),
         )
 

@@ -23,6 +23,44 @@ from serve.processes.run_record import RunRecord, Weights
 from ui.progress import console
 
 
+class Recorded(Protocol):
+    """What every record names of the runtime that started the engine."""
+
+    engine: str
+    name: str
+    label: str
+    port: int
+    engine_version: str
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def served_model(self) -> str: ...
+
+    @property
+    def log_path(self) -> Path: ...
+
+
+def started_record(runtime: Recorded, pid: int, argv: list[str], env: dict[str, str], **facts: Any) -> RunRecord:
+    """The record `up` writes of an engine `runtime` started: who it is, its process, its command line and the
+    environment it runs with; `facts`, what the engine adds (its max_model_len, weights, plan, notes)."""
+    return RunRecord(
+        engine=runtime.engine,
+        runtime=runtime.name,
+        label=runtime.label,
+        port=runtime.port,
+        base_url=runtime.base_url,
+        served_model=runtime.served_model,
+        engine_version=runtime.engine_version,
+        **run_record.stamp(pid),
+        argv=tuple(argv),
+        env=env,
+        log_path=str(runtime.log_path),
+        **facts,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Started:
     """An engine `start` brought up: what `up` records of it (serve/processes/run_record.py) and how long it took."""
@@ -151,22 +189,15 @@ class VllmRuntime:
 
     def record(self, pid: int, plan: Plan, argv: list[str], env: dict[str, str], model: str) -> RunRecord:
         """What `up` records of a vLLM this runtime started (`env`: the environment vLLM itself runs with)."""
-        return RunRecord(
-            engine=self.engine,
-            runtime=self.name,
-            label=self.label,
-            port=self.port,
-            base_url=self.base_url,
-            served_model=self.served_model,
-            engine_version=self.engine_version,
-            **run_record.stamp(pid),
-            argv=tuple(argv),
-            env=env,
+        return started_record(
+            self,
+            pid,
+            argv,
+            env,
             max_model_len=self.settings.max_model_len,
             weights=self.weights(plan, model),
             model_facts=served_model_facts(self.settings, self.name),
             plan=plan,
-            log_path=str(self.log_path),
         )
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
