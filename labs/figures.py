@@ -7,8 +7,9 @@ pointer to the value in it (RFC 6901, plus `key=value` to pick the element of a 
     the kit over the worker process at one user
 
 `check` holds every such figure to its file: the text must be the value, rounded to the digits shown, in one
-of the units of UNITS (`%` shows a fraction x 100; every other unit shows the value as the file holds it, so
-the file's key carries the unit: `seconds_to_healthy`, `ttft_ms`, `output_tokens_per_s`). The files are
+of the units of UNITS (`%` shows a fraction x 100; MB, GB and GiB show a key that ends in `_bytes` in that unit;
+every other unit shows the value as the file holds it, so the file's key carries the unit: `seconds_to_healthy`,
+`ttft_ms`, `output_tokens_per_s`). The files are
 curated results (labs/measured/, each with its envelope: the machine, the kit's version, the date, the
 command); labs/measured/README.md lists them, generated from their envelopes.
 
@@ -35,7 +36,8 @@ INDEX = MEASURED / "README.md"
 ABOUT = "about"  # a curated file's one line: what it measured
 RECORDED = "recorded"  # how a file came to be where no command wrote it (transcribed from a run's printed tables)
 FIGURE = re.compile(r"\[([^\]\n]+)\]\(([^)\s#]+\.json)#(/[^)\s]*)\)")
-UNITS = ("x", "%", "ms", "s", "tok/s", "GB/s", "MB", "GiB", "req/s", "tokens")
+UNITS = ("x", "%", "ms", "s", "tok/s", "GB/s", "MB", "GB", "GiB", "req/s", "tokens")
+BYTES_IN = {"MB": 1e6, "GB": 1e9, "GiB": 2**30}  # what a `_bytes` key shows in each unit
 SHOWN = re.compile(
     r"(?P<sign>[+−-])?(?P<whole>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<decimals>\d+))?(?: ?(?P<unit>"
     + "|".join(re.escape(unit) for unit in UNITS)
@@ -73,20 +75,26 @@ def resolve(document: Any, pointer: str) -> Any:
     return value
 
 
-def mismatch(text: str, value: Any) -> str | None:
-    """Why `text` does not show `value` (None when it does): same digits after rounding, a known unit."""
+def mismatch(text: str, value: Any, pointer: str = "") -> str | None:
+    """Why `text` does not show `value` (None when it does): same digits after rounding, a known unit; a value at a
+    `_bytes` key (the pointer's last token) shows in MB, GB or GiB."""
     shown = SHOWN.fullmatch(text.strip())
     if shown is None:
         return f"{text!r} is not a figure: a number, then one of {', '.join(UNITS)} (or none)"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"the file holds {value!r} there, not a number"
-    scaled = value * 100 if shown["unit"] == "%" else value
+    in_bytes = pointer.rsplit("/", 1)[-1].endswith("_bytes") and shown["unit"] in BYTES_IN
+    scaled = value
+    if shown["unit"] == "%":
+        scaled = value * 100
+    elif in_bytes:
+        scaled = value / BYTES_IN[shown["unit"]]
     decimals = len(shown["decimals"] or "")
     written = f"{abs(scaled):,.{decimals}f}" if "," in shown["whole"] else f"{abs(scaled):.{decimals}f}"
     number = shown["whole"] + (f".{shown['decimals']}" if decimals else "")
     negative = shown["sign"] in ("−", "-")
     if written != number or negative != (scaled < 0):
-        unit = "x 100 " if shown["unit"] == "%" else ""
+        unit = "x 100 " if shown["unit"] == "%" else (f"in {shown['unit']} " if in_bytes else "")
         return f"the page shows {text!r}, the file {value!r} ({unit}rounded to {decimals} decimals: {written})"
     return None
 
@@ -134,7 +142,7 @@ def problems(figures: list[Figure], measured: Path = MEASURED) -> list[str]:
             found.append(f"{figure.where()}: {document}")
             continue
         try:
-            why = mismatch(figure.text, resolve(document, figure.pointer))
+            why = mismatch(figure.text, resolve(document, figure.pointer), figure.pointer)
         except FigureError as exc:
             why = str(exc)
         if why:

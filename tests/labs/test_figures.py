@@ -157,6 +157,22 @@ def test_a_figure_that_is_not_its_value_says_both(text: str, value: object, word
     assert why is not None and words in why, why
 
 
+@pytest.mark.parametrize(
+    ("text", "pointer", "why"),
+    [
+        ("2.7 GB", "/run/downloaded_bytes", None),
+        ("163 MB", "/weight_bytes", None),
+        ("0.5 GiB", "/kv_bytes", None),
+        ("2.8 GB", "/run/downloaded_bytes", "in GB rounded to 1 decimals: 2.7"),
+        ("2.7 GB", "/run/downloaded", "the file 2700000000.0"),
+    ],
+)
+def test_a_bytes_key_shows_in_mb_gb_or_gib(text: str, pointer: str, why: str | None) -> None:
+    value = {"/run/downloaded_bytes": 2.7e9, "/weight_bytes": 163_000_000, "/kv_bytes": 2**29}.get(pointer, 2.7e9)
+    found = mismatch(text, value, pointer)
+    assert found is None if why is None else (found is not None and why in found), found
+
+
 def test_a_page_citing_a_stale_or_uncurated_file_fails_with_the_line(tmp_path: Path) -> None:
     measured = tmp_path / "measured"
     machine = MachineFacts("AMD EPYC", 2, 2, None, ("avx2",), None, None)
