@@ -50,8 +50,9 @@ class FigureError(ValueError):
 
 
 def pages(root: Path = ROOT) -> list[Path]:
-    """Every page a reader is sent to: the README, each folder's README, the lab pages."""
+    """Every page a reader is sent to: the README, each folder's README, the lab pages, .env.example's comments."""
     found = [root / "README.md", *root.glob("*/README.md"), *root.glob("*/*/README.md"), *root.glob("labs/*.md")]
+    found.append(root / ".env.example")
     return sorted({page for page in found if page.is_file()})
 
 

@@ -11,16 +11,13 @@ from labs import figures
 from labs.figures import FIGURE, Figure, FigureError, figures_in, mismatch, problems, resolve
 from labs.results import Envelope, MachineFacts, load, write
 from tests.conftest import ROOT
+from tests.labs.unlinked import QUANTITY, UNLINKED, Kind, Unlinked, prose, quoted
 
 PAGE_MAX_LINES = {"README.md": 150, "labs/throughput.md": 200}
 # Where a newcomer reads how long things take, per kind of CPU: every cell a measured figure (a link to its
 # results file), or says plainly that it was not measured
 TIMES = {"README.md": "## How long it takes", "serve/install/README.md": "## How long each step takes"}
 NOT_MEASURED = "not measured yet"
-# A ratio (1.23x) or a rate (tok/s, GB/s) in a page's prose is a measurement: it must be a link to its file. The
-# course's own figures say "seed" on their line; code blocks show a command's output, which their tests check.
-QUOTED_RATE = re.compile(r"(?<![\w.])\d[\d,]*\.\d+ ?x\b|\d[\d,]*(?:\.\d+)? ?(?:tok/s|GB/s)")
-NOT_YET_LINKED: dict[str, str] = {}  # page: why its figures are still typed in, for now
 ISAS = ("AVX-512 + BF16", "AVX2 only")
 
 DOCUMENT = {
@@ -74,20 +71,51 @@ def test_the_times_a_newcomer_plans_around_are_measured_per_kind_of_cpu(page: st
             assert FIGURE.search(cell) or cell == NOT_MEASURED, f"{page}: {cell!r} is no figure, nor {NOT_MEASURED!r}"
 
 
-def test_no_page_quotes_a_ratio_or_a_rate_outside_a_link_to_its_file() -> None:
+def test_no_page_quotes_a_measured_figure_outside_a_link_to_its_file() -> None:
+    """Every figure in a page's prose (tests/labs/unlinked.py says what that is) links its results file, or is one
+    UNLINKED names in its sentence: a setting, arithmetic, the seed's figure or a goal."""
     typed = []
     for page in figures.pages():
         name = str(page.relative_to(ROOT))
-        if page.parent == figures.MEASURED or name in NOT_YET_LINKED:
+        if page.parent == figures.MEASURED:
             continue
-        in_code = False
-        for number, line in enumerate(page.read_text().splitlines(), 1):
-            in_code = in_code != line.startswith("```")
-            prose = re.sub(r"`[^`]*`", "", FIGURE.sub("", line))
-            if in_code or line.startswith(("```", "    ")) or "seed" in prose.lower():
-                continue
-            typed += [f"{name}:{number}: {match.group()}" for match in QUOTED_RATE.finditer(prose)]
-    assert not typed, "figures typed into a page instead of linked to their results file:\n" + "\n".join(typed)
+        text = prose(page)
+        allowed = [span for item in UNLINKED if item.page == name for span in item.spans(text)]
+        for line, match in quoted(text):
+            if not any(start <= match.start() and match.end() <= end for start, end in allowed):
+                typed.append(f"{name}:{line}: {' '.join(match.group().split())}")
+    assert not typed, (
+        "figures typed into a page instead of linked to their results file (or, if no measurement, named in "
+        "tests/labs/unlinked.py with their kind and why):\n" + "\n".join(typed)
+    )
+
+
+@pytest.mark.parametrize("item", UNLINKED, ids=lambda item: f"{item.page}: {item.words}")
+def test_each_unlinked_figure_is_on_its_page_and_says_why(item: Unlinked) -> None:
+    """No entry outlives its sentence, allows no figure, or lacks a reason; the seed's figures say they are."""
+    text = prose(ROOT / item.page)
+    assert item.spans(text), f"{item.page} no longer says {item.words!r}: drop its entry"
+    assert QUANTITY.search(item.words), f"{item.words!r} holds no figure"
+    assert item.why.strip(), item
+    if item.kind is Kind.SEED:
+        assert re.search(r"\bseed|\bcourse", item.words, re.IGNORECASE), f"{item.words!r} does not say it is the seed's"
+
+
+@pytest.mark.parametrize(
+    ("text", "figures"),
+    [
+        ("the kit took 24.8 s, 3 sec, 27 ms and 15\nminutes", ["24.8 s", "3 sec", "27 ms", "15\nminutes"]),
+        (
+            "5x and 1.23x, 26–28 GB/s, 163 MB, ≈3.5 GB, 2 GiB, 0.89%",
+            ["5x", "1.23x", "26–28 GB/s", "163 MB", "3.5 GB", "2 GiB", "0.89%"],
+        ),
+        ("a minute or two, under a millisecond, a tenth of it", ["a minute", "a millisecond", "a tenth"]),
+        ("two seconds, three times, a second or more", ["two seconds", "three times", "a second or"]),
+        ("a second vLLM, 3 sequences, 32 x 1,024, v0.10, 0x1f, 8,192 tokens", []),
+    ],
+)
+def test_what_counts_as_a_quoted_figure(text: str, figures: list[str]) -> None:
+    assert [match.group() for _, match in quoted(text)] == figures
 
 
 @pytest.mark.parametrize(
