@@ -56,6 +56,7 @@ QUANTIZATIONS = ("auto", "none", "int8", "awq", "gptq", "fp8")
 CPU_QUANTIZATIONS = ("none", "int8")
 # vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 RESTART_POLICIES = ("no", "on-failure")  # serve/processes/supervisor.py applies them to every native server
+START_METHODS = ("auto", "fork", "spawn")  # START_METHOD: how vLLM starts the worker that runs the model
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
 # api_server flags the kit passes from its settings: set in VLLM_EXTRA_ARGS they would override them unseen.
@@ -242,6 +243,14 @@ class Settings:
         auto_or_boolean,
         "false runs the model in the engine-core process, on every core: one process fewer; auto = false on a "
         "CPU with AVX2 and no AVX-512 (measured faster there), vLLM's worker process elsewhere",
+    )
+    start_method: str = setting(
+        "START_METHOD",
+        "auto",
+        choice(*START_METHODS),
+        "how vLLM's engine core starts the worker that runs the model: fork copies the engine core, torch and vLLM "
+        "already imported; spawn starts it afresh and imports them again (vLLM's CPU default); auto = fork "
+        "natively, spawn in a container",
     )
     torch_index_url: str = setting(
         "TORCH_INDEX_URL",

@@ -168,6 +168,8 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     ),
     # the kit's vLLM plugin hands it to inductor in the engine's processes (vLLM forces 1 at every import)
     EnvVar("KIT_COMPILE_THREADS", "COMPILE_THREADS", lambda s, plan, t: str(plan.compile_threads)),
+    # and makes vLLM's engine core start its worker this way (vLLM's CPU platform spawns it whatever it is told)
+    EnvVar("KIT_START_METHOD", "START_METHOD", lambda s, plan, t: plan.start_method),
     # the key travels here, never on the command line (`ps` shows argv)
     EnvVar("VLLM_API_KEY", "VLLM_API_KEY", lambda s, plan, t: s.api_key or None),
 )

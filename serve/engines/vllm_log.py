@@ -33,7 +33,7 @@ class Phase:
 # In the order a vLLM 0.32 start on CPU logs them (read in .kit/logs); a phase a start skips is never seen: an
 # eager engine compiles nothing, a warm one loads the compiled model where a cold one compiles it.
 PHASES = (
-    Phase("engine", "Initializing a V1 LLM engine", "starting the engine core (importing torch and vLLM)"),
+    Phase("engine", "Initializing a V1 LLM engine", "starting the engine core and its worker"),
     Phase("weights", "Starting to load model", "loading the weights"),
     Phase("compile", "Warming up model for the compilation", "compiling the model for this CPU"),
     Phase("cache-load", "Directly load AOT compilation", "loading the compiled model from the compile cache"),
