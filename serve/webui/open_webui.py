@@ -201,13 +201,15 @@ class OpenWebUIRuntime(LocalRuntime):
 def startup_phase(log_text: str) -> str:
     """What a start is doing, from its log so far: its database's migrations (the first start runs ~70), then its
     own start-up; before either, it imports its packages."""
-    lines = log_text.splitlines()
+    lines = [line for line in log_text.splitlines() if line.strip()]
     started = [line for line in lines if "Waiting for application startup" in line or "Scheduler worker" in line]
     migrations = [line.split("Running upgrade", 1)[1].strip() for line in lines if "Running upgrade" in line]
     if started:
         return "starting its web server"
-    if migrations:
+    if migrations and "alembic" in lines[-1]:
         return f"creating its database: migration {len(migrations)}, {migrations[-1][:60]}"
+    if migrations or any("alembic" in line for line in lines):
+        return "its database is ready; importing the rest (chat, documents, audio, tools ...)"
     return "importing its packages (a web server, a vector store, document loaders ...)"
 
 
