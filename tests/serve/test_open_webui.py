@@ -5,6 +5,7 @@ beside the harness's real vLLM, and Debian's headless Chromium, driven by Playwr
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import yaml
 
 from serve.config.paths import ROOT
 from serve.config.settings import KNOBS, OPEN_WEBUI_VERSION, Settings
-from serve.install import open_webui_venv
+from serve.install import open_webui_venv, system
+from serve.install.venv import Venv
 from serve.processes import process
 from serve.processes.metrics import scrape
 from serve.webui import open_webui
@@ -91,6 +93,28 @@ def test_a_taken_port_is_refused_before_any_engine_starts_naming_the_setting_and
     assert open_webui.wanted(settings()) is None  # OPEN_WEBUI=false asks for nothing
 
 
+@pytest.mark.parametrize(("version", "refused"), [("3 12", False), ("3 13", True)])
+def test_a_python_open_webui_does_not_run_on_is_refused_before_its_first_install(
+    version: str, refused: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """open-webui 0.12.4 requires Python <3.13 and the kit makes its venvs with `python3`: a machine whose python3 is
+    3.13 hears so before any engine starts (a python3 on PATH that says which version it is stands in for one)."""
+    monkeypatch.setattr(open_webui_venv, "VENV", Venv(tmp_path / "open-webui", "Open WebUI", ("x",), tmp_path / "log"))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").write_text(f"#!/bin/sh\necho {version}\n")
+    (tmp_path / "bin" / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    if not refused:
+        assert open_webui_venv.python_problem() is None
+        return
+    with pytest.raises(system.MissingTools) as caught:
+        open_webui.wanted(settings(OPEN_WEBUI="true", OPEN_WEBUI_PORT=str(free_port())))
+    assert str(caught.value).startswith(
+        f"open-webui=={OPEN_WEBUI_VERSION} runs on Python 3.11 or 3.12 (its Requires-Python), and this machine's "
+        "python3 is 3.13"
+    ), caught.value
+
+
 def webui_service() -> dict:
     return yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["open-webui"]
 
@@ -155,6 +179,9 @@ def test_the_page_starts_open_webui_and_a_browser_chats_with_the_kits_vllm(vllm_
             assert "vLLM already up" in output and "Open WebUI is up" in output, output
             assert f"talks to    vllm http://127.0.0.1:{vllm_server.port}/v1 ({MODEL})" in output, output
             assert f"Ollama      {ollama_url} (" in output, output
+
+            again = run_doc(retarget(up, ports), env, timeout_s=300)  # the same connections: left as it is
+            assert again.returncode == 0 and "Open WebUI already up" in again.stdout, again.stdout + again.stderr
 
             answer = run_doc(retarget(version, ports), env, timeout_s=60)
             assert json.loads(answer.stdout)["version"] == OPEN_WEBUI_VERSION, answer.stdout
