@@ -16,10 +16,11 @@ from serve.config.settings import Settings
 from serve.engines import replicas, runtimes
 from serve.engines import status as engine_status
 from serve.engines.runtime import Runtime, Started
-from serve.install import llamacpp_venv, system
+from serve.install import llamacpp_venv, open_webui_venv, system
 from serve.observe import prometheus
 from serve.processes import process, run_record
 from serve.processes.local_server import RUN_DIR
+from serve.webui import open_webui
 from ui.cli import KitArgumentParser
 from ui.progress import StepFailed, console, fail, warn
 from ui.values import SettingsError
@@ -81,12 +82,15 @@ def up(settings: Settings) -> int:
     engines = runtimes.for_engines(settings)
     check_system(engines)
     observer = prometheus.wanted(settings)  # PROMETHEUS=true: its program and port, checked before any engine starts
+    chat_ui = open_webui.wanted(settings)  # OPEN_WEBUI=true: its port, checked before any engine starts
     plans = {id(runtime): plan_for(runtime) for runtime in engines}
     build_ahead(settings)
     for runtime in engines:
         up_one(settings, runtime, plans[id(runtime)])
     if observer is not None:
         observer.start()
+    if chat_ui is not None:
+        chat_ui.start()
     return 0
 
 
@@ -142,6 +146,7 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
     """Stop the engines in ENGINES on the configured ports (the router before its replicas, all the replicas
     the last `up` started); name any other one of ours still running."""
     settings = replicas.as_started(settings)
+    open_webui.stop(settings)  # the kit's Open WebUI, if one runs: nothing to talk to once the engines are gone
     prometheus.stop(settings)  # the kit's Prometheus, if one runs: nothing to watch once the engines are gone
     for engine in runtimes.ENGINES.values():
         started = engine.for_job("stops", settings)
@@ -194,12 +199,16 @@ def status(settings: Settings) -> int:
 
 
 def prepare(settings: Settings) -> int:
-    """Install every engine in ENGINES (tests/run.sh asks for all), the native vLLM whatever RUNTIME says."""
+    """Install every engine in ENGINES (tests/run.sh asks for all), the native vLLM whatever RUNTIME says; Open
+    WebUI's venv too with OPEN_WEBUI=true."""
     engines = runtimes.for_engines(settings, "installs")
     check_system(engines)
     for runtime in engines:
         runtime.install()
         console.print(f"[green]✓[/green] {runtime.label} ready to start ({runtime.name})")
+    if settings.open_webui:
+        open_webui_venv.install(settings.torch_index_url)
+        console.print(f"[green]✓[/green] Open WebUI ready to start ({open_webui_venv.VENV.folder.name} venv)")
     return 0
 
 

@@ -46,8 +46,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 ENGINE_FIXTURES = frozenset({"vllm_server", "llamacpp_server", "docker_engine"})
 
 
-# Modules whose tests start llama.cpp's engines themselves (the rest that need one ask for llamacpp_server).
-LLAMACPP_MODULES = frozenset(
+# Modules whose tests start what tests/run.sh installs in the background: llama.cpp's engines (the rest that need one
+# ask for llamacpp_server), then Open WebUI's venv.
+LATE_MODULES = frozenset(
     {
         "tests/benchmarks/test_kit_vs_defaults.py",  # its llama-server arm
         "tests/labs/compare/test_compare.py",
@@ -55,24 +56,26 @@ LLAMACPP_MODULES = frozenset(
         "tests/serve/test_llamacpp.py",
         "tests/serve/test_observe.py",  # Prometheus scraping a llama-server that its up.sh installs
         "tests/serve/test_ollama.py",  # ENGINES=vllm,llamacpp beside a stand-in Ollama
+        "tests/serve/test_open_webui.py",  # Open WebUI started by up.sh: its venv installs after llama.cpp's
     }
 )
 
 
-def needs_llamacpp(item: pytest.Item) -> bool:
+def installed_in_background(item: pytest.Item) -> bool:
     return "llamacpp_server" in getattr(item, "fixturenames", ()) or (
-        item.path.relative_to(ROOT).as_posix() in LLAMACPP_MODULES
+        item.path.relative_to(ROOT).as_posix() in LATE_MODULES
     )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that asks for a real engine is a server test whatever its module says: `-m "not server"` leaves it
-    out, and the mark cannot be forgotten. The tests that need llama.cpp run last, in their order: on a bare
-    machine tests/run.sh installs it (a build of minutes) in the background while the others run."""
+    out, and the mark cannot be forgotten. The tests that need llama.cpp or Open WebUI run last, in their order: on a
+    bare machine tests/run.sh installs them (a build of minutes, a download of ~90 packages) in the background while
+    the others run."""
     for item in items:
         if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
-    items.sort(key=needs_llamacpp)  # stable: each group keeps its order
+    items.sort(key=installed_in_background)  # stable: each group keeps its order
 
 
 @pytest.hookimpl(trylast=True)  # after the durations, just above the short summary: seen with the results

@@ -50,12 +50,14 @@ install_kit() {
   REPLICAS=2 ENGINES=vllm .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
 }
 timed "install (python -m serve install: the venvs, the model)" install_kit
-# The llama.cpp venv and llama-server's GGUF install in the background, at the lowest CPU priority, while the tests
+# The llama.cpp venv and llama-server's GGUF, then Open WebUI's venv (OPEN_WEBUI=true: ~90 packages and torch's CPU
+# build, tests/serve/test_open_webui.py), install in the background, at the lowest CPU priority, while the tests
 # run: on a bare machine that means llama.cpp's build (minutes of a compiler, once per machine: its wheel and
 # llama-server are kept in ~/.cache/vllm-lab-kit/ for other clones), which takes the CPU the engine tests leave idle
-# (their starts import on one core). tests/conftest.py runs the tests that need llama.cpp last; one that comes
+# (their starts import on one core). tests/conftest.py runs the tests that need either last; one that comes
 # sooner waits for the install (the kit's installs take a lock: serve/install/venv.py). Its steps join the report.
-setsid nice -n 19 env ENGINES=llamacpp,llamaserver .venv/bin/python -m serve install >"$LOGS/install-llamacpp.log" 2>&1 &
+setsid nice -n 19 env ENGINES=llamacpp,llamaserver OPEN_WEBUI=true .venv/bin/python -m serve install \
+  >"$LOGS/install-llamacpp.log" 2>&1 &
 LLAMACPP_INSTALL=$!
 trap 'kill -TERM -- "-$LLAMACPP_INSTALL" 2>/dev/null || true; report' EXIT
 # the teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest

@@ -36,7 +36,7 @@ from tests.support.docs import ENGINES_PAGE
 SCHEMA = Path(__file__).parent / "data" / "compose-spec" / "compose-spec.json"
 COMPOSE = ROOT / "compose.yaml"
 REFERENCE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
-PROFILES = {"default": (), "gpu": ("gpu",), "ollama": ("ollama",), "observe": ("observe",)}
+PROFILES = {"default": (), "gpu": ("gpu",), "ollama": ("ollama",), "observe": ("observe",), "webui": ("webui",)}
 CUSTOM_ENV = {  # a .env far from the defaults: every value compose passes on changes
     "MODEL_NAME": "Qwen/Qwen2.5-0.5B-Instruct",
     "DTYPE": "float32",
@@ -88,7 +88,8 @@ def test_compose_validates_against_the_compose_spec_schema(profile: str) -> None
     document = rendered_with_defaults(PROFILES[profile])
     assert "vllm-cpu" in document["services"]  # the CPU track starts by default, with every profile
     if profile != "default":
-        assert {"gpu": "vllm-gpu", "ollama": "ollama", "observe": "prometheus"}[profile] in document["services"]
+        expected = {"gpu": "vllm-gpu", "ollama": "ollama", "observe": "prometheus", "webui": "open-webui"}[profile]
+        assert expected in document["services"]
     jsonschema.Draft7Validator(json.loads(SCHEMA.read_text())).validate(document)
 
 

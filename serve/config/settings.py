@@ -46,6 +46,9 @@ from ui.values import (
 # CPU track is the exception by design: openEuler's image at the course's vLLM 0.9.1 (CPU_IMAGE_TAG), patched for
 # its NUMA bug (patches/), so the course's own engine is one `RUNTIME=docker` away.
 VLLM_VERSION = "0.32.0"
+# The Open WebUI the kit offers: its native venv installs PyPI's open-webui at this version
+# (serve/install/open_webui_venv.py) and the compose profile webui pins its image to the same (OPEN_WEBUI_IMAGE).
+OPEN_WEBUI_VERSION = "0.12.4"
 RUNTIMES = ("auto", "native", "docker", "docker-gpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit ships and serves by default
@@ -419,6 +422,26 @@ class Settings:
         "grafana/grafana:11.6.0",
         pinned_image,
         "the observe profile's Grafana image, pinned (the provisioned dashboards were exported from Grafana 11)",
+    )
+    open_webui: bool = setting(  # serve/webui/: Open WebUI natively from its own venv; compose's webui profile
+        "OPEN_WEBUI",
+        "false",
+        boolean,
+        "true: up.sh also starts Open WebUI (PyPI's open-webui, in its own venv .kit/open-webui) chatting with the "
+        "kit's engines, and down.sh stops it; Docker: the compose profile webui",
+    )
+    open_webui_port: int = setting(
+        "OPEN_WEBUI_PORT",
+        "3010",
+        tcp_port,
+        "port of the kit's Open WebUI, on 127.0.0.1 (its own 8080 is many servers' port; 3000, where its docs "
+        "publish it, is Grafana's)",
+    )
+    open_webui_image: str = setting(
+        "OPEN_WEBUI_IMAGE",
+        f"ghcr.io/open-webui/open-webui:v{OPEN_WEBUI_VERSION}",
+        pinned_image,
+        "the webui profile's Open WebUI image, pinned to the version the native venv installs",
     )
 
     @classmethod

@@ -107,6 +107,26 @@ class PipConfig:
         return env
 
 
+PROGRESS_PREFIXES = (
+    "Collecting",
+    "Downloading",
+    "Processing",
+    "Installing",
+    "Building",
+    "Successfully",
+    "Resolved",
+    "Prepared",
+    "Installed",
+    "Downloaded",
+    "Bytecode compiled",
+)
+
+
+def progress_line(line: str) -> bool:
+    """Whether a line of pip's or uv's output says how an install is getting on (what the step's progress shows)."""
+    return line.lstrip().startswith(PROGRESS_PREFIXES)
+
+
 def read(python: str) -> PipConfig:
     """The configuration the pip of `python`'s environment would use now."""
     listing = subprocess.run(

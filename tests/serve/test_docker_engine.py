@@ -305,3 +305,27 @@ def test_the_documented_observe_commands_select_the_profile_here(docker_engine: 
         run_bounded([*as_here[1], "--volumes"], env, 300)  # the project's volumes, which `up` created
     assert down.returncode == 0, down.stdout + down.stderr
     assert project_containers(project) == []
+
+
+def test_the_documented_webui_commands_select_the_profile_here(docker_engine: Engine) -> None:
+    """labs/webui.md's Docker commands with the Compose found here, in a project of their own, on an image no
+    registry has: the profile selects Open WebUI on the host's network listening on 127.0.0.1, `up` fails with
+    compose's own words naming the image, and `down` leaves nothing."""
+    compose = find("docker")
+    commands = [command for command in doc_commands("labs/webui.md") if command.startswith("docker compose")]
+    assert [command.split()[4] for command in commands] == ["up", "down"], commands
+    project = f"{project_name()}-webui"
+    env = {**kit_env(OPEN_WEBUI_IMAGE=f"{ABSENT_REPOSITORY}:open-webui"), "COMPOSE_PROJECT_NAME": project}
+    as_here = [[*compose.argv, *command.split()[2:]] for command in commands]
+    config = subprocess.run([*as_here[0][:-3], "config"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert config.returncode == 0, config.stderr
+    service = yaml.safe_load(config.stdout)["services"]["open-webui"]
+    assert service["network_mode"] == "host" and service["environment"]["HOST"] == "127.0.0.1", config.stdout
+    try:
+        up = run_bounded(as_here[0], env, 300)
+        assert up.returncode != 0 and ABSENT_REPOSITORY in up.stdout + up.stderr, up.stdout + up.stderr
+    finally:
+        down = run_bounded(as_here[1], env, 300)
+        run_bounded([*as_here[1], "--volumes"], env, 300)  # the project's volumes, which `up` created
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert project_containers(project) == []
