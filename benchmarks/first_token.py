@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from benchmarks.fresh_machine import fresh_clone, serve_index, stock_pip, torch_wheel, user_env, write_index
+from benchmarks.fresh_machine import fresh_clone, stock_pip_with_torch_index, user_env
 from labs.results import Envelope, command_line, write
 from serve.config.paths import ROOT
 from serve.processes.process import free_port, stop_group
@@ -165,10 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     env = empty_caches_env(scratch, free_port()) | ({"ENFORCE_EAGER": "true"} if args.eager else {})
     with ExitStack() as stack:
         if args.stock_pip:
-            index = scratch / "torch-index"
-            write_index(index, [torch_wheel()])
-            url, _ = stack.enter_context(serve_index(index))
-            env = stock_pip(env, url)
+            env = stack.enter_context(stock_pip_with_torch_index(env, scratch))
         pip = "stock pip (PyPI and a torch index)" if args.stock_pip else "this machine's pip configuration"
         console.print(f"Fresh clone in {clone}, empty caches, {pip}: bash up.sh ...")
         try:

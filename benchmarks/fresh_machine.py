@@ -121,3 +121,13 @@ def serve_index(root: Path) -> Iterator[tuple[str, list[str]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def stock_pip_with_torch_index(env: dict[str, str], scratch: Path) -> Iterator[dict[str, str]]:
+    """`env` as a user's machine has it (stock_pip), with torch's CPU wheel served from an index in `scratch` for as
+    long as the block runs: PyPI hosts no +cpu torch, and PyTorch's own index is out of this machine's reach."""
+    index = scratch / "torch-index"
+    write_index(index, [torch_wheel()])
+    with serve_index(index) as (url, _):
+        yield stock_pip(env, url)

@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.table import Table
 
 from benchmarks.first_token import STEP_LINE, empty_caches_env, timed_lines
-from benchmarks.fresh_machine import fresh_clone, serve_index, stock_pip, torch_wheel, write_index
+from benchmarks.fresh_machine import fresh_clone, stock_pip_with_torch_index, torch_wheel
 from labs.results import Envelope, command_line, write
 from serve.config.paths import ROOT
 from serve.processes.process import free_port
@@ -94,10 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with ExitStack() as stack:
             if args.stock_pip:
-                index = scratch / "torch-index"
-                write_index(index, [torch_wheel()])
-                url, _ = stack.enter_context(serve_index(index))
-                env = stock_pip(env, url)
+                env = stack.enter_context(stock_pip_with_torch_index(env, scratch))
             run(["bash", "serve/light-tools.sh"], env, clone, INSTALL_TIMEOUT_S)
             load_before = os.getloadavg()
             received = received_bytes()

@@ -244,9 +244,9 @@ def quantization(ctx: Context, sizes: QuantizationSizes) -> dict[str, Any]:
     running_kind, _ = weights(served(vllm.root_url, vllm, require_metrics=False))
     other = "none" if "int8" in running_kind else "int8"
     with ExtraVllm(other) as extra:
-        second = replace_url(vllm, f"http://127.0.0.1:{extra.port}/v1")
+        second = dataclasses.replace(vllm, base_url=f"http://127.0.0.1:{extra.port}/v1", replica_urls=())
         float_engine, int8_engine = (second, vllm) if other == "none" else (vllm, second)
-        named = [replace_name(float_engine, "float"), replace_name(int8_engine, "int8")]
+        named = [dataclasses.replace(float_engine, name="float"), dataclasses.replace(int8_engine, name="int8")]
         scored = score(Quality(named, ctx.folder / "quantization.json", ctx.command, sizes.windows))
         lengths = parse_lengths(sizes.lengths)
         specs = [
@@ -262,14 +262,6 @@ def quantization(ctx: Context, sizes: QuantizationSizes) -> dict[str, Any]:
         "lengths": sizes.lengths,
         "results": [ctx.relative(scored.path), ctx.relative(speed.paths[0])],
     }
-
-
-def replace_url(endpoint: Endpoint, base_url: str) -> Endpoint:
-    return dataclasses.replace(endpoint, base_url=base_url, replica_urls=())
-
-
-def replace_name(endpoint: Endpoint, name: str) -> Endpoint:
-    return dataclasses.replace(endpoint, name=name)
 
 
 def quantization_data(quality: dict[str, Any], speed_runs: Sequence[dict[str, Any]]) -> dict[str, Any]:

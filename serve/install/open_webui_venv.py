@@ -18,7 +18,6 @@ import sys
 from serve.config.paths import STATE_DIR
 from serve.config.settings import OPEN_WEBUI_VERSION, Settings
 from serve.install import torch_cpu
-from serve.install.pip_config import installer as installer_for
 from serve.install.pip_config import progress_line
 from serve.install.venv import Venv
 from serve.processes.local_server import LOG_DIR
@@ -64,11 +63,8 @@ def install(torch_index_url: str) -> bool:
 
 
 def fill(torch_index_url: str) -> None:
-    installer = installer_for(str(VENV.python))
-    if installer.why_pip:
-        console.print(f"  installing with pip: {installer.why_pip}")
-    source = torch_cpu.install(VENV, torch_index_url, TORCH_REPORT, f"{REQUIREMENT} (through sentence-transformers)")
-    console.print(f"  torch {torch_cpu.TORCH_VERSION} from {source}")
+    needed_by = f"{REQUIREMENT} (through sentence-transformers)"
+    installer = torch_cpu.installer_with_torch(VENV, torch_index_url, TORCH_REPORT, needed_by)
     run_logged(
         f"Installing {REQUIREMENT} and its pinned packages with {installer.name} (a web server, a vector store, "
         "document loaders ...)",

