@@ -85,10 +85,11 @@ def test_an_eager_engine_cold_then_warm(tmp_path: Path) -> None:
     assert kinds == [("eager", "cold", "eager: nothing compiled"), ("eager", "warm", "eager: nothing compiled")]
     for item in report["starts"]:
         phases = item["phase_starts_s"]
+        # the engine's log stamps whole seconds: a warm engine can reach its weights within the second it started
         assert (
             0
             < phases["engine"]
-            < phases["weights"]
+            <= phases["weights"]
             <= phases["kv-cache"]
             <= phases["http"]
             <= item["seconds_to_healthy"] + 1
