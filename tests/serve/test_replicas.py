@@ -280,6 +280,8 @@ def test_cache_aware_keeps_a_shared_prompt_on_one_replica_and_its_cache_hits(clu
 
 
 STREAM_BOUND_S = 120  # no answer of 32 tokens takes this long here: a request past it hung
+WAITING = "vllm:num_requests_waiting"
+HANDOVER_S = 1.0  # from a request's send to its engine's count: a router hop and a chat template, on a busy machine
 
 
 @pytest.mark.server
@@ -338,7 +340,7 @@ def test_failover_under_load_fails_no_request_sent_after_the_kill_and_the_replic
         pid, record = victim.running_pid(), victim.server.record()
         assert pid is not None and record is not None and record.server_pid is not None
         engine = [member for member in process.group_members(pid) if member not in (pid, record.server_pid)]
-        in_flight = counter(victim.base_url, "vllm:num_requests_running")
+        in_flight = sum(counter(victim.base_url, name) for name in ("vllm:num_requests_running", WAITING))
         killed_s = time.perf_counter()  # CLOCK_MONOTONIC: the load tester's sent_s are on the same clock
         os.kill(record.server_pid, signal.SIGKILL)  # as the OOM killer would: its engine dies with it
         wait_until(lambda: not set(engine) & set(process.group_members(pid)), 5, "its engine to die with it")
@@ -358,7 +360,10 @@ def test_failover_under_load_fails_no_request_sent_after_the_kill_and_the_replic
     )
     assert after and all(row["outcome"] == "ok" for row in after), [r for r in after if r["outcome"] != "ok"]
     assert all(row["sent_s"] < killed_s for row in failed), failed  # only what was in flight at the kill
-    assert len(failed) <= in_flight, (in_flight, failed)
+    # the victim's engine counts a request once its API server hands it over: one sent just before the kill can be
+    # in flight there unseen (CI saw 2 cut, 0.2 s after they were sent, where the engine counted 1)
+    counted = [row for row in failed if killed_s - row["sent_s"] >= HANDOVER_S]
+    assert len(counted) <= in_flight, (in_flight, failed)
     assert all(
         any(cut in (row["error"] or "") for cut in ("incomplete chunked read", "peer closed connection"))
         for row in failed
