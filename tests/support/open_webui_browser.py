@@ -46,12 +46,12 @@ def chat(base_url: str, prompt: str) -> Reply:
         try:
             page = browser.new_page()
             page.set_default_timeout(PAGE_TIMEOUT_MS)
+            dismiss_whats_new(page)
             page.goto(base_url)
             page.locator(CHAT_INPUT).wait_for()
-            dismiss_whats_new(page)
             page.evaluate(WATCH_ANSWER)
             page.locator(CHAT_INPUT).fill(prompt)
-            page.keyboard.press("Enter")
+            page.locator(CHAT_INPUT).press("Enter")
             answer, seen = read_answer(page)
             return Reply(page.locator(ANSWERED_BY).last.inner_text().strip(), answer, seen)
         finally:
@@ -59,10 +59,11 @@ def chat(base_url: str, prompt: str) -> Reply:
 
 
 def dismiss_whats_new(page: Page) -> None:
-    """A first visit opens the release notes over the chat; a person closes them."""
-    button = page.get_by_role("button", name="Okay, Let's Go!")
-    if button.count():
-        button.click()
+    """A first visit opens the release notes over the chat when the page's start-up reaches them, which can be after
+    the chat box shows (a check made once, then, misses them), and they trap the keyboard's focus (an Enter meant for
+    the chat goes to them: the prompt stays unsent). A person closes them whenever they come; so does Playwright,
+    before each action on the page from here on."""
+    page.add_locator_handler(page.get_by_role("button", name="Okay, Let's Go!"), lambda button: button.click())
 
 
 # Records each text the last answer shows, as the page renders it (a MutationObserver: every update, however fast the
@@ -85,5 +86,9 @@ def read_answer(page: Page) -> tuple[str, list[str]]:
         page.locator(DONE).last.wait_for(timeout=ANSWER_TIMEOUT_S * 1000)
     except PlaywrightTimeout:
         seen = page.evaluate("() => window.kitAnswers")
-        raise TimeoutError(f"no complete answer on the page in {ANSWER_TIMEOUT_S:g} s; it showed {seen[-1:]}") from None
+        unsent = page.locator(CHAT_INPUT).inner_text()
+        raise TimeoutError(
+            f"no complete answer on the page in {ANSWER_TIMEOUT_S:g} s; it showed {seen[-1:]}, the chat box held "
+            f"{unsent!r}"
+        ) from None
     return page.locator(ANSWER).last.inner_text(), page.evaluate("() => window.kitAnswers")
