@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -41,8 +42,31 @@ def next_free_port(host: str, start: int) -> int:
     return next(port for port in range(start + 1, 65536) if port_is_free(host, port))
 
 
+LISTEN_PORTS_FROM = 20000  # where free_port's choice starts, below the kernel's range for outgoing connections
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
+def listen_ports() -> range:
+    """Where free_port chooses: from LISTEN_PORTS_FROM up to the first port the kernel gives outgoing connections
+    (ip_local_port_range; 32768 where it cannot be read); empty where that range starts lower."""
+    try:
+        outgoing_from = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        outgoing_from = 32768
+    return range(LISTEN_PORTS_FROM, outgoing_from)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free on `host` now (a test's or a benchmark's server, started next)."""
+    """A port free on `host` now (a test's or a benchmark's server, started next), chosen below the range the kernel
+    takes outgoing connections' ports from: any process's connection can take a port in that range between this
+    check and the server's bind (EADDRINUSE at a replica's start, seen here). Never the same port twice in a process;
+    the OS's pick where no such range is left."""
+    candidates = listen_ports()
+    for port in random.sample(candidates, min(len(candidates), 200)):
+        if port not in _handed_out and port_is_free(host, port):
+            _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -50,10 +74,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def free_port_run(host: str, count: int, attempts: int = 50) -> int:
     """The first of `count` consecutive ports free on `host` now (a router, its replicas and its metrics):
-    the OS picks a free start, the next `count - 1` are checked."""
+    free_port picks a free start, the next `count - 1` are checked."""
     for _ in range(attempts):
         start = free_port(host)
-        if start + count <= 65536 and all(port_is_free(host, start + i) for i in range(count)):
+        end = listen_ports().stop if start in listen_ports() else 65536  # the run stays where its start was chosen
+        if start + count <= end and all(port_is_free(host, start + i) for i in range(count)):
             return start
     raise OSError(f"no {count} consecutive free ports on {host} after {attempts} tries")
 
