@@ -27,6 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from benchmarks.fresh_machine import fresh_clone, stock_pip_with_torch_index, user_env
 from labs.results import Envelope, command_line, write
@@ -75,7 +76,7 @@ def timed_lines(
     try:
         for line in process.stdout:
             lines.append((time.monotonic() - started, line.rstrip("\n")))
-            console.print(f"[dim]{lines[-1][0]:6.1f} s[/dim]  {lines[-1][1]}", markup=False, highlight=False)
+            console.print(Text.assemble((f"{lines[-1][0]:6.1f} s", "dim"), "  ", lines[-1][1]), highlight=False)
             if time.monotonic() - started > timeout_s:
                 raise TimeoutError(f"{' '.join(argv)} ran past {timeout_s:g} s")
         return process.wait(), lines
