@@ -75,9 +75,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 def free_port_run(host: str, count: int, attempts: int = 50) -> int:
     """The first of `count` consecutive ports free on `host` now (a router, its replicas and its metrics):
     free_port picks a free start, the next `count - 1` are checked."""
+    chosen_from = listen_ports()
     for _ in range(attempts):
         start = free_port(host)
-        end = listen_ports().stop if start in listen_ports() else 65536  # the run stays where its start was chosen
+        end = chosen_from.stop if start in chosen_from else 65536  # the run stays where its start was chosen
         if start + count <= end and all(port_is_free(host, start + i) for i in range(count)):
             return start
     raise OSError(f"no {count} consecutive free ports on {host} after {attempts} tries")
