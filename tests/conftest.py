@@ -67,15 +67,37 @@ def installed_in_background(item: pytest.Item) -> bool:
     )
 
 
+def talks_to_a_server(item: pytest.Item) -> bool:
+    return item.get_closest_marker("server") is not None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that asks for a real engine is a server test whatever its module says: `-m "not server"` leaves it
-    out, and the mark cannot be forgotten. The tests that need llama.cpp or Open WebUI run last, in their order: on a
-    bare machine tests/run.sh installs them (a build of minutes, a download of ~90 packages) in the background while
-    the others run."""
+    out, and the mark cannot be forgotten. The modules whose tests start no server run first, while the session's
+    vLLM starts beside them (pytest_collection_finish); the modules that need llama.cpp or Open WebUI run last, in
+    their order: on a bare machine tests/run.sh installs them (a build of minutes, a download of ~90 packages) in the
+    background while the others run."""
     for item in items:
         if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
-    items.sort(key=installed_in_background)  # stable: each group keeps its order
+    # modules move whole (split, a module-scoped server would start twice): one test that starts a server makes its
+    # module a server module, one that needs llama.cpp or Open WebUI a late one
+    late = {item.path for item in items if installed_in_background(item)}
+    servers = {item.path for item in items if talks_to_a_server(item)}
+    items.sort(key=lambda item: (item.path in late, item.path in servers))  # stable: each module keeps its order
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The session's vLLM starts now, in the background, when a test of this run asks for it: its first start on a
+    machine compiles (minutes on two cores), the tests that start no server run meanwhile, on the other core."""
+    if session.config.option.collectonly:
+        return
+    if any("vllm_server" in getattr(item, "fixturenames", ()) for item in session.items):
+        _session_vllm.begin()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _session_vllm.abandon()
 
 
 @pytest.hookimpl(trylast=True)  # after the durations, just above the short summary: seen with the results
@@ -194,10 +216,63 @@ def stop_server(server: Server) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+class BackgroundStart:
+    """`bash up.sh` for the session's vLLM, begun at collection and taken by the fixture, which waits for it."""
+
+    log = ROOT / ".kit" / "logs" / "test-run" / "session-vllm-up.log"  # up.sh's output: a file nobody reads till then
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}
+
+    def begin(self) -> None:
+        self.env = kit_env(VLLM_PORT=str(free_port()), RUNTIME="native")
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as output:  # up.sh keeps its own copy of the descriptor
+            self.process = subprocess.Popen(
+                ["bash", str(ROOT / "up.sh")],
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def take(self, timeout_s: float = 1200) -> Server:
+        """The server it started (pytest.fail with up.sh's output if it did not start); `down.sh` is the taker's."""
+        process, env = self.process, self.env
+        self.process = None
+        if process is None:
+            return start_server()  # not begun: this run's collection did not ask for it
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_group(process.pid, grace_s=10)
+            run_script("down.sh", env, timeout_s=120)
+            pytest.fail(f"up.sh for the session's vLLM was still running after {timeout_s:g} s; its log: {self.log}")
+        output = self.log.read_text(errors="replace")
+        if process.returncode != 0:
+            run_script("down.sh", env, timeout_s=120)
+            pytest.fail(f"up.sh for the session's vLLM (begun at collection) failed ({process.returncode}):\n{output}")
+        return Server(int(env["VLLM_PORT"]), env, output)
+
+    def abandon(self) -> None:
+        """A start no test took (the run was cut short): stopped, and down.sh, not left running."""
+        if self.process is not None:
+            stop_group(self.process.pid, grace_s=10)
+            run_script("down.sh", self.env, timeout_s=120)
+            self.process = None
+
+
+_session_vllm = BackgroundStart()
+
+
 @pytest.fixture(scope="session")
 def vllm_server() -> Iterator[Server]:
-    """One real vLLM (native runtime, compiled, the kit's defaults) for the whole session."""
-    server = start_server()
+    """One real vLLM (native runtime, compiled, the kit's defaults) for the whole session, begun in the background
+    as the session starts (pytest_collection_finish)."""
+    server = _session_vllm.take()
     yield server
     stop_server(server)
 

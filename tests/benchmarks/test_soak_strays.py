@@ -45,10 +45,13 @@ def test_what_an_earlier_group_starts_meanwhile_is_not_a_stray_and_a_new_group_i
         while len(psutil.Process(earlier.pid).children()) == 0:
             assert time.monotonic() < deadline, "the earlier group's child never started"
             time.sleep(0.1)
+        child = psutil.Process(earlier.pid).children()[0].pid
         new = spawn([sys.executable, "-c", "import time; time.sleep(60)"])
         try:
-            found = strays([], before)
-            assert [line.split()[0] for line in found] == [str(new.pid)], found
+            found = [int(line.split()[0]) for line in strays([], before)]
+            # these two are judged; the checkout's other programs meanwhile (the session's vLLM starting in the
+            # background, beside these tests) are whatever they are
+            assert new.pid in found and child not in found, (new.pid, child, strays([], before))
         finally:
             stop(new)
     finally:

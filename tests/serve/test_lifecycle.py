@@ -15,7 +15,7 @@ from serve.config.model import MODEL_DIR
 from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR
-from tests.conftest import MODEL, ROOT, free_port, kit_env, run_script, start_server, stop_server
+from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, run_script, start_server, stop_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 KEY = "lab-kit-test-key"
@@ -176,7 +176,9 @@ def background(script: str, env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-def test_two_up_sh_at_once_start_exactly_one_server() -> None:
+def test_two_up_sh_at_once_start_exactly_one_server_which_loads_the_compile_cache(vllm_server: Server) -> None:
+    """The kit's defaults, as the session's server has them: that server compiled and saved the model, so the one
+    server these two start loads it (a warm restart) rather than compiling again."""
     port = free_port()
     env = kit_env(VLLM_PORT=str(port), RUNTIME="native")
     ups = [background("up.sh", env) for _ in range(2)]
@@ -194,11 +196,13 @@ def test_two_up_sh_at_once_start_exactly_one_server() -> None:
     assert any("already up" in text and "waiting for it to finish" in text for text in texts), texts  # ... one waited
     assert pid is not None and down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
     assert process.group_members(pid) == [] and process.port_is_free("127.0.0.1", port)
+    log = (ROOT / ".kit" / "logs" / f"vllm-{port}.log").read_text(errors="replace")
+    assert "Directly load AOT compilation" in log and "load failure" not in log, log[-3000:]
 
 
 def test_down_during_up_waits_for_the_start_then_stops_it() -> None:
     port = free_port()
-    env = kit_env(VLLM_PORT=str(port), RUNTIME="native")
+    env = kit_env(VLLM_PORT=str(port), RUNTIME="native", ENFORCE_EAGER="true")  # a start is a start: no compile
     pidfile = RUN_DIR / f"vllm-{port}.pid"
     up = background("up.sh", env)
     try:

@@ -14,6 +14,9 @@
 #
 # Usage: CPU_BASE_IMAGE=$(bash tests/support/docker/standin.sh | tail -1) RUNTIME=docker bash up.sh
 # Needs root (debootstrap), a Docker engine, and `python -m serve install` done. Prints the image reference last.
+#        bash tests/support/docker/standin.sh --rootfs-only
+# makes step 1 alone (root and debootstrap only: no venv, model or Docker engine yet); tests/run.sh runs it in the
+# background while the suite installs. The two take a lock: the second waits for the first's root file system.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -21,7 +24,6 @@ repository="vllm-lab-kit/vllm-cpu-standin"
 cache=.kit/cache/standin
 rootfs="$cache/rootfs"
 venv_python=.kit/vllm/bin/python
-model="$(.venv/bin/python -c "from serve.config.model import MODEL_DIR; print(MODEL_DIR)")"
 hub_repo="models--HuggingFaceTB--SmolLM2-135M-Instruct"
 packages=python3,python3-dev,python-is-python3,wget,ca-certificates,patch,g++,libssl3,libgomp1,libnuma1
 # debootstrap's mirror: DEBIAN_MIRROR, else the first Debian archive this machine's apt already uses
@@ -35,6 +37,35 @@ mirror="${DEBIAN_MIRROR:-$(apt_mirror)}"
 say() { printf 'standin: %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 2; }
 
+# Step 1, the root file system, under a lock (flock): the background run and the tests' run never debootstrap at once
+build_rootfs() {
+  mkdir -p "$cache"
+  exec 9>"$cache/rootfs.lock"
+  flock 9
+  if [ ! -f "$rootfs/.standin-packages" ] || [ "$(cat "$rootfs/.standin-packages")" != "$packages" ]; then
+    command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing; install it (apt-get install debootstrap)"
+    [ -n "$mirror" ] || die "no Debian mirror: this machine's apt names none; set DEBIAN_MIRROR to one"
+    [ "$(id -u)" -eq 0 ] || die "debootstrap needs root; run the tests as root (CI does)"
+    say "debootstrap bookworm (minbase + $packages) into $rootfs, ~1-2 min once ..."
+    # debootstrap mounts /proc and /sys inside; a run cut short leaves them mounted: never delete through them
+    { grep -o " $PWD/$rootfs/[^ ]*" /proc/mounts || true; } | sort -r | xargs -r -n1 umount -l
+    rm -rf "$rootfs"
+    started=$SECONDS
+    debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" "$mirror" >"$cache/debootstrap.log" 2>&1 \
+      || die "debootstrap failed (log: $cache/debootstrap.log)"
+    rm -rf "$rootfs/var/cache/apt/archives/"*.deb "$rootfs/var/lib/apt/lists/"*
+    echo "$packages" >"$rootfs/.standin-packages"
+    say "root file system ready in $((SECONDS - started)) s"
+  fi
+  exec 9>&-
+}
+
+if [ "${1:-}" = "--rootfs-only" ]; then
+  build_rootfs
+  exit 0
+fi
+
+model="$(.venv/bin/python -c "from serve.config.model import MODEL_DIR; print(MODEL_DIR)")"
 [ -x "$venv_python" ] || die "no native vLLM venv in .kit/vllm; run: .venv/bin/python -m serve install"
 [ -f "$model/config.json" ] || die "no prepared model in $model; run: .venv/bin/python -m serve install"
 docker info >/dev/null 2>&1 || die "no Docker engine answers; start dockerd (tests start one themselves)"
@@ -55,22 +86,7 @@ if [ "$(docker image inspect --format '{{index .Config.Labels "vllm-lab-kit.stan
   exit 0
 fi
 
-if [ ! -f "$rootfs/.standin-packages" ] || [ "$(cat "$rootfs/.standin-packages")" != "$packages" ]; then
-  command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing; install it (apt-get install debootstrap)"
-  [ -n "$mirror" ] || die "no Debian mirror: this machine's apt names none; set DEBIAN_MIRROR to one"
-  [ "$(id -u)" -eq 0 ] || die "debootstrap needs root; run the tests as root (CI does)"
-  say "debootstrap bookworm (minbase + $packages) into $rootfs, ~1-2 min once ..."
-  # debootstrap mounts /proc and /sys inside; a run cut short leaves them mounted: never delete through them
-  { grep -o " $PWD/$rootfs/[^ ]*" /proc/mounts || true; } | sort -r | xargs -r -n1 umount -l
-  rm -rf "$rootfs"
-  mkdir -p "$cache"
-  started=$SECONDS
-  debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" "$mirror" >"$cache/debootstrap.log" 2>&1 \
-    || die "debootstrap failed (log: $cache/debootstrap.log)"
-  rm -rf "$rootfs/var/cache/apt/archives/"*.deb "$rootfs/var/lib/apt/lists/"*
-  echo "$packages" >"$rootfs/.standin-packages"
-  say "root file system ready in $((SECONDS - started)) s"
-fi
+build_rootfs
 
 # The model where the Hugging Face cache keeps a download of MODEL_NAME: the compose volume mounted on
 # /root/.cache starts as a copy of it, so the container finds the model offline, as after a first download.
