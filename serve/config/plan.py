@@ -24,6 +24,7 @@ from serve.config.sizing import (
     auto_seqs_reason,
     plan_batch,
 )
+from ui.values import SettingsError
 
 # Native: the auto KV budget takes at most this share of the RAM available at start (others use the machine).
 AUTO_KV_MEMORY_SHARE = 0.5
@@ -53,7 +54,8 @@ class Plan:
     compile_threads_reason: str = "vLLM's own"
     start_method: str = "spawn"  # how the worker starts (serve/engine_plugins/kit_start_method.py)
     start_method_reason: str = "vLLM's own on CPU"
-    zentorch_reason: str | None = None  # on an AMD CPU: why the engine runs without AMD's zentorch
+    zentorch: bool = False  # vLLM runs its linears through AMD's zentorch (serve/install/zentorch.py)
+    zentorch_reason: str | None = None  # on an AMD CPU: why the engine runs with or without it
 
 
 def resolve_dtype(settings: Settings, machine: Machine) -> tuple[str, str]:
@@ -98,20 +100,38 @@ def resolve_start_method(settings: Settings, container: bool = False) -> tuple[s
 
 AMD = "AuthenticAMD"
 ZENTORCH_AVX2 = "labs/measured/zentorch-avx2-2026-12-03.json"
+ZENTORCH_AVX512 = "labs/measured/zentorch-avx512-2026-12-06.json"
 
 
-def resolve_zentorch(machine: Machine) -> str | None:
-    """On an AMD CPU, why the kit installs no zentorch (AMD's PyPI extension that vLLM 0.32 switches to its
-    ZenCpuPlatform for): None elsewhere. Measured on both ISAs; on neither does it win at every load."""
-    if machine.vendor != AMD:
-        return None
+def zen_with_avx512(machine: Machine) -> bool:
+    """The CPUs vLLM 0.32 switches to its ZenCpuPlatform on when zentorch imports (vllm/platforms/__init__.py)."""
+    return machine.vendor == AMD and "avx512f" in machine.cpu_flags
+
+
+def resolve_zentorch(settings: Settings, machine: Machine, container: bool = False) -> tuple[bool, str | None]:
+    """ZENTORCH: whether the native vLLM gets AMD's zentorch, and why (None: not an AMD CPU, nothing to say).
+    SettingsError for `true` where vLLM would not use it."""
+    if settings.zentorch is True:
+        if container:
+            raise SettingsError("ZENTORCH=true is for the native runtime: the Docker images have no zentorch")
+        if not zen_with_avx512(machine):
+            raise SettingsError(
+                f"ZENTORCH=true, but vLLM 0.32 uses zentorch only on an AMD CPU with AVX-512 "
+                f"(vllm/platforms/__init__.py); this one is {machine.vendor or 'of an unknown vendor'} with "
+                f"{machine.isa}. Set ZENTORCH=auto"
+            )
+        return True, "set in ZENTORCH: vLLM's linears run through AMD's zentorch (ZenCpuPlatform)"
+    if machine.vendor != AMD or container:
+        return False, None
+    if settings.zentorch is False:
+        return False, "set in ZENTORCH: not installed"
     if "avx512f" not in machine.cpu_flags:
-        return (
+        return False, (
             "auto: not installed; vLLM 0.32 uses it only on a Zen CPU with AVX-512 "
             "(vllm/platforms/__init__.py); its linears were faster here for one sequence a step, not for 4 or 16 "
             f"({ZENTORCH_AVX2})"
         )
-    return (
+    return False, (
         "auto: not installed; measured by hand on a Zen 4 with int8 weights it decoded faster for one user and "
         "slower for 16 (labs/throughput.md)"
     )
@@ -272,6 +292,7 @@ def resolve(
 
     compile_threads, compile_threads_reason = resolve_compile_threads(settings, seen)
     start_method, start_method_reason = resolve_start_method(settings, limits.container)
+    zentorch, zentorch_reason = resolve_zentorch(settings, machine, limits.container)
 
     def planned(max_num_seqs: int, max_num_seqs_reason: str, kv_gib: int, kv_reason: str) -> Plan:
         return Plan(
@@ -294,7 +315,8 @@ def resolve(
             compile_threads_reason=compile_threads_reason,
             start_method=start_method,
             start_method_reason=start_method_reason,
-            zentorch_reason=None if limits.container else resolve_zentorch(machine),
+            zentorch=zentorch,
+            zentorch_reason=zentorch_reason,
         )
 
     if facts is None or limits.memory_bytes is None:  # the model unknown: as set, or the unsized defaults

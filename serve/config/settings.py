@@ -261,6 +261,14 @@ class Settings:
         index_url,
         "native: where torch's CPU build comes from (PyPI has none); empty = your pip configuration only",
     )
+    zentorch: bool | None = setting(  # None: auto
+        "ZENTORCH",
+        "auto",
+        auto_or_boolean,
+        "native, on an AMD Zen CPU with AVX-512: true installs AMD's zentorch (PyPI) beside vLLM, which then runs "
+        "its linears through it (vLLM's ZenCpuPlatform); auto = as measured on this kind of CPU (the recap says "
+        "why)",
+    )
     extra_args: tuple[str, ...] = setting(
         "VLLM_EXTRA_ARGS", "", api_server_flags, "more api_server flags, appended as they are"
     )

@@ -18,14 +18,14 @@ from serve.config.environment import load_env
 from serve.config.machine import detect, isa_cap
 from serve.config.model import native_model_dir, quantization_for, served_model_facts, served_weights_dir
 from serve.config.paths import ROOT
-from serve.config.plan import Plan, resolve
+from serve.config.plan import Plan, resolve, resolve_zentorch
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_flags import API_SERVER_MODULE, Target, engine_base_env, parse_version, vllm_args, vllm_env
 from serve.engines.replicas import REPLICA_LABEL, Share, check_memory
 from serve.engines.runtime import DecodeStep, Started, VllmRuntime
 from serve.engines.vllm_log import StartProgress
-from serve.install import checkpoints, system, vllm_venv
+from serve.install import checkpoints, system, vllm_venv, zentorch
 from serve.processes.health import SLOW_NOT_HUNG
 from serve.processes.local_server import LocalRuntime, LocalServer
 
@@ -61,13 +61,15 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         return system.native_needs(self.settings.enforce_eager)
 
     def install(self) -> None:
-        """The venv (preparing the bundled model meanwhile), the bundled model unless MODEL_PATH names another, and
-        its int8 checkpoint when QUANTIZATION says int8."""
+        """The venv (preparing the bundled model meanwhile), the bundled model unless MODEL_PATH names another, its
+        int8 checkpoint when QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to true."""
         vllm_venv.install(self.settings.torch_index_url, alongside=checkpoints.prepare_model)
         if self.settings.model_path is None:
             checkpoints.prepare_model()
         if quantization_for(self.settings, self.name)[0] == "int8":
             checkpoints.prepare_int8(native_model_dir(self.settings))
+        if resolve_zentorch(self.settings, detect())[0]:
+            zentorch.install()
 
     def target(self, release: str | None = None) -> Target:
         """Where its flags go: the venv's vLLM (`release`, asked when not given), serving the checkpoint folder."""
@@ -90,6 +92,8 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         # the kit's auth middleware (vllm_args names it when a key is set) and its engine plugin
         # (engine_plugins/kit_parent_watch.py: the engine core dies with its API server) import from there
         paths = [str(ENGINE_PLUGINS), env.get("PYTHONPATH")]
+        if plan.zentorch:  # vLLM imports it and switches to its ZenCpuPlatform (serve/install/zentorch.py)
+            paths.insert(1, str(zentorch.FOLDER))
         cap = isa_cap()
         if cap is not None:  # the benchmarks' stand-in for a smaller CPU (serve/config/machine.py)
             env |= ISA_CAP_ENV[cap]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +39,6 @@ from tests.support.docs import doc_commands, run_doc
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GB = 1e9
-BUG_LINE = "loaded_fn._artifacts.compiled_fn.finalize_loading("
 # Lines as vLLM 0.32 writes them (from .kit/logs), one per compile-cache outcome.
 LOG_LOADED = (
     "(Worker pid=1) INFO 11-29 09:28:54 [decorators.py:321] [backbone] Directly load AOT compilation "
@@ -201,16 +201,19 @@ def test_llama_server_arm_starts_and_reports_its_start(tmp_path: Path) -> None:
         assert served.max_sequences_per_step == 1 and served.api_url.endswith("/v1")
 
 
-def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(tmp_path: Path) -> None:
-    """patches/apply.sh (PATCH_DIR=patches/native) on a copy of the venv's own decorators.py, unpatched."""
-    installed = next(VENV.folder.glob("lib/python3*/site-packages/vllm/compilation/decorators.py"))
-    scratch = tmp_path / "vllm" / "compilation" / "decorators.py"
+@pytest.mark.parametrize("patch", sorted(PATCH_DIR.glob("*.patch")), ids=lambda patch: patch.name)
+def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(patch: Path, tmp_path: Path) -> None:
+    """patches/apply.sh (PATCH_DIR=patches/native) on a copy of the venv's own file each patch fixes, unpatched."""
+    target = re.search(r"^\+\+\+ b/(\S+)", patch.read_text(), re.MULTILINE)
+    bug = re.search(r"^Bug-Pattern: (.+)$", patch.read_text(), re.MULTILINE)
+    assert target is not None and bug is not None, patch.name
+    installed = next(VENV.folder.glob(f"lib/python3*/site-packages/{target[1]}"))
+    scratch = tmp_path / target[1]
     scratch.parent.mkdir(parents=True)
     shutil.copy(installed, scratch)
-    patch = next(PATCH_DIR.glob("*.patch"))
-    if BUG_LINE not in scratch.read_text():  # the venv is patched already: undo it to get vLLM's own file
+    if not re.search(bug[1], scratch.read_text()):  # the venv is patched already: undo it to get vLLM's own file
         subprocess.run(["patch", "-R", "-p1", "-s", "-d", str(tmp_path), "-i", str(patch)], check=True)
-    assert BUG_LINE in scratch.read_text()
+    assert re.search(bug[1], scratch.read_text()), f"vLLM's own {target[1]} has no {bug[1]!r}"
     env = {"PATH": "/usr/bin:/bin", "PATCH_DIR": str(PATCH_DIR)}
     runs = [
         subprocess.run(
@@ -224,7 +227,8 @@ def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(tmp_path: Pa
     ]
     assert [run.returncode for run in runs] == [0, 0], runs
     assert f"{patch.name}: applied" in runs[0].stdout and f"{patch.name}: already applied" in runs[1].stdout
-    assert BUG_LINE not in scratch.read_text() and 'hasattr(compiled_fn, "finalize_loading")' in scratch.read_text()
+    assert not re.search(bug[1], scratch.read_text())
+    compile(scratch.read_text(), str(scratch), "exec")  # still Python
 
 
 @pytest.mark.server

@@ -1,4 +1,4 @@
-"""COMPILE_THREADS and the kit's vLLM plugin that applies it; the zentorch row of the recap on AMD CPUs.
+"""COMPILE_THREADS and the kit's vLLM plugin that applies it; the CPU vendor as the kit reads it.
 
 vLLM sets TORCHINDUCTOR_COMPILE_THREADS=1 at every `import vllm` (vllm/env_override.py), so the real test runs the
 native venv's vLLM: a spawned child (as vLLM's engine core is) imports vLLM, loads the kit's plugin, and reports
@@ -14,7 +14,7 @@ import pytest
 
 from serve.config import machine
 from serve.config.machine import Machine
-from serve.config.plan import RuntimeLimits, resolve, resolve_zentorch
+from serve.config.plan import resolve
 from serve.config.settings import Settings
 from serve.config.vllm_flags import Target, vllm_env
 from serve.engines.native import ENGINE_PLUGINS
@@ -85,19 +85,6 @@ def test_the_plugin_gives_inductor_the_kits_threads_in_vllms_engine_processes(
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("\n")[-2] == expected, result.stdout
-
-
-def test_the_recap_says_why_no_zentorch_on_amd_and_nothing_elsewhere() -> None:
-    assert resolve_zentorch(AVX512_INTEL) is None
-    avx2 = resolve_zentorch(AVX2_AMD)
-    assert avx2 is not None and "only on a Zen CPU with AVX-512" in avx2 and "labs/measured/" in avx2
-    avx512 = resolve_zentorch(AVX512_AMD)
-    assert avx512 is not None and "faster for one user and slower for 16" in avx512
-    rows = dict(resolved_rows(resolve(Settings.from_env({}), AVX2_AMD, None)))
-    assert rows["zentorch"] == avx2
-    assert "zentorch" not in dict(resolved_rows(resolve(Settings.from_env({}), AVX512_INTEL, None)))
-    container = RuntimeLimits(cores=2, memory_bytes=4 * GiB, engine_block_size=128, container=True)
-    assert resolve(Settings.from_env({}), AVX2_AMD, None, container).zentorch_reason is None
 
 
 def test_the_vendor_is_read_from_cpuinfo(tmp_path: Path) -> None:
