@@ -114,8 +114,7 @@ def bytecode_env() -> dict[str, str]:
 def apply_patches() -> bool:
     """Apply patches/native/*.patch to the venv's vLLM once per installed vLLM and patch set. True if it ran.
 
-    0001 makes warm starts load the compile cache instead of recompiling; 0002 keys that cache on the Zen CPU
-    platform too (ZENTORCH). Each patch says why.
+    The one there now makes warm starts load the compile cache instead of recompiling (see the patch).
     """
     patches = sorted(PATCH_DIR.glob("*.patch"))
     wanted = VENV.stamp.read_text() + "".join(
@@ -125,7 +124,7 @@ def apply_patches() -> bool:
         return False
     site_packages = next(VENV.folder.glob("lib/python3*/site-packages"))
     run_logged(
-        f"Patching vLLM with {PATCH_DIR.relative_to(ROOT)} (warm starts load the compile cache, one per platform)",
+        f"Patching vLLM with {PATCH_DIR.relative_to(ROOT)} (warm starts load the compile cache)",
         ["bash", str(APPLY_PATCHES), str(site_packages)],
         LOG_DIR / "patch-vllm.log",
         env={**os.environ, "PATCH_DIR": str(PATCH_DIR)},
