@@ -71,9 +71,10 @@ BUILTIN_ARMS = {
             ("VLLM_CPU_OMP_THREADS_BIND", "auto"),
             ("OMP_THREADS", "auto"),
             ("BLOCK_SIZE", str(V1_CPU_BLOCK_SIZE)),
+            ("ZENTORCH", "false"),
         ),
         "vLLM out of the box: float32 weights, its worker process, its own thread binding (one core computes, one "
-        f"reserved), {V1_CPU_BLOCK_SIZE}-token blocks",
+        f"reserved), {V1_CPU_BLOCK_SIZE}-token blocks, no zentorch",
     ),
     "float": Arm("float", "vllm", (("QUANTIZATION", "none"),), "the kit's defaults with the float weights"),
     "int8": Arm(

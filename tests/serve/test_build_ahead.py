@@ -105,3 +105,32 @@ def test_down_stops_a_build_up_left_running(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
         pidfile.remove()
+
+
+YIELDS = """
+import os, sys
+from serve.processes import process
+process.yield_the_cpu()
+group = open("/proc/self/autogroup").read().split() if os.path.exists("/proc/self/autogroup") else []
+print(os.getpriority(os.PRIO_PROCESS, 0), group[-1] if group else "none")
+"""
+
+
+def test_a_background_job_yields_the_cpu_to_other_sessions_too(tmp_path: Path) -> None:
+    """The build runs in a session of its own (process.spawn). Where the kernel schedules sessions as autogroups, its
+    nice orders it only within that session: its autogroup's nice must drop too, or it takes a core from vLLM's
+    first start whatever its own nice says."""
+    log = tmp_path / "yield.log"
+    pid = process.spawn([sys.executable, "-c", YIELDS], log, {**os.environ, "PYTHONPATH": str(ROOT)}, ROOT)
+    deadline = time.monotonic() + 60
+    while process.group_members(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    nice, group_nice = log.read_text().split()
+    assert nice == str(process.LOWEST_NICE), log.read_text()
+    assert group_nice == (str(process.LOWEST_NICE) if Path("/proc/self/autogroup").exists() else "none")
+
+
+def test_the_build_module_yields_before_it_builds() -> None:
+    source = Path(llamacpp_venv.__file__).read_text()
+    main = source[source.index('if __name__ == "__main__":') :]
+    assert main.index("process.yield_the_cpu()") < main.index("build_in_background(")

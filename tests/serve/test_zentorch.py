@@ -10,8 +10,17 @@ import httpx
 import pytest
 
 from serve.config.machine import Machine, detect
-from serve.config.plan import ZENTORCH_AVX2, ZENTORCH_AVX512, RuntimeLimits, resolve, resolve_zentorch, zen_with_avx512
+from serve.config.plan import (
+    ZENTORCH_AVX2,
+    ZENTORCH_FLOAT,
+    ZENTORCH_INT8,
+    RuntimeLimits,
+    resolve,
+    resolve_zentorch,
+    zen_with_avx512,
+)
 from serve.config.settings import KNOBS, Settings
+from serve.engines import native
 from serve.engines.native import NativeRuntime
 from serve.engines.runtime import resolved_rows
 from serve.install import zentorch
@@ -33,16 +42,28 @@ def settings(**overrides: str) -> Settings:
 
 
 def test_auto_says_why_on_amd_and_nothing_elsewhere() -> None:
-    assert resolve_zentorch(settings(), AVX512_INTEL) == (False, None)
-    assert resolve_zentorch(settings(), AVX2_AMD, container=True) == (False, None)
-    on, why = resolve_zentorch(settings(), AVX2_AMD)
+    assert resolve_zentorch(settings(), AVX512_INTEL, int8=True) == (False, None)
+    assert resolve_zentorch(settings(), AVX512_AMD, container=True, int8=True) == (False, None)
+    on, why = resolve_zentorch(settings(), AVX2_AMD, int8=True)
     assert not on and why is not None and "only on a Zen CPU with AVX-512" in why and ZENTORCH_AVX2 in why
-    on, why = resolve_zentorch(settings(), AVX512_AMD)
-    assert why is not None and why.startswith("auto: ") and ZENTORCH_AVX512 in why, why
-    assert (ROOT / ZENTORCH_AVX512).is_file() and (ROOT / ZENTORCH_AVX2).is_file()  # the figures it cites
+    on, why = resolve_zentorch(settings(), AVX512_AMD, int8=True)
+    assert on and why is not None and why.startswith("auto: int8 weights") and ZENTORCH_INT8 in why, why
+    on, why = resolve_zentorch(settings(), AVX512_AMD, int8=False)
+    assert not on and why is not None and ZENTORCH_FLOAT in why and "ZENTORCH=true" in why, why
+    for cited in (ZENTORCH_AVX2, ZENTORCH_INT8, ZENTORCH_FLOAT):  # the figures it cites are there
+        assert (ROOT / cited).is_file(), cited
     rows = dict(resolved_rows(resolve(settings(), AVX2_AMD, None)))
     assert rows["zentorch"] == resolve_zentorch(settings(), AVX2_AMD)[1]
     assert "zentorch" not in dict(resolved_rows(resolve(settings(), AVX512_INTEL, None)))
+
+
+@pytest.mark.parametrize(("quantization", "on"), [("int8", True), ("none", False)])
+def test_the_native_plan_decides_by_the_weights_it_serves(
+    quantization: str, on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(native, "detect", lambda: AVX512_AMD)
+    plan = NativeRuntime(settings(QUANTIZATION=quantization)).resolve()
+    assert plan.zentorch is on, plan.zentorch_reason
 
 
 def test_set_it_is_obeyed_where_vllm_uses_it_and_refused_with_the_fix_elsewhere() -> None:
