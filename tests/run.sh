@@ -75,10 +75,12 @@ install_kit() {
 }
 timed "install (python -m serve install: the venvs, the model)" install_kit
 # The llama.cpp venv and llama-server's GGUF, then Open WebUI's venv (OPEN_WEBUI=true: ~90 packages and torch's CPU
-# build, tests/serve/test_open_webui.py), install in the background, at the lowest CPU priority, while the tests
-# run: on a bare machine that means llama.cpp's build (minutes of a compiler, once per machine: its wheel and
-# llama-server are kept in ~/.cache/vllm-lab-kit/ for other clones), which takes the CPU the engine tests leave idle
-# (their starts import on one core). tests/conftest.py runs the tests that need either last; one that comes
+# build, tests/serve/test_open_webui.py), install in the background, niced in a session of its own, while the
+# tests run: on a bare machine that means llama.cpp's build (minutes of a compiler, once per machine: its wheel and
+# llama-server are kept in ~/.cache/vllm-lab-kit/ for other clones). Where the kernel schedules sessions as
+# autogroups (sched_autogroup_enabled, on in most distributions) that session shares the CPU with pytest's evenly,
+# its nice notwithstanding: the 45-minute budget was measured so (up.sh's own build ahead yields for real:
+# process.yield_the_cpu). tests/conftest.py runs the tests that need either last; one that comes
 # sooner waits for the install (the kit's installs take a lock: serve/install/venv.py). Its steps join the report.
 setsid nice -n 19 env ENGINES=llamacpp,llamaserver OPEN_WEBUI=true .venv/bin/python -m serve install \
   >"$LOGS/install-llamacpp.log" 2>&1 &
