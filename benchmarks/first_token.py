@@ -4,6 +4,7 @@
     .venv/bin/python -m benchmarks.first_token --stock-pip  # as a user's machine: PyPI + a torch index only
     .venv/bin/python -m benchmarks.first_token --warm-restart  # then down.sh, and time a warm up.sh too
     .venv/bin/python -m benchmarks.first_token --stock-pip --eager  # the install's proof, without the compile
+    .venv/bin/python -m benchmarks.first_token --stock-pip --tour  # then the first `labs.tour --quick`, timed
 
 It copies the repository's files (or --source's) into a new folder (what `git clone` gives: no .venv, no .kit),
 points every cache at empty folders there (pip's and uv's, the kit's wheel cache, vLLM's compile cache, inductor's,
@@ -12,6 +13,9 @@ arrives. It prints each phase's seconds (the kit's own step lines, "✓ title (N
 results.json, and stops the server. `--stock-pip` switches this machine's pip configuration off
 (PIP_CONFIG_FILE=/dev/null) and serves torch from a stand-in for PyTorch's CPU index on 127.0.0.1
 (benchmarks/fresh_machine.py), so every other package is downloaded from PyPI, as on a user's machine.
+`--tour` then runs the README's `labs.tour --quick` in the clone, right after its first `bash up.sh` (llama.cpp's
+build, which up.sh started in the background, is then whatever is left of it), and records the tour's own seconds:
+in all, its sections' (tour.json) and the rest (the engines it starts and stops).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from rich.table import Table
 from rich.text import Text
 
 from benchmarks.fresh_machine import fresh_clone, stock_pip_with_torch_index, user_env
-from labs.results import Envelope, command_line, write
+from labs.results import Envelope, command_line, load, write
+from labs.tour.report import TOUR_JSON
 from serve.config.paths import ROOT
 from serve.processes.process import free_port, stop_group
 from ui.cli import KitArgumentParser
@@ -38,7 +43,10 @@ from ui.progress import console, err_console
 
 STEP_LINE = re.compile(r"✓ (?P<title>.+) \((?P<seconds>\d+) s\)$")
 GOAL_S = 120.0  # a fresh clone to the first token (issue 41), the downloads aside: Ollama answers in about a minute
+TOUR_GOAL_S = 300.0  # the first quick tour, right after the first up.sh (issue 41)
 UP_TIMEOUT_S = 3600
+TOUR_TIMEOUT_S = 3600
+TOUR_REST = "its engines' start and stop"
 CLIENT_TIMEOUT_S = 300
 DEFAULT_OUT = ROOT / "results" / "first_token"
 
@@ -120,6 +128,23 @@ def first_token_s(clone: Path, env: dict[str, str]) -> float:
     return at
 
 
+def first_tour(clone: Path, env: dict[str, str], folder: Path) -> dict[str, float]:
+    """The README's `labs.tour --quick` in the clone, timed; its parts as tour_parts reads them."""
+    argv = [".venv/bin/python", "-m", "labs.tour", "--quick", "--out", str(folder)]
+    code, lines = timed_lines(argv, env, clone, TOUR_TIMEOUT_S)
+    if code != 0:
+        raise RuntimeError(f"the quick tour failed ({code}); its report is in {folder}")
+    return tour_parts(folder, lines[-1][0] if lines else 0.0)
+
+
+def tour_parts(folder: Path, total_s: float) -> dict[str, float]:
+    """A tour's seconds: in all (total_s, the command's), each section's (its tour.json), and the rest: the engines
+    the tour starts and stops (llama.cpp's server, after whatever is left of its build)."""
+    _, payload = load(folder / TOUR_JSON)
+    sections = {item["section"]: float(item["seconds"]) for item in payload["sections"]}
+    return {"total": total_s, TOUR_REST: total_s - sum(sections.values()), **sections}
+
+
 def warm_restart_s(clone: Path, env: dict[str, str]) -> float:
     """Seconds `bash up.sh` takes once `bash down.sh` stopped the server it started: the compile cache is warm."""
     subprocess.run(["bash", "down.sh"], cwd=clone, env=env, capture_output=True, timeout=300, check=True)
@@ -153,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         help="then bash down.sh and time bash up.sh once more: the warm restart a user gets after each .env edit",
     )
     parser.add_argument(
+        "--tour",
+        action="store_true",
+        help="after the first token, time the README's labs.tour --quick in the clone (before any warm restart)",
+    )
+    parser.add_argument(
         "--source",
         type=Path,
         default=ROOT,
@@ -176,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 err_console.print(f"[bold red]error:[/bold red] up.sh failed ({code})")
                 return 1
             token_s = first_token_s(clone, env)
+            tour_s = first_tour(clone, env, scratch / "tour") if args.tour else None
             warm_up_s = warm_restart_s(clone, env) if args.warm_restart else None
         finally:
             subprocess.run(["bash", "down.sh"], cwd=clone, env=env, capture_output=True, timeout=300)
@@ -189,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     table.add_row("bash up.sh, in all", f"{up_s:.0f}", style="bold")
     table.add_row("client: launch to first token", f"{token_s:.1f}")
     table.add_row("fresh clone to first token", f"{total_s:.0f}", style="bold")
+    if tour_s is not None:
+        for part, seconds in tour_s.items():
+            if part != "total":
+                table.add_row(f"  labs.tour --quick: {part}", f"{seconds:.0f}")
+        table.add_row("the first labs.tour --quick, in all", f"{tour_s['total']:.0f}", style="bold")
     if warm_up_s is not None:
         table.add_row("bash up.sh again, after bash down.sh (warm)", f"{warm_up_s:.0f}", style="bold")
     console.print(table)
@@ -197,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         verdict = "meets" if total_s <= GOAL_S else "misses"
         console.print(f"{verdict} the goal of {GOAL_S:.0f} s ({total_s / GOAL_S:.2f}x of it)")
+    if tour_s is not None:
+        verdict = "meets" if tour_s["total"] <= TOUR_GOAL_S else "misses"
+        console.print(f"the first quick tour {verdict} its goal of {TOUR_GOAL_S:.0f} s ({tour_s['total']:.0f} s)")
     command = command_line("python -m benchmarks.first_token", sys.argv[1:] if argv is None else argv)
     write(
         args.out / "results.json",
@@ -211,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             "total_s": total_s,
             "warm_up_s": warm_up_s,
             "goal_s": GOAL_S,
+            "tour_quick_s": tour_s,
+            "tour_goal_s": TOUR_GOAL_S if tour_s is not None else None,
             "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     )

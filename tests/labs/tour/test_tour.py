@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.first_token import TOUR_REST, tour_parts
 from labs import results
 from labs.tour.__main__ import parse_args
 from labs.tour.catalogue import PARTS
@@ -59,6 +60,10 @@ def test_the_quick_tour_on_the_real_kit_writes_every_section_with_its_plot(
             assert len(shown["images"]) == 1, shown
             assert all(image["complete"] and image["width"] > 0 for image in shown["images"]), shown
         assert "This machine:" in page.text and "the seed: 3.13x vs 1.10x" in page.text
+        # benchmarks.first_token --tour reads a tour's parts from its tour.json: every section's, inside the total
+        parts = tour_parts(folder, payload["seconds"])
+        assert list(parts) == ["total", TOUR_REST, *(section.value for section in Section)], parts
+        assert parts[TOUR_REST] >= 0 and all(parts[section.value] > 0 for section in Section), parts
     finally:
         if folder is not None and folder.is_relative_to(ROOT / "labs" / "results"):
             shutil.rmtree(folder, ignore_errors=True)
