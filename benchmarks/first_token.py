@@ -46,7 +46,7 @@ GOAL_S = 120.0  # a fresh clone to the first token (issue 41), the downloads asi
 TOUR_GOAL_S = 300.0  # the first quick tour, right after the first up.sh (issue 41)
 UP_TIMEOUT_S = 3600
 TOUR_TIMEOUT_S = 3600
-TOUR_REST = "its engines' start and stop"
+TOUR_ENGINES = "engines"  # the tour's parts outside its sections: the engines it starts and stops
 CLIENT_TIMEOUT_S = 300
 DEFAULT_OUT = ROOT / "results" / "first_token"
 
@@ -102,11 +102,12 @@ def phases(lines: list[tuple[float, str]]) -> list[tuple[str, float]]:
     )
     if first_kit_line is not None:
         found.append(("light tools (.venv: client, labs, controller)", first_kit_line))
-    for _, line in lines:
-        step = STEP_LINE.search(line)
-        if step:
-            found.append((step["title"], float(step["seconds"])))
-    return found
+    return found + kit_steps(lines)
+
+
+def kit_steps(lines: list[tuple[float, str]]) -> list[tuple[str, float]]:
+    """Each "✓ title (N s)" line's title and seconds, as the kit timed the step (a tour's are indented)."""
+    return [(step["title"], float(step["seconds"])) for _, line in lines if (step := STEP_LINE.search(line))]
 
 
 def first_token_s(clone: Path, env: dict[str, str]) -> float:
@@ -128,13 +129,14 @@ def first_token_s(clone: Path, env: dict[str, str]) -> float:
     return at
 
 
-def first_tour(clone: Path, env: dict[str, str], folder: Path) -> dict[str, float]:
-    """The README's `labs.tour --quick` in the clone, timed; its parts as tour_parts reads them."""
+def first_tour(clone: Path, env: dict[str, str], folder: Path) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """The README's `labs.tour --quick` in the clone, timed: its parts as tour_parts reads them, and the kit's steps
+    it printed (the wait for llama.cpp's build, each engine's start)."""
     argv = [".venv/bin/python", "-m", "labs.tour", "--quick", "--out", str(folder)]
     code, lines = timed_lines(argv, env, clone, TOUR_TIMEOUT_S)
     if code != 0:
         raise RuntimeError(f"the quick tour failed ({code}); its report is in {folder}")
-    return tour_parts(folder, lines[-1][0] if lines else 0.0)
+    return tour_parts(folder, lines[-1][0] if lines else 0.0), kit_steps(lines)
 
 
 def tour_parts(folder: Path, total_s: float) -> dict[str, float]:
@@ -142,7 +144,7 @@ def tour_parts(folder: Path, total_s: float) -> dict[str, float]:
     the tour starts and stops (llama.cpp's server, after whatever is left of its build)."""
     _, payload = load(folder / TOUR_JSON)
     sections = {item["section"]: float(item["seconds"]) for item in payload["sections"]}
-    return {"total": total_s, TOUR_REST: total_s - sum(sections.values()), **sections}
+    return {"total": total_s, TOUR_ENGINES: total_s - sum(sections.values()), **sections}
 
 
 def warm_restart_s(clone: Path, env: dict[str, str]) -> float:
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 err_console.print(f"[bold red]error:[/bold red] up.sh failed ({code})")
                 return 1
             token_s = first_token_s(clone, env)
-            tour_s = first_tour(clone, env, scratch / "tour") if args.tour else None
+            tour_s, tour_steps = first_tour(clone, env, scratch / "tour") if args.tour else (None, [])
             warm_up_s = warm_restart_s(clone, env) if args.warm_restart else None
         finally:
             subprocess.run(["bash", "down.sh"], cwd=clone, env=env, capture_output=True, timeout=300)
@@ -223,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     if tour_s is not None:
         for part, seconds in tour_s.items():
             if part != "total":
-                table.add_row(f"  labs.tour --quick: {part}", f"{seconds:.0f}")
+                shown = "its engines' start and stop" if part == TOUR_ENGINES else f"section {part}"
+                table.add_row(f"  labs.tour --quick: {shown}", f"{seconds:.0f}")
         table.add_row("the first labs.tour --quick, in all", f"{tour_s['total']:.0f}", style="bold")
     if warm_up_s is not None:
         table.add_row("bash up.sh again, after bash down.sh (warm)", f"{warm_up_s:.0f}", style="bold")
@@ -251,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             "warm_up_s": warm_up_s,
             "goal_s": GOAL_S,
             "tour_quick_s": tour_s,
+            "tour_steps_s": dict(tour_steps) if args.tour else None,
             "tour_goal_s": TOUR_GOAL_S if tour_s is not None else None,
             "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },

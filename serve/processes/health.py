@@ -15,7 +15,7 @@ from ui.progress import StepFailed, step, tail
 POLL_S = 1.0
 KV_TOKENS = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
 KV_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-SLOW_NOT_HUNG = "the first start compiles the model for a few minutes: slow, not hung"
+SLOW_NOT_HUNG = "a start with new settings compiles the model first, a later one loads it: slow, not hung"
 # vLLM's API server outlives a dead engine and never answers /health: its log says so, the process does not.
 ENGINE_FAILED = re.compile(r"EngineCore failed to start|Engine core initialization failed")
 ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b: \S")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.first_token import TOUR_REST, tour_parts
+from benchmarks.first_token import TOUR_ENGINES, kit_steps, tour_parts
 from labs import results
 from labs.tour.__main__ import parse_args
 from labs.tour.catalogue import PARTS
@@ -62,8 +62,11 @@ def test_the_quick_tour_on_the_real_kit_writes_every_section_with_its_plot(
         assert "This machine:" in page.text and "the seed: 3.13x vs 1.10x" in page.text
         # benchmarks.first_token --tour reads a tour's parts from its tour.json: every section's, inside the total
         parts = tour_parts(folder, payload["seconds"])
-        assert list(parts) == ["total", TOUR_REST, *(section.value for section in Section)], parts
-        assert parts[TOUR_REST] >= 0 and all(parts[section.value] > 0 for section in Section), parts
+        assert list(parts) == ["total", TOUR_ENGINES, *(section.value for section in Section)], parts
+        assert parts[TOUR_ENGINES] >= 0 and all(parts[section.value] > 0 for section in Section), parts
+        # ... and the kit's steps from its output: here the second vLLM's start
+        steps = kit_steps([(0.0, line) for line in result.stdout.splitlines()])
+        assert any(title.startswith("Starting vLLM") and seconds > 0 for title, seconds in steps), steps
     finally:
         if folder is not None and folder.is_relative_to(ROOT / "labs" / "results"):
             shutil.rmtree(folder, ignore_errors=True)
