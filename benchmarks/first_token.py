@@ -9,8 +9,9 @@
 It copies the repository's files (or --source's) into a new folder (what `git clone` gives: no .venv, no .kit),
 points every cache at empty folders there (pip's and uv's, the kit's wheel cache, vLLM's compile cache, inductor's,
 Hugging Face's), runs `bash up.sh` on a free port, then runs the README's client and notes when its first token
-arrives. It prints each phase's seconds (the kit's own step lines, "✓ title (N s)") and the total, writes
-results.json, and stops the server. `--stock-pip` switches this machine's pip configuration off
+arrives, and, where an eager engine answered it while the compiled one built (SERVE_WHILE_COMPILING), when the
+compiled one took the port over. It prints each phase's seconds (the kit's own step lines, "✓ title (N s)") and the
+total, writes results.json, and stops the server. `--stock-pip` switches this machine's pip configuration off
 (PIP_CONFIG_FILE=/dev/null) and serves torch from a stand-in for PyTorch's CPU index on 127.0.0.1
 (benchmarks/fresh_machine.py), so every other package is downloaded from PyPI, as on a user's machine.
 `--tour` then runs the README's `labs.tour --quick` in the clone, right after its first `bash up.sh` (llama.cpp's
@@ -21,6 +22,7 @@ in all, its sections' (tour.json) and the rest (the engines it starts and stops)
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -147,6 +149,23 @@ def tour_parts(folder: Path, total_s: float) -> dict[str, float]:
     return {"total": total_s, TOUR_ENGINES: total_s - sum(sections.values()), **sections}
 
 
+def compiled_took_over(clone: Path, port: int, launched: float) -> tuple[float | None, str]:
+    """When `up` served an eager engine while the compiled one built (SERVE_WHILE_COMPILING): seconds from up.sh's
+    launch (time.monotonic()) until the compiled engine had the port, and its supervisor's note; (None, "") else."""
+    eager = clone / ".kit" / "run" / f"vllm-eager-{port}.pid"
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    if not eager.exists():
+        return None, ""
+    while eager.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    at = time.monotonic() - launched
+    events = json.loads((clone / ".kit" / "run" / f"vllm-{port}.events.json").read_text())["events"]
+    notes = [event["note"] for event in events if event["kind"] == "took-over"]
+    if not notes:
+        raise RuntimeError(f"the eager engine stopped but the compiled one did not take over: {events[-3:]}")
+    return at, notes[-1]
+
+
 def warm_restart_s(clone: Path, env: dict[str, str]) -> float:
     """Seconds `bash up.sh` takes once `bash down.sh` stopped the server it started: the compile cache is warm."""
     subprocess.run(["bash", "down.sh"], cwd=clone, env=env, capture_output=True, timeout=300, check=True)
@@ -202,12 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         pip = "stock pip (PyPI and a torch index)" if args.stock_pip else "this machine's pip configuration"
         console.print(f"Fresh clone in {clone}, empty caches, {pip}: bash up.sh ...")
         try:
+            launched = time.monotonic()
             code, lines = timed_lines(["bash", "up.sh"], env, clone, UP_TIMEOUT_S)
             up_s = lines[-1][0] if lines else 0.0
             if code != 0:
                 err_console.print(f"[bold red]error:[/bold red] up.sh failed ({code})")
                 return 1
             token_s = first_token_s(clone, env)
+            took_over_s, took_over = compiled_took_over(clone, int(env["VLLM_PORT"]), launched)
             tour_s, tour_steps = first_tour(clone, env, scratch / "tour") if args.tour else (None, [])
             warm_up_s = warm_restart_s(clone, env) if args.warm_restart else None
         finally:
@@ -222,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     table.add_row("bash up.sh, in all", f"{up_s:.0f}", style="bold")
     table.add_row("client: launch to first token", f"{token_s:.1f}")
     table.add_row("fresh clone to first token", f"{total_s:.0f}", style="bold")
+    if took_over_s is not None:
+        table.add_row(f"the compiled engine took the port over ({took_over})", f"{took_over_s:.0f}")
     if tour_s is not None:
         for part, seconds in tour_s.items():
             if part != "total":
@@ -251,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             "up_s": up_s,
             "client_first_token_s": token_s,
             "total_s": total_s,
+            "compiled_took_over_s": took_over_s,  # from up.sh's launch; None: no eager engine served first
+            "compiled_took_over": took_over,
             "warm_up_s": warm_up_s,
             "goal_s": GOAL_S,
             "tour_quick_s": tour_s,

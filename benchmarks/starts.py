@@ -32,6 +32,8 @@ from labs.loadtest.runner import run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.config.paths import ROOT
+from serve.config.vllm_flags import API_SERVER_MODULE
+from serve.engines import hand_over
 from serve.engines.runtimes import ENGINES
 from serve.engines.vllm_log import PHASES, compile_cache_state, phase_starts
 from serve.processes import process
@@ -109,6 +111,7 @@ def first_token_s(base_url: str, model: str) -> float:
 def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, Any]:
     """Start the arm on `cache`, time /health and the first token, read its log's phases, stop it."""
     settings = arm_settings(arm)
+    serve_early = settings.serve_while_compiling is True  # only where the arm asks: auto is up's, not a benchmark's
     (runtime,) = ENGINES[arm.engine].runtimes(settings)
     runtime.install()
     plan = runtime.preflight()
@@ -117,8 +120,11 @@ def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, 
     launched = datetime.now()
     try:
         with exported(env):
-            started = runtime.start(plan)
+            started = runtime.start(plan, serve_early=serve_early)
         token_s = first_token_s(runtime.base_url, runtime.served_model)
+        # an arm that serves while compiling: until the compiled engine has the port (serve/engines/hand_over.py)
+        waited = hand_over.wait_for_compiled(runtime.port, API_SERVER_MODULE, "The benchmark") if serve_early else 0.0
+        took_over_s = (datetime.now() - launched).total_seconds() if serve_early else None
         cpu_s = process.group_cpu_seconds(started.pid)  # the compilers it reaped included
         log_text = runtime.log_path.read_text(errors="replace")
     finally:
@@ -135,6 +141,8 @@ def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, 
         "seconds_to_healthy": started.seconds_to_healthy,
         "health_to_first_token_s": token_s,
         "launch_to_first_token_s": started.seconds_to_healthy + token_s,
+        "launch_to_compiled_s": took_over_s,  # serving while compiling: when the compiled engine had the port
+        "waited_for_compiled_s": waited,
         "cpu_s": cpu_s,
         "compile_cache": compile_cache_state(log_text, settings),
         "phase_starts_s": phases,
@@ -142,6 +150,7 @@ def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, 
     console.print(
         f"  {arm.name:<12} {kind:<5} round {round_number}: healthy {started.seconds_to_healthy:5.1f} s, first token "
         f"+{token_s:.2f} s, {cpu_s:.0f} CPU s ({result['compile_cache']}; load {load_1m:.1f}); phases {phases}"
+        + (f"; the compiled engine took over {took_over_s:.1f} s after launch" if took_over_s is not None else "")
     )
     return result
 

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 from client.endpoint import Endpoint, EndpointError
 from serve.config.plan import Plan
 from serve.config.sizing import GiB, ModelFacts, SizingError, load_model_facts
+from serve.config.vllm_flags import API_SERVER_MODULE
+from serve.engines import hand_over
 from serve.processes import run_record
 from serve.processes.metrics import NoMetrics, scrape
 from serve.processes.run_record import RunRecord
@@ -116,6 +118,15 @@ def replica_urls(base_url: str) -> tuple[str, ...]:
     return tuple(replica.base_url for port in record.replica_ports if (replica := run_record.live(port)) is not None)
 
 
+def wait_for_compiled(base_url: str, what: str) -> float:
+    """Before a measurement: while the kit's eager engine answers at `base_url` until the compiled one takes over
+    (SERVE_WHILE_COMPILING, serve/engines/hand_over.py), wait for the compiled one; the seconds waited."""
+    parts, port = urlsplit(base_url), port_of(base_url)
+    if port is None or parts.hostname not in LOOPBACK:
+        return 0.0
+    return hand_over.wait_for_compiled(port, API_SERVER_MODULE, what)
+
+
 def served(
     base_url: str,
     endpoint: Endpoint | None = None,
@@ -130,6 +141,7 @@ def served(
     `endpoint`: how to reach it (its key); by default the URL with the key the settings route to it. `log_path`: the
     log to read when the kit did not start it (a record names its own)."""
     base_url = base_url.rstrip("/").removesuffix("/v1")
+    wait_for_compiled(base_url, "Reading what runs there")
     endpoint = endpoint or Endpoint.at("engine", f"{base_url}/v1", url_source="--url")
     try:
         models = endpoint.models(timeout_s)

@@ -134,7 +134,9 @@ def up_one(settings: Settings, runtime: Runtime, plan: Plan | None) -> None:
             "still runs (a half-started server, or what a crashed one left behind): stopping it first"
         )
         runtime.stop(quiet=True)
-    started = runtime.start(plan)  # its record written: what it runs with, for status, the labs and down
+    started = runtime.start(
+        plan, serve_early=True
+    )  # its record written: what it runs with, for status, the labs and down
     console.print(
         f"[green]✓[/green] {runtime.label} is up in {started.seconds_to_healthy:.0f} s. Try: "
         f"[bold]{try_it(settings, runtime)}"

@@ -108,8 +108,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 
 def kit_env(**overrides: str) -> dict[str, str]:
-    """The process environment for a kit command: .env.example's defaults, RUNTIME=native, no build-ahead, plus
-    `overrides`.
+    """The process environment for a kit command: .env.example's defaults, RUNTIME=native, no build-ahead, no serving
+    while compiling, plus `overrides`.
 
     KIT_ENV_FILE keeps a developer's own .env out of the tests; variables a developer exported that
     the kit reads are dropped so that only `overrides` change the defaults. RUNTIME is native unless
@@ -126,6 +126,9 @@ def kit_env(**overrides: str) -> dict[str, str]:
     # tests/run.sh installs llama.cpp in the background: each `up` would start a second build that waits for it
     # (and a soak counts it a stray); tests/serve/test_build_ahead.py tests the build-ahead itself
     env["LLAMACPP_BUILD_AHEAD"] = "false"
+    # a start that compiles waits for the compiled engine, as the tests measure or read what it runs with; the
+    # hand-over to it is tested on its own (tests/serve/test_hand_over.py)
+    env["SERVE_WHILE_COMPILING"] = "false"
     env.update(overrides)
     return env
 

@@ -25,6 +25,7 @@ from labs.compare.aggregate import CONCURRENT, scaling
 from labs.compare.report import TABLE_WIDTH, ResultsWriter, request_line, table
 from labs.compare.run import check, engine_died, http_client, run_phase, warm_up
 from labs.compare.workload import DEFAULT_N, MAX_TOKENS, TEMPERATURE, Phase, phases
+from labs.served import wait_for_compiled
 from serve.config.settings import Settings
 from serve.engines.runtimes import ENGINES
 from ui.progress import console, err_console
@@ -113,6 +114,8 @@ def compare(config: Comparison) -> Compared:
             for target in config.engines
         },
     }
+    for target in config.engines:
+        wait_for_compiled(target.base_url, "The comparison")
     plan = phases(config.n)
     console.print(
         f"Comparing {', '.join(target.name for target in config.engines)}: {len(plan[0].prompts)} seed prompts "

@@ -22,7 +22,7 @@ from labs.loadtest.plots import write_plots
 from labs.loadtest.runner import SCRAPE_INTERVAL_S, RunResult, run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from labs.results import Envelope, MeasuredEngine
-from labs.served import replica_urls
+from labs.served import replica_urls, wait_for_compiled
 
 WARMUP_MAX_TOKENS = 8
 
@@ -67,6 +67,7 @@ def checked(endpoint: Endpoint) -> Endpoint:
     """The endpoint once /v1/models shows its model (with the first one listed when none was named), and behind the
     kit's router its replicas (whose /metrics the series reads)."""
     endpoint = replace(endpoint, replica_urls=endpoint.replica_urls or replica_urls(endpoint.base_url))
+    wait_for_compiled(endpoint.base_url, "The load test")
     if endpoint.model:
         endpoint.check()
         return endpoint

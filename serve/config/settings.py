@@ -240,6 +240,14 @@ class Settings:
     enforce_eager: bool = setting(
         "ENFORCE_EAGER", "false", boolean, "true skips torch.compile: starts faster, decodes slower"
     )
+    serve_while_compiling: bool | None = setting(  # None: auto
+        "SERVE_WHILE_COMPILING",
+        "auto",
+        auto_or_boolean,
+        "native: an eager engine answers on VLLM_PORT while the compiled one builds, which then takes over the port "
+        "without a failed request; auto = when the start compiles (settings this machine never started compiled), "
+        "true = at every compiled start, false = wait for the compiled engine",
+    )
     v1_multiprocessing: bool | None = setting(  # None: auto
         "VLLM_ENABLE_V1_MULTIPROCESSING",
         "auto",

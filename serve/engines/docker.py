@@ -222,7 +222,7 @@ class DockerRuntime(VllmRuntime):
     def resolve(self) -> Plan:
         return plan_for_container(self.settings, detect(), self.track)
 
-    def start(self, plan: Plan | None = None) -> Started:
+    def start(self, plan: Plan | None = None, *, serve_early: bool = False) -> Started:
         """Build or pull, `compose up -d`, then wait for /health; on failure the service is taken down."""
         self.check()
         plan = plan or self.resolve()

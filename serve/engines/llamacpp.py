@@ -76,7 +76,7 @@ class GgufRuntime(LocalRuntime):
     def threads(self) -> int:
         return resolve_threads(self.settings, detect())[0]
 
-    def start(self, plan: Plan | None = None) -> Started:
+    def start(self, plan: Plan | None = None, *, serve_early: bool = False) -> Started:
         """Start the server and wait until it answers (`plan`: none, no `auto` plan). On failure it is stopped."""
         self.server.ensure_port_free(hint=self.port_hint)
         self.install()

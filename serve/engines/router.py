@@ -155,7 +155,7 @@ class RouterRuntime(LocalRuntime):
         ]
         return argv, {**os.environ}
 
-    def start(self, plan: Plan | None = None) -> Started:  # no `auto` plan of its own
+    def start(self, plan: Plan | None = None, *, serve_early: bool = False) -> Started:  # no `auto` plan of its own
         self.server.ensure_port_free()
         install()
         argv, env = self.command()

@@ -125,9 +125,10 @@ class Runtime(Protocol):
 
     def healthy(self) -> bool: ...
 
-    def start(self, plan: Plan | None = None) -> Started:
+    def start(self, plan: Plan | None = None, *, serve_early: bool = False) -> Started:
         """Start and wait until it answers, with what `up` records of it; on failure it is stopped and its log
-        shown (StepFailed)."""
+        shown (StepFailed). `serve_early` (up's own start): it may answer from a stand-in while the engine itself
+        builds (native vLLM: SERVE_WHILE_COMPILING, serve/engines/hand_over.py); the benchmarks' starts never do."""
         ...
 
     def stop(self, quiet: bool = False) -> bool:

@@ -138,6 +138,18 @@ def state(runtime: Runtime) -> State:
         pgid, events = runtime.running_pid(), runtime.server.record()
         if code == HEALTHY and not (events and events.restarts):  # the row says all
             lines = []
+        eager = getattr(runtime, "eager_server", None)  # a hand-over under way (serve/engines/hand_over.py)
+        eager_pgid = eager.running_pid() if eager is not None else None
+        if eager is not None and eager_pgid is not None:
+            since = eager.pidfile.recorded_start_time()
+            so_far = f", {time.time() - since:.0f} s so far" if since else ""
+            lines = [
+                *lines,
+                f"{eager.label} answers on port {runtime.port} (pid {eager_pgid}) until the compiled engine takes the "
+                f"port over{so_far}; the compiled one's log: {runtime.server.log_path}",
+            ]
+            pgid = pgid or eager_pgid
+            code = min(code, UNHEALTHY) if code == DOWN else code
     else:
         pgid, events = runtime.running_pid(), None
         if pgid is None:

@@ -113,9 +113,15 @@ class LocalServer:
         timeout_s: float,
         patience: str = SLOW_NOT_HUNG,
         progress: Callable[[str], str] | None = None,
+        *,
+        wait: bool = True,
+        take_over: Path | None = None,
+        mark: Path | None = None,
     ) -> tuple[int, float]:
         """Spawn, record the pid, wait until healthy: (pid, seconds). On failure it is stopped, the log shown.
-        `progress` turns the log so far into the wait's progress line (default: the log's last line)."""
+        `progress` turns the log so far into the wait's progress line (default: the log's last line).
+        `wait=False` returns once it is spawned (its supervisor watches it); `take_over`, the pidfile of the server on
+        the same port it replaces once it listens (serve/engines/hand_over.py); `mark`, a file touched once healthy."""
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_suffix(".log.1"))
         self.record_path.unlink(missing_ok=True)
@@ -135,11 +141,15 @@ class LocalServer:
             self.restart,
             "--attempts",
             str(self.restart_attempts),
+            *(["--take-over", str(take_over)] if take_over else []),
+            *(["--mark", str(mark)] if mark else []),
             "--",
             *argv,
         ]
         pid = process.spawn(watched, self.log_path, env, cwd=ROOT)  # `-m` from ROOT finds `serve`
         self.pidfile.write(pid)
+        if not wait:
+            return pid, 0.0
         try:
             waited = wait_healthy(
                 self.base_url,
@@ -157,9 +167,9 @@ class LocalServer:
             raise
         return pid, waited
 
-    def stop(self, quiet: bool = False, grace_s: float = process.STOP_GRACE_S) -> bool:
-        """Stop the whole process group (SIGTERM, SIGKILL after `grace_s`) and wait until the port is free.
-        False if none was running."""
+    def stop(self, quiet: bool = False, grace_s: float = process.STOP_GRACE_S, wait_port: bool = True) -> bool:
+        """Stop the whole process group (SIGTERM, SIGKILL after `grace_s`) and wait until the port is free (unless
+        `wait_port` is False: another server of ours still listens there). False if none was running."""
         pid = self.running_pid()
         if pid is None:
             if self.pidfile.path.exists():
@@ -177,14 +187,13 @@ class LocalServer:
         killed = process.stop_group(pid, grace_s)
         self.pidfile.remove()
         run_record.remove(self.port)  # what it ran with runs no more
-        if not process.wait_port_free(self.host, self.port):
+        if wait_port and not process.wait_port_free(self.host, self.port):
             raise StepFailed(f"stopped pid {pid}, but port {self.port} is still in use by another process")
         if not quiet:
             how = "killed after the grace period" if killed else "stopped"
-            console.print(
-                f"[green]✓[/green] {self.label} (pid {pid}) {how} in {time.monotonic() - started:.1f} s; "
-                f"port {self.port} is free"
-            )
+            free = f"port {self.port} is free" if wait_port else f"the other server on port {self.port} is next"
+            seconds = time.monotonic() - started
+            console.print(f"[green]✓[/green] {self.label} (pid {pid}) {how} in {seconds:.1f} s; {free}")
         return True
 
 

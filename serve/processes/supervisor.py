@@ -21,8 +21,13 @@ Policy, where it is decided (`next_step`):
 - Back-off doubles from BACKOFF_FIRST_S to BACKOFF_MAX_S. A try that reaches /health resets the count; after
   RESTART_ATTEMPTS tries in a row that do not, it gives up with one line saying why (a crash loop).
 
-Each event (started, healthy, crashed, restarting, gave up, stopped) goes to `.kit/run/NAME-PORT.events.json`,
-which `status` reads to tell a crash from a stop. It imports only the standard library and psutil.
+A server started to take over from another one on its port (`--take-over PIDFILE`: the eager engine that answers
+while this one compiles, serve/engines/hand_over.py) is healthy only once its own process listens there: until then
+the other one answers /health. Then the other one's group is stopped, once the connections it holds are done.
+
+Each event (started, healthy, took-over, crashed, restarting, gave up, stopped) goes to
+`.kit/run/NAME-PORT.events.json`, which `status` reads to tell a crash from a stop. It imports only the standard
+library and psutil.
 """
 
 from __future__ import annotations
@@ -38,12 +43,15 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+
 from serve.config.settings import RESTART_POLICIES
-from serve.processes.process import cmdline, group_members
+from serve.processes.process import cmdline, group_members, stop_group
 from ui.cli import KitArgumentParser, non_negative_int
 
 BACKOFF_FIRST_S = 2.0
@@ -52,6 +60,9 @@ HEALTH_POLL_S = 1.0
 HEALTH_TIMEOUT_S = 2.0
 LEFTOVER_GRACE_S = 10.0  # what is left of a dead server's group gets this long to exit by itself, then SIGKILL
 KEPT_EVENTS = 40
+WRITING = threading.Lock()
+DRAIN_POLL_S = 0.5
+DRAIN_MAX_S = 600.0  # the longest the engine handed over from may take to finish what it holds, then it is stopped
 ROOT_CAUSE_LINES = 4
 # '(EngineCore pid=1) ERROR 12-02 00:41:09 [core.py:133] ' before what vLLM says
 VLLM_LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:.]+ \[[^]]*\] ")
@@ -63,7 +74,7 @@ ERROR_LINE = re.compile(
 @dataclass(slots=True)
 class Event:
     at: float  # time.time()
-    kind: str  # started | healthy | crashed | restarting | gave-up | stopped
+    kind: str  # started | healthy | took-over | crashed | restarting | gave-up | stopped
     pid: int | None = None
     exit_code: int | None = None  # the server's own exit status
     signal_name: str | None = None  # or the signal that ended it
@@ -100,11 +111,12 @@ class Record:
             return None
 
     def add(self, path: Path, event: Event) -> None:
-        self.events = [*self.events, event][-KEPT_EVENTS:]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(asdict(self), indent=1))
-        temporary.replace(path)  # status never reads half a record
+        with WRITING:  # the hand-over's thread adds one too
+            self.events = [*self.events, event][-KEPT_EVENTS:]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(asdict(self), indent=1))
+            temporary.replace(path)  # status never reads half a record
 
     def last(self, *kinds: str) -> Event | None:
         return next((event for event in reversed(self.events) if event.kind in kinds), None)
@@ -185,6 +197,36 @@ def healthy(url: str) -> bool:
         return False
 
 
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` itself listens on TCP `port` (and not only another process sharing the port)."""
+    try:
+        connections = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections)
+
+
+def held_connections(pgid: int, port: int) -> int:
+    """Connections to `port` that the processes of group `pgid` still hold (a request in flight, or kept alive)."""
+    held = 0
+    for pid in group_members(pgid):
+        with contextlib.suppress(psutil.Error):
+            held += sum(
+                c.status == psutil.CONN_ESTABLISHED and bool(c.laddr) and c.laddr.port == port
+                for c in psutil.Process(pid).net_connections(kind="tcp")
+            )
+    return held
+
+
+def successor_group(pidfile: Path) -> int | None:
+    """The process group of the server a --take-over names (its supervisor leads it), while it runs."""
+    try:
+        pgid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pgid if group_members(pgid) and "serve.processes.supervisor" in cmdline(pgid) else None
+
+
 class Supervisor:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -192,6 +234,8 @@ class Supervisor:
         self.log_path = Path(args.log)
         self.record = Record(args.label, args.restart, args.attempts, os.getpid())
         self.stopping = threading.Event()
+        self.taking_over = Path(args.take_over) if args.take_over else None  # until this server listens itself
+        self.port = urllib.parse.urlsplit(args.health_url).port or 80
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
 
@@ -220,11 +264,17 @@ class Supervisor:
             child.terminate()
         was_healthy = False
         while child.poll() is None:
-            if not was_healthy and healthy(self.args.health_url):
+            if not was_healthy and self.serving(child.pid):
                 was_healthy = True
                 if start_on:
                     release(os.getpgrp(), everywhere)
                 self.record.add(self.record_path, Event(time.time(), "healthy", child.pid))
+                if self.args.mark:
+                    Path(self.args.mark).parent.mkdir(parents=True, exist_ok=True)
+                    Path(self.args.mark).touch()
+                if self.taking_over is not None:
+                    threading.Thread(target=self.hand_over, args=(self.taking_over,), daemon=True).start()
+                    self.taking_over = None
             self.stopping.wait(HEALTH_POLL_S)
             if self.stopping.is_set() and child.poll() is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -233,6 +283,37 @@ class Supervisor:
             log.seek(offset)
             cause = root_cause(log.read()[-200_000:])
         return child.returncode, was_healthy, cause
+
+    def serving(self, pid: int) -> bool:
+        """Healthy: /health answers; and while it takes over the port, its own process listens there (until then
+        the server it takes over from answers /health)."""
+        if self.taking_over is not None and not listens(pid, self.port):
+            return False
+        return healthy(self.args.health_url)
+
+    def hand_over(self, pidfile: Path) -> None:
+        """Every new connection comes here now (serve/engine_plugins/kit_shared_port.py): the server handed over from
+        is told to keep no connection alive, given until the requests it holds are answered, then stopped."""
+        began = time.monotonic()
+        pgid = successor_group(pidfile)
+        if pgid is None:
+            self.say("took over the port; the server it took over from had stopped already")
+            return
+        for pid in group_members(pgid):  # its API server (its supervisor's command line names it too)
+            if "kit_shared_port" in cmdline(pid) and "serve.processes.supervisor" not in cmdline(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGUSR1)
+        deadline = began + DRAIN_MAX_S
+        while held_connections(pgid, self.port) and time.monotonic() < deadline and not self.stopping.is_set():
+            time.sleep(DRAIN_POLL_S)
+        left = held_connections(pgid, self.port)
+        stop_group(pgid)
+        pidfile.unlink(missing_ok=True)
+        pidfile.with_suffix(".events.json").unlink(missing_ok=True)  # its supervisor's: nothing of it runs now
+        drained = f"{left} connection(s) still open after {DRAIN_MAX_S:.0f} s, cut" if left else "no request cut"
+        note = f"took over port {self.port} from pid {pgid}, stopped {time.monotonic() - began:.1f} s later ({drained})"
+        self.record.add(self.record_path, Event(time.time(), "took-over", self.record.server_pid, note=note))
+        self.say(note)
 
     def clear_leftovers(self) -> None:
         """Wait for the rest of the group (the dead server's engine) to exit; SIGKILL what outlives the grace."""
@@ -287,6 +368,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--record", required=True)
     parser.add_argument("--restart", choices=RESTART_POLICIES, default="on-failure")
     parser.add_argument("--attempts", type=non_negative_int, default=3)
+    parser.add_argument("--take-over", help="the pidfile of the server on the same port this one replaces once up")
+    parser.add_argument("--mark", help="a file touched once the server is healthy")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     args.argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv

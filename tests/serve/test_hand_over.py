@@ -1,0 +1,178 @@
+"""Serving while compiling (SERVE_WHILE_COMPILING): an eager vLLM answers, the compiled one takes its port over
+without a failed request or a cut stream (serve/engines/hand_over.py, serve/engine_plugins/kit_shared_port.py)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from serve.config.machine import detect
+from serve.config.sizing import GiB
+from serve.config.vllm_flags import API_SERVER_MODULE
+from serve.engines import hand_over
+from serve.processes import process
+from serve.processes.local_server import RUN_DIR
+from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, run_script
+
+ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"
+
+
+def decision(setting: bool | None, **overrides: object) -> hand_over.Decision:
+    facts: dict[str, object] = {
+        "eager": False,
+        "replica": False,
+        "compiled_before": False,
+        "engine_bytes": GiB,
+        "whole": detect(),
+    }
+    facts.update(overrides)
+    return hand_over.decide(setting, **facts)  # type: ignore[arg-type]
+
+
+def test_auto_serves_early_only_when_the_start_compiles_and_two_engines_fit() -> None:
+    assert decision(None).serve_eager_first
+    assert "never started compiled" in decision(None).reason
+    assert not decision(None, compiled_before=True).serve_eager_first
+    assert decision(True, compiled_before=True).serve_eager_first  # true: at every compiled start
+    assert not decision(False).serve_eager_first
+    assert not decision(True, eager=True).serve_eager_first  # nothing compiles
+    assert "router" in decision(True, replica=True).reason  # a replica never does
+    too_big = decision(True, engine_bytes=detect().memory_available_bytes)
+    assert not too_big.serve_eager_first and "GiB is available" in too_big.reason
+
+
+def test_the_compile_key_ignores_where_it_listens_and_follows_what_it_compiles() -> None:
+    argv = ["python", "-m", API_SERVER_MODULE, "--model", "m", "--host", "127.0.0.1", "--port", "8009"]
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "PATH": "/usr/bin", "VLLM_API_KEY": "k"}
+    key = hand_over.compile_key(argv, env)
+    assert hand_over.compile_key([*argv[:-1], "8010"], {**env, "PATH": "/bin", "VLLM_API_KEY": "j"}) == key
+    assert hand_over.compile_key([*argv, "--enforce-eager"], env) != key
+    assert hand_over.compile_key(argv, {**env, "VLLM_CPU_KVCACHE_SPACE": "2"}) != key
+    assert hand_over.compile_key(argv, {**env, "ATEN_CPU_CAPABILITY": "avx2"}) != key
+
+
+def listener(port: int, first: bool) -> socket.socket:
+    sys.path.insert(0, str(ENGINE_PLUGINS))
+    try:
+        from kit_shared_port import steer_to_successor
+    finally:
+        sys.path.remove(str(ENGINE_PLUGINS))
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as vLLM's create_server_socket
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    if first:
+        steer_to_successor(sock)
+    sock.setblocking(False)
+    return sock
+
+
+def accepted_by(socks: dict[str, socket.socket], port: int, connections: int = 12) -> dict[str, int]:
+    counts = dict.fromkeys(socks, 0)
+    for _ in range(connections):
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            time.sleep(0.01)
+            for name, sock in socks.items():
+                try:
+                    sock.accept()[0].close()
+                    counts[name] += 1
+                except OSError:  # nothing queued there, or not listening
+                    pass
+    return counts
+
+
+def test_the_kernel_sends_every_new_connection_to_the_second_listener_once_it_listens() -> None:
+    """The real kernel, the kit's own BPF program: while the successor is only bound (vLLM binds before its engine is
+    ready) the first server gets every connection; once the successor listens, the successor gets every one."""
+    port = free_port()
+    first, second = listener(port, first=True), listener(port, first=False)
+    try:
+        first.listen(16)
+        assert accepted_by({"first": first, "second": second}, port) == {"first": 12, "second": 0}
+        second.listen(16)
+        assert accepted_by({"first": first, "second": second}, port) == {"first": 0, "second": 12}
+    finally:
+        first.close()
+        second.close()
+
+
+class Streams:
+    """One client streaming chat completions through a kept-alive connection, as the OpenAI SDK does, until told to
+    stop: each answer must end with [DONE]."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.done, self.failures = url, [], []  # type: ignore[var-annotated]
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Count to ten."}], "max_tokens": 24}
+        with httpx.Client(timeout=120) as client:
+            while not self.stopping.is_set():
+                try:
+                    with client.stream("POST", self.url, json={**body, "stream": True}) as answer:
+                        answer.raise_for_status()
+                        lines = list(answer.iter_lines())
+                    if "data: [DONE]" not in lines:
+                        raise RuntimeError(f"stream cut: {lines[-3:]}")
+                    self.done.append(time.monotonic())
+                except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                    self.failures.append(f"{type(exc).__name__}: {exc}")
+                    time.sleep(0.5)
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_up_serves_an_eager_engine_and_the_compiled_one_takes_the_port_over_without_a_failed_request(
+    vllm_server: Server,
+) -> None:
+    """The session's server compiled the kit's defaults, so the compiled engine here loads them (seconds, not
+    minutes): SERVE_WHILE_COMPILING=true asks for the hand-over all the same."""
+    port = free_port()
+    env = kit_env(VLLM_PORT=str(port), SERVE_WHILE_COMPILING="true")
+    eager_pidfile = hand_over.eager_pidfile(port, API_SERVER_MODULE)
+    streams = Streams(f"http://127.0.0.1:{port}/v1/chat/completions")
+    try:
+        up = run_script("up.sh", env, timeout_s=900)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "Serving while compiling: SERVE_WHILE_COMPILING=true" in up.stdout, up.stdout
+        eager_group = eager_pidfile.live_group()
+        assert eager_group is not None, "up returned without the eager engine answering"
+        streams.thread.start()
+        status = subprocess.run(
+            [sys.executable, "-m", "serve", "status"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert "vLLM (eager) answers on port" in status.stdout, status.stdout + status.stderr
+        deadline = time.monotonic() + 600
+        while eager_pidfile.live_group() is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        took_over = time.monotonic()
+        assert eager_pidfile.live_group() is None, "the compiled engine never took the port over"
+        while len([at for at in streams.done if at > took_over]) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        streams.stopping.set()
+        streams.thread.join(timeout=130)
+        record = json.loads((RUN_DIR / f"vllm-{port}.events.json").read_text())
+        compiled_pid = process.PidFile(RUN_DIR / f"vllm-{port}.pid", API_SERVER_MODULE).live_pid()
+    finally:
+        streams.stopping.set()
+        down = run_script("down.sh", env, timeout_s=180)
+    assert streams.failures == [], streams.failures
+    assert len([at for at in streams.done if at < took_over]) >= 1, "no answer came from the eager engine"
+    assert len([at for at in streams.done if at > took_over]) >= 3, "no answer came from the compiled engine"
+    took = [event for event in record["events"] if event["kind"] == "took-over"]
+    assert len(took) == 1 and "no request cut" in took[0]["note"], record
+    assert process.group_members(eager_group) == [] and not eager_pidfile.path.exists()
+    assert not Path(str(eager_pidfile.path).replace(".pid", ".events.json")).exists()
+    log = (ROOT / ".kit" / "logs" / f"vllm-{port}.log").read_text(errors="replace")
+    assert "Directly load AOT compilation" in log, log[-3000:]  # it is the compiled engine that took over
+    assert compiled_pid is not None and down.returncode == 0, down.stdout + down.stderr
+    assert process.group_members(compiled_pid) == [] and process.port_is_free("127.0.0.1", port)
