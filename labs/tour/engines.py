@@ -42,6 +42,9 @@ def answers(endpoint: Endpoint) -> bool:
     return True
 
 
+# the tour measures an engine as soon as up.sh returns: the compiled one, never an eager stand-in answering while it
+# builds (serve/engines/hand_over.py), which would only make the tour wait for the hand-over
+MEASURED = {"SERVE_WHILE_COMPILING": "false"}
 OLLAMA_URL = "http://127.0.0.1:11434"  # where an Ollama listens unless told otherwise
 KIT_MODEL_PARAMETERS = 135e6  # SmolLM2-135M, what vLLM serves
 OLLAMA_TAG_SIZE = re.compile(r":(?P<size>\d+(?:\.\d+)?)(?P<unit>[mb])\b", re.IGNORECASE)  # qwen2.5:1.5b, smollm2:135m
@@ -138,7 +141,7 @@ class KitEngines:
                     f"[bold]tour:[/bold] {name} does not answer at {endpoint.base_url}: starting it through the "
                     f"kit's up.sh, and stopping it through down.sh when the tour ends"
                 )
-                shell("bash up.sh", {"ENGINES": name})
+                shell("bash up.sh", {"ENGINES": name, **MEASURED})
                 self.started.append(name)
             endpoints.append(endpoint)
         return endpoints
@@ -167,7 +170,7 @@ class ExtraVllm:
             "through up.sh (stopped through down.sh right after this section)"
         )
         try:
-            shell("bash up.sh", {"QUANTIZATION": self.quantization, **self.overrides})
+            shell("bash up.sh", {"QUANTIZATION": self.quantization, **self.overrides, **MEASURED})
         except BaseException:
             self.__exit__()
             raise

@@ -52,10 +52,10 @@ def remember_servers() -> None:
     made = uvicorn.Server.__init__
 
     def __init__(self: uvicorn.Server, *args: object, **kwargs: object) -> None:
-        made(self, *args, **kwargs)  # type: ignore[arg-type]
+        made(self, *args, **kwargs)
         SERVERS.append(self)
 
-    uvicorn.Server.__init__ = __init__  # type: ignore[method-assign]
+    uvicorn.Server.__init__ = __init__
 
 
 def keep_nothing_alive() -> None:
@@ -64,7 +64,7 @@ def keep_nothing_alive() -> None:
     for server in SERVERS:
         for connection in list(server.server_state.connections):  # type: ignore[attr-defined]
             connection.shutdown()
-    print(f"kit_shared_port: SIGUSR1: keeping none of {len(SERVERS)} server(s)' connections alive", file=sys.stderr)
+    print("kit: the compiled engine takes the port over: no connection is kept alive now", file=sys.stderr, flush=True)
 
 
 def share_vllm_socket() -> None:

@@ -75,10 +75,16 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         vllm_venv.install(self.settings.torch_index_url, alongside=checkpoints.prepare_model)
         if self.settings.model_path is None:
             checkpoints.prepare_model()
-        if quantization_for(self.settings, self.name)[0] == "int8":
-            checkpoints.prepare_int8(native_model_dir(self.settings))
+        int8 = quantization_for(self.settings, self.name)[0] == "int8"
+
+        def int8_checkpoint() -> None:
+            if int8:
+                checkpoints.prepare_int8(native_model_dir(self.settings))
+
         if self.resolve().zentorch:
-            zentorch.install()
+            zentorch.install(alongside=int8_checkpoint)  # a download beside the quantization's compute
+        else:
+            int8_checkpoint()
 
     def target(self, release: str | None = None) -> Target:
         """Where its flags go: the venv's vLLM (`release`, asked when not given), serving the checkpoint folder."""

@@ -9,13 +9,14 @@ reinstall. Its requirements beside torch, numpy and safetensors (the venv has th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from serve.config.paths import STATE_DIR
 from serve.install import vllm_venv
-from serve.install.pip_config import progress_line
 from serve.install.venv import STAMP_NAME
 from serve.processes import process
 from serve.processes.local_server import LOG_DIR
-from ui.progress import console, run_logged
+from ui.progress import console, in_background
 
 ZENTORCH_VERSION = "2.13.0.2"  # pairs with the venv's torch 2.13 (serve/install/torch_cpu.py); 2.14.x needs 2.14
 # zentorch's own requirements that vLLM's venv lacks (`deprecated` and its `wrapt`), pinned as tested
@@ -30,21 +31,24 @@ def installed() -> bool:
     return stamp.exists() and stamp.read_text() == WANTED
 
 
-def install() -> bool:
+def install(alongside: Callable[[], object] = lambda: None) -> bool:
     """Install REQUIREMENTS into FOLDER (once: its stamp, written last, says it holds them) with the vLLM venv's pip
-    and the user's pip configuration. True if it installed."""
+    and the user's pip configuration, while `alongside` runs (a download: it leaves the cores to the int8
+    checkpoint). True if it installed."""
     if installed():
+        alongside()
         return False
     lock = FOLDER.with_name(f"{FOLDER.name}.install.lock")
     with process.file_lock(lock, "zentorch is being installed", console.print):
         if installed():
+            alongside()
             return False
         INSTALL_LOG.unlink(missing_ok=True)
-        run_logged(
+        with in_background(
             f"Installing AMD's zentorch {ZENTORCH_VERSION} into {FOLDER.name} (ZENTORCH; 27 MB, beside vLLM's venv)",
             [*vllm_venv.VENV.pip, "install", "--no-deps", "--upgrade", "--target", str(FOLDER), *REQUIREMENTS],
             INSTALL_LOG,
-            detail=progress_line,
-        )
+        ):
+            alongside()
         (FOLDER / STAMP_NAME).write_text(WANTED)
     return True
