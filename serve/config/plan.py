@@ -78,7 +78,8 @@ def resolve_compile_threads(settings: Settings, machine: Machine) -> tuple[int, 
     if settings.compile_threads is not None:
         return settings.compile_threads, "set in COMPILE_THREADS"
     return machine.usable_cores, (
-        f"auto: the {machine.usable_cores} cores this process may use (nothing is served while it compiles)"
+        f"auto: the {machine.usable_cores} cores this process may use "
+        "(the compiled engine serves nothing while it compiles)"
     )
 
 

@@ -62,6 +62,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             settings, f"{self.label} (eager)", hand_over.EAGER_NAME, API_SERVER_MODULE, self.port, port_setting
         )
         self.eager_server = dataclasses.replace(eager, restart="no")
+        self.decision: hand_over.Decision | None = None  # this start's, for the recap (SERVE_WHILE_COMPILING)
 
     def system_needs(self) -> list[system.Tool]:
         problem = system.native_platform_problem()
@@ -156,6 +157,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         argv, env = self.command(plan, release)
         mark = None if self.settings.enforce_eager else hand_over.mark_for(argv, env)
         decision = self.eager_first(plan, argv, env)
+        self.decision = decision if serve_early else None  # the recap says it
         if serve_early and decision.serve_eager_first and mark is not None:
             return self.start_eager_first(plan, release, decision, mark)
         patience = EAGER_START if self.settings.enforce_eager else SLOW_NOT_HUNG
@@ -163,6 +165,13 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             argv, env, self.settings.start_timeout_s, patience, StartProgress().describe, mark=mark
         )
         return Started.recorded(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
+
+    def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
+        """Up's recap, with whether an eager engine answers until the compiled one takes over, and why."""
+        rows = super().recap_rows(started)
+        if started is not None and self.decision is not None:
+            rows.append(("serving early", self.decision.reason))
+        return rows
 
     def eager_first(self, plan: Plan, argv: list[str], env: dict[str, str]) -> hand_over.Decision:
         """Whether this start serves an eager engine while the compiled one builds, and why."""

@@ -61,7 +61,7 @@ def test_auto_compiles_on_every_core_this_process_may_use() -> None:
     assert (pinned.compile_threads, pinned.compile_threads_reason) == (1, "set in COMPILE_THREADS")
     assert (
         "compile",
-        "2 processes (auto: the 2 cores this process may use (nothing is served while it compiles))",
+        "2 processes (auto: the 2 cores this process may use (the compiled engine serves nothing while it compiles))",
     ) in (resolved_rows(resolved))
     assert not [row for row in resolved_rows(pinned) if row[0] == "compile"]  # vLLM's own: nothing to say
 
