@@ -13,9 +13,10 @@ second listens, every new connection goes to it. Connections the first server al
 their requests end. No connection waits in a queue that is then closed, as it would if the first server merely
 stopped while the second listened beside it.
 
-SIGUSR1 (the supervisor of the second server sends it once that one listens) tells the first server to keep no
-connection alive: an idle one is closed now, one with a request in flight once its answer (a whole stream) is sent.
-A client's next request opens a new connection, which goes to the second server. Then nothing holds the first one.
+SIGUSR1 (the supervisor of the second server sends it once that one listens) tells the first server to end each
+connection with its next answer, saying so (`Connection: close`); a request in flight finishes first (a whole
+stream). The client's next request opens a new connection, which goes to the second server. Then nothing holds the
+first one.
 Standard library only, but for uvicorn (vLLM's), found in the server's own process.
 """
 
@@ -23,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import importlib
 import os
 import runpy
 import signal
 import socket
 import struct
 import sys
+from typing import Any
 
 VARIABLE = "KIT_SHARED_PORT"
 SO_ATTACH_REUSEPORT_CBPF = 51  # include/uapi/asm-generic/socket.h
@@ -42,29 +45,34 @@ def steer_to_successor(sock: socket.socket) -> None:
     sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, struct.pack("HP", 1, ctypes.addressof(program)))
 
 
-SERVERS: list[object] = []  # the uvicorn servers of this process (vLLM's one)
+HANDING_OVER = False  # set by SIGUSR1: every answer from now on closes its connection
+CLOSE = (b"connection", b"close")
 
 
-def remember_servers() -> None:
-    """Keep each uvicorn.Server vLLM makes (launcher.py, serve_http): SIGUSR1 reaches its connections."""
-    import uvicorn
-
-    made = uvicorn.Server.__init__
-
-    def __init__(self: uvicorn.Server, *args: object, **kwargs: object) -> None:
-        made(self, *args, **kwargs)
-        SERVERS.append(self)
-
-    uvicorn.Server.__init__ = __init__
+def answer_and_close() -> None:
+    global HANDING_OVER
+    HANDING_OVER = True
+    print("kit: the compiled engine has the port: each answer now closes its connection", file=sys.stderr, flush=True)
 
 
-def keep_nothing_alive() -> None:
-    """Each connection of this process's uvicorn server closes once it holds no request (uvicorn's own step of a
-    graceful shutdown, without stopping the server)."""
-    for server in SERVERS:
-        for connection in list(server.server_state.connections):  # type: ignore[attr-defined]
-            connection.shutdown()
-    print("kit: the compiled engine takes the port over: no connection is kept alive now", file=sys.stderr, flush=True)
+def close_when_handing_over() -> None:
+    """Each answer that starts after SIGUSR1 carries `Connection: close`, and uvicorn closes the connection once it
+    is sent: the client reads that it must not reuse it, and its next request opens a new connection (which goes to
+    the compiled engine). Closing a kept-alive connection without saying so races the client's next request on it
+    (a reset, seen in tests/serve/test_hand_over.py); an idle one closes at uvicorn's keep-alive timeout."""
+    for name in ("uvicorn.protocols.http.httptools_impl", "uvicorn.protocols.http.h11_impl"):
+        try:
+            cycle = importlib.import_module(name).RequestResponseCycle
+        except ImportError:  # httptools is optional to uvicorn
+            continue
+        send = cycle.send
+
+        async def send_closing(self: object, message: dict[str, Any], send: Any = send) -> None:
+            if HANDING_OVER and message.get("type") == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), CLOSE]}
+            await send(self, message)
+
+        cycle.send = send_closing
 
 
 def share_vllm_socket() -> None:
@@ -77,11 +85,11 @@ def share_vllm_socket() -> None:
         if os.environ.get(VARIABLE) == "first":
             steer_to_successor(sock)
             # in run_server, on its event loop: the handler runs there, between two of its callbacks
-            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, keep_nothing_alive)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, answer_and_close)
         return sock
 
     launcher.create_server_socket = create_server_socket  # setup_server looks it up at call time
-    remember_servers()
+    close_when_handing_over()
 
 
 def main() -> None:

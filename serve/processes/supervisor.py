@@ -293,7 +293,7 @@ class Supervisor:
 
     def hand_over(self, pidfile: Path) -> None:
         """Every new connection comes here now (serve/engine_plugins/kit_shared_port.py): the server handed over from
-        is told to keep no connection alive, given until the requests it holds are answered, then stopped."""
+        is told to end each connection with its next answer, given until it holds none, then stopped."""
         began = time.monotonic()
         pgid = successor_group(pidfile)
         if pgid is None:

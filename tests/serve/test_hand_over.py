@@ -105,13 +105,22 @@ def test_the_kernel_sends_every_new_connection_to_the_second_listener_once_it_li
 
 
 class Streams:
-    """One client streaming chat completions through a kept-alive connection, as the OpenAI SDK does, until told to
-    stop: each answer must end with [DONE]."""
+    """Clients streaming chat completions, each through its kept-alive connection as the OpenAI SDK does (but with
+    no retry: a reset is a failure here), until told to stop: each answer must end with [DONE]."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, clients: int = 2) -> None:
         self.url, self.done, self.failures = url, [], []  # type: ignore[var-annotated]
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(clients)]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=130)
 
     def run(self) -> None:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "Count to ten."}], "max_tokens": 24}
@@ -146,7 +155,7 @@ def test_up_serves_an_eager_engine_and_the_compiled_one_takes_the_port_over_with
         assert "Serving while compiling: SERVE_WHILE_COMPILING=true" in up.stdout, up.stdout
         eager_group = eager_pidfile.live_group()
         assert eager_group is not None, "up returned without the eager engine answering"
-        streams.thread.start()
+        streams.start()
         status = subprocess.run(
             [sys.executable, "-m", "serve", "status"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
         )
@@ -158,8 +167,7 @@ def test_up_serves_an_eager_engine_and_the_compiled_one_takes_the_port_over_with
         assert eager_pidfile.live_group() is None, "the compiled engine never took the port over"
         while len([at for at in streams.done if at > took_over]) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
-        streams.stopping.set()
-        streams.thread.join(timeout=130)
+        streams.stop()
         record = json.loads((RUN_DIR / f"vllm-{port}.events.json").read_text())
         compiled_pid = process.PidFile(RUN_DIR / f"vllm-{port}.pid", API_SERVER_MODULE).live_pid()
     finally:
@@ -174,5 +182,28 @@ def test_up_serves_an_eager_engine_and_the_compiled_one_takes_the_port_over_with
     assert not Path(str(eager_pidfile.path).replace(".pid", ".events.json")).exists()
     log = (ROOT / ".kit" / "logs" / f"vllm-{port}.log").read_text(errors="replace")
     assert "Directly load AOT compilation" in log, log[-3000:]  # it is the compiled engine that took over
+    eager_log = (ROOT / ".kit" / "logs" / f"vllm-eager-{port}.log").read_text(errors="replace")
+    assert "each answer now closes its connection" in eager_log, eager_log[-3000:]  # told, and it heard
     assert compiled_pid is not None and down.returncode == 0, down.stdout + down.stderr
     assert process.group_members(compiled_pid) == [] and process.port_is_free("127.0.0.1", port)
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_down_during_the_hand_over_stops_both_engines_and_frees_the_port(vllm_server: Server) -> None:
+    port = free_port()
+    env = kit_env(VLLM_PORT=str(port), SERVE_WHILE_COMPILING="true")
+    eager_pidfile = hand_over.eager_pidfile(port, API_SERVER_MODULE)
+    compiled_pidfile = process.PidFile(RUN_DIR / f"vllm-{port}.pid", API_SERVER_MODULE)
+    try:
+        up = run_script("up.sh", env, timeout_s=900)
+        eager, compiled = eager_pidfile.live_group(), compiled_pidfile.live_group()
+    finally:
+        down = run_script("down.sh", env, timeout_s=180)
+    assert up.returncode == 0 and "Serving while compiling" in up.stdout, up.stdout + up.stderr
+    assert eager is not None and compiled is not None, "up returned without both engines running"
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "vLLM (eager)" in down.stdout and f"port {port} is free" in down.stdout, down.stdout
+    assert process.group_members(eager) == [] and process.group_members(compiled) == []
+    assert not eager_pidfile.path.exists() and not compiled_pidfile.path.exists()
+    assert process.port_is_free("127.0.0.1", port)
