@@ -83,7 +83,10 @@ def share_vllm_socket() -> None:
     def create_server_socket(addr: tuple[str, int], *, reuse_port: bool) -> socket.socket:
         sock = create(addr, reuse_port=True)
         if os.environ.get(VARIABLE) == "first":
-            steer_to_successor(sock)
+            try:
+                steer_to_successor(sock)
+            except OSError as exc:  # a kernel without it (Linux < 4.5): both share new connections until the stop
+                print(f"kit: no BPF steering on this kernel ({exc}): the engines share the port", file=sys.stderr)
             # in run_server, on its event loop: the handler runs there, between two of its callbacks
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, answer_and_close)
         return sock
