@@ -14,9 +14,10 @@ compiled one took the port over. It prints each phase's seconds (the kit's own s
 total, writes results.json, and stops the server. `--stock-pip` switches this machine's pip configuration off
 (PIP_CONFIG_FILE=/dev/null) and serves torch from a stand-in for PyTorch's CPU index on 127.0.0.1
 (benchmarks/fresh_machine.py), so every other package is downloaded from PyPI, as on a user's machine.
-`--tour` then runs the README's `labs.tour --quick` in the clone, right after its first `bash up.sh` (llama.cpp's
-build, which up.sh started in the background, is then whatever is left of it), and records the tour's own seconds:
-in all, its sections' (tour.json) and the rest (the engines it starts and stops).
+`--tour` then runs the README's `labs.tour --quick` in the clone, right after its first `bash up.sh` (once the compiled
+engine has the port; llama.cpp's build, which up.sh started in the background, is then whatever is left of it),
+and records the tour's own seconds: in all, its sections' (tour.json) and the rest (the engines it starts and
+stops).
 """
 
 from __future__ import annotations
