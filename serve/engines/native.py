@@ -136,15 +136,18 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         resolved = super().preflight()
         if self.share is not None:
             self.server.ensure_port_free()
-            facts = served_model_facts(self.settings, self.name)
-            if facts is not None:
-                check_memory(
-                    self.settings,
-                    facts.weight_bytes(resolved.dtype)
-                    + (resolved.kv_cache_space_gib or 0) * GiB
-                    + VLLM_CPU_OVERHEAD_BYTES,
-                )
+            needed = self.engine_bytes(resolved)
+            if needed is not None:
+                check_memory(self.settings, needed)
         return resolved
+
+    def engine_bytes(self, plan: Plan) -> int | None:
+        """The memory one engine with this plan holds: weights + KV budget + runtime; None without the model's
+        facts."""
+        facts = served_model_facts(self.settings, self.name)
+        if facts is None:
+            return None
+        return facts.weight_bytes(plan.dtype) + (plan.kv_cache_space_gib or 0) * GiB + VLLM_CPU_OVERHEAD_BYTES
 
     def start(self, plan: Plan | None = None, *, serve_early: bool = False) -> Started:
         """Start the server and wait for /health; on failure the server is stopped and the log shown. Up's start
@@ -175,16 +178,12 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
 
     def eager_first(self, plan: Plan, argv: list[str], env: dict[str, str]) -> hand_over.Decision:
         """Whether this start serves an eager engine while the compiled one builds, and why."""
-        facts = served_model_facts(self.settings, self.name)
-        engine_bytes = VLLM_CPU_OVERHEAD_BYTES + (plan.kv_cache_space_gib or 0) * GiB
-        if facts is not None:
-            engine_bytes += facts.weight_bytes(plan.dtype)
         return hand_over.decide(
             self.settings.serve_while_compiling,
             eager=self.settings.enforce_eager,
             replica=self.share is not None,
             compiled_before=hand_over.compiled_before(argv, env),
-            engine_bytes=engine_bytes,
+            engine_bytes=self.engine_bytes(plan) or VLLM_CPU_OVERHEAD_BYTES,
             whole=detect(),
         )
 

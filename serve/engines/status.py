@@ -149,7 +149,8 @@ def state(runtime: Runtime) -> State:
                 f"port over{so_far}; the compiled one's log: {runtime.server.log_path}",
             ]
             pgid = pgid or eager_pgid
-            code = min(code, UNHEALTHY) if code == DOWN else code
+            if code == DOWN:  # the compiled engine stopped, but the eager one still answers
+                code = UNHEALTHY
     else:
         pgid, events = runtime.running_pid(), None
         if pgid is None:
