@@ -51,9 +51,10 @@ from pathlib import Path
 import psutil
 
 from serve.config.settings import RESTART_POLICIES
-from serve.processes.process import cmdline, group_members, stop_group
+from serve.processes.process import PidFile, cmdline, group_members, stop_group
 from ui.cli import KitArgumentParser, non_negative_int
 
+SUPERVISOR_MODULE = "serve.processes.supervisor"
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 60.0
 HEALTH_POLL_S = 1.0
@@ -218,15 +219,6 @@ def held_connections(pgid: int, port: int) -> int:
     return held
 
 
-def successor_group(pidfile: Path) -> int | None:
-    """The process group of the server a --take-over names (its supervisor leads it), while it runs."""
-    try:
-        pgid = int(pidfile.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pgid if group_members(pgid) and "serve.processes.supervisor" in cmdline(pgid) else None
-
-
 class Supervisor:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -295,12 +287,12 @@ class Supervisor:
         """Every new connection comes here now (serve/engine_plugins/kit_shared_port.py): the server handed over from
         is told to end each connection with its next answer, given until it holds none, then stopped."""
         began = time.monotonic()
-        pgid = successor_group(pidfile)
+        pgid = PidFile(pidfile, SUPERVISOR_MODULE).live_group()  # the handed-over server's group, led by its supervisor
         if pgid is None:
             self.say("took over the port; the server it took over from had stopped already")
             return
         for pid in group_members(pgid):  # its API server (its supervisor's command line names it too)
-            if "kit_shared_port" in cmdline(pid) and "serve.processes.supervisor" not in cmdline(pid):
+            if "kit_shared_port" in cmdline(pid) and SUPERVISOR_MODULE not in cmdline(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGUSR1)
         deadline = began + DRAIN_MAX_S
