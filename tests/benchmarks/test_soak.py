@@ -1,6 +1,10 @@
 """The soak with faults, suite-sized: two real replicas behind the real router under load above capacity, one
 replica's API server and then the other's engine core SIGKILLed, the kit's supervisor bringing each back.
-The benchmark's own verdicts are the checks (it exits 1 on any FAIL); this test reads them and the counts."""
+The benchmark's own verdicts are the checks (it exits 1 on any FAIL); this test reads them and the counts.
+
+It is also the suite's failover-under-load test on the default policy (cache_aware, .env.example's ROUTER_POLICY):
+a request sent after a kill that fails is "other", and "other" must be 0; the cut ones are no more than the victim
+held; each victim is healthy again and back in the router's rotation before the next kill."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from labs import results
+from serve.config.settings import Settings
 from tests.conftest import kit_env, run_bounded
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -28,6 +33,7 @@ def test_a_suite_sized_soak_loses_only_what_the_kills_cut_and_both_replicas_come
     # the benchmark's, so a killed replica comes back in the time a restart takes, not a restart under full load;
     # eager replicas start without a compile
     env = kit_env(ENFORCE_EAGER="true", VLLM_CPU_KVCACHE_SPACE="1", MAX_NUM_SEQS="4")
+    assert Settings.from_env(env).router_policy == "cache_aware"  # the kit's default: the policy users fail over with
     result = run_bounded(
         [sys.executable, "-m", "benchmarks.soak", "--users", "12", "--kill-after-s", "10", "--settle-s", "5"]
         + ["--out", str(tmp_path)],
