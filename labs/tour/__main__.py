@@ -22,7 +22,7 @@ from client.endpoint import ENDPOINT_SPEC, EndpointError
 from labs import results
 from labs.tour import report, sections
 from labs.tour.catalogue import PARTS, estimate_s
-from labs.tour.engines import KitEngines, OllamaClass, answers, ollama_class
+from labs.tour.engines import KitEngines, OllamaClass, ollama_class
 from labs.tour.plan import Section
 from labs.tour.report import SectionResult, Status, Tour
 from serve.config.paths import ROOT
@@ -101,22 +101,6 @@ def run_section(section: Section, measure: Callable[[], dict[str, Any]]) -> Sect
     return SectionResult(section, Status.OK, time.monotonic() - started, data)
 
 
-def start_engines(engines: KitEngines) -> None:
-    """vLLM, then in the background the quantization section's second vLLM (the other weights: a compile of its own
-    on a first tour) while the engine beside vLLM starts (on a first tour, the rest of llama.cpp's build); both are up
-    before the first section measures anything."""
-    (vllm,) = engines.ensure(["vllm"])
-    beside = engines.beside.kit_engines[1:]
-    starting = [name for name in beside if not answers(engines.endpoint(name))]
-    why = f"while {' and '.join(starting)} starts" if starting else "before the first section"
-    other = sections.other_weights(vllm)
-    engines.start_second_ahead(other, why)
-    try:
-        engines.ensure(beside)
-    finally:
-        engines.second_vllm(other)  # up before a section measures, also when the engine beside did not start
-
-
 def tour(args: argparse.Namespace, settings: Settings, beside: OllamaClass, folder: Path, command: str) -> Tour:
     engines = KitEngines(settings, beside)
     console.print(f"[bold]tour:[/bold] beside vLLM: {engines.beside.described}")
@@ -127,9 +111,9 @@ def tour(args: argparse.Namespace, settings: Settings, beside: OllamaClass, fold
     progress = Progress(steps, args.quick)
     started = time.monotonic()
     try:
-        progress.step(0, f"the engines: vLLM, {engines.beside.name} beside it, and section 5's second vLLM")
+        progress.step(0, f"the engines: vLLM and, beside it, {engines.beside.name}")
         try:
-            start_engines(engines)
+            engines.ensure(engines.beside.kit_engines)
         except Exception as exc:  # each section that needs the engine says so in its place
             record.notes.append(f"the engines did not all start: {exc}")
         progress.finished("engines")

@@ -3,12 +3,11 @@
 Policy: an engine that already answers is used as it is and left running; one that does not is started with
 `ENGINES=<name> bash up.sh` (the port from the settings) and stopped at the end with the same `down.sh`. Beside
 vLLM stands the engine the learner ran before (`OllamaClass`): the one named with --endpoint, else their own Ollama
-where one answers holding a model, else the kit's llama.cpp server. The quantization section's second vLLM (the
-other weights) always runs on a free port of its own: it starts in the background once vLLM answers, while the
-engine beside it starts (on a first tour, while llama.cpp's build ends), is up before the first section measures
-anything, and is stopped as soon as its section is done. Commands run as the user would type them, in the
-repository's root, with the tour's environment (KIT_ENV_FILE and exported settings included); their output
-streams to the console and its last lines are kept for the section that failed.
+where one answers holding a model, else the kit's llama.cpp server. The
+quantization section's second vLLM (the other weights) always runs on a free port of its own, and is stopped
+as soon as the section is done. Commands run as the user would type them, in the repository's root, with the
+tour's environment (KIT_ENV_FILE and exported settings included); their output streams to the console and its
+last lines are kept for the section that failed.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 
 from client.endpoint import Endpoint, EndpointError, named_endpoints
 from labs.compare.workload import targets
-from labs.tour.running import Running, run, started
+from labs.tour.running import run
 from serve.config.environment import load_env
 from serve.config.settings import Settings
 from serve.engines import ollama
@@ -28,14 +27,10 @@ from serve.processes.process import free_port
 from ui.progress import console
 
 
-def typed(command: str, overrides: dict[str, str]) -> str:
-    """`VAR=value ... bash up.sh`, as the user would type it."""
-    return " ".join([*(f"{name}={value}" for name, value in overrides.items()), command])
-
-
 def shell(command: str, overrides: dict[str, str]) -> list[str]:
-    """The command, said first (`typed`), then run."""
-    console.print(f"[bold]tour:[/bold] running [bold]{typed(command, overrides)}[/bold]")
+    """`VAR=value ... bash up.sh` as the user would type it: said first, then run."""
+    typed = " ".join([*(f"{name}={value}" for name, value in overrides.items()), command])
+    console.print(f"[bold]tour:[/bold] running [bold]{typed}[/bold]")
     return run(["bash", "-c", command], {**os.environ, **overrides})
 
 
@@ -129,7 +124,6 @@ class KitEngines:
     settings: Settings
     beside: OllamaClass
     started: list[str] = field(default_factory=list)  # engine names, in start order
-    second: ExtraVllm | None = None  # the quantization section's second vLLM while it runs
 
     def endpoint(self, name: str) -> Endpoint:
         (endpoint,) = targets(self.settings, (name,))
@@ -152,31 +146,7 @@ class KitEngines:
             endpoints.append(endpoint)
         return endpoints
 
-    def start_second_ahead(self, quantization: str, why: str) -> None:
-        """The quantization section's second vLLM, started now in the background (`second_vllm` joins it)."""
-        self.second = ExtraVllm(quantization)
-        self.second.start(why)
-
-    def second_vllm(self, quantization: str) -> ExtraVllm:
-        """The second vLLM with `quantization`, up: the one started ahead when its weights are these (waiting for
-        its up.sh if it still runs), else one started now. A failed start is stopped and raised."""
-        if self.second is not None and self.second.quantization != quantization:
-            self.stop_second()
-        if self.second is None:
-            self.second = ExtraVllm(quantization)
-        try:
-            return self.second.ready()
-        except BaseException:
-            self.second = None  # ready() stopped it: a later call starts one again
-            raise
-
-    def stop_second(self) -> None:
-        if self.second is not None:
-            second, self.second = self.second, None
-            second.stop()
-
     def stop_started(self) -> None:
-        self.stop_second()
         for name in reversed(self.started):
             console.print(f"[bold]tour:[/bold] stopping {name}, which the tour started")
             shell("bash down.sh", {"ENGINES": name})
@@ -185,59 +155,27 @@ class KitEngines:
 
 @dataclass(slots=True)
 class ExtraVllm:
-    """A second vLLM with the other weights on a free port, for the quantization section: `QUANTIZATION=...
-    bash up.sh`, then `bash down.sh`. It may start ahead, in the background (`start`), while the tour waits for
-    something else; `ready` waits for its up.sh."""
+    """A second vLLM on a free port for the length of a `with` block: `QUANTIZATION=... bash up.sh`, then down."""
 
     quantization: str
     port: int = field(default_factory=free_port)
-    up: Running | None = None
 
     @property
     def overrides(self) -> dict[str, str]:
         return {"ENGINES": "vllm", "REPLICAS": "1", "VLLM_PORT": str(self.port)}
 
-    @property
-    def up_overrides(self) -> dict[str, str]:
-        return {"QUANTIZATION": self.quantization, **self.overrides, **MEASURED}
-
-    def start(self, why: str) -> None:
-        """Its up.sh in the background, its output shown as it comes, each line marked `second vLLM`."""
+    def __enter__(self) -> ExtraVllm:
         console.print(
             f"[bold]tour:[/bold] starting a second vLLM with QUANTIZATION={self.quantization} on port {self.port} "
-            f"for the quantization section through up.sh, in the background {why} (stopped through down.sh right "
-            "after that section)"
+            "through up.sh (stopped through down.sh right after this section)"
         )
-        shown = typed("bash up.sh", self.up_overrides)
-        console.print(f"[bold]tour:[/bold] running [bold]{shown}[/bold] (its lines marked second vLLM)")
-        self.up = started(["bash", "-c", "bash up.sh"], {**os.environ, **self.up_overrides}, label="second vLLM")
-
-    def ready(self) -> ExtraVllm:
-        """Once its up.sh is done: at once when it started ahead and is done; when it did not start, it starts
-        now. A failed start is stopped through down.sh (what it left) and raised."""
         try:
-            if self.up is None:
-                console.print(
-                    f"[bold]tour:[/bold] starting a second vLLM with QUANTIZATION={self.quantization} on port "
-                    f"{self.port} through up.sh (stopped through down.sh right after this section)"
-                )
-                shell("bash up.sh", self.up_overrides)
-            else:
-                if self.up.process.poll() is None:
-                    console.print("[bold]tour:[/bold] waiting for the second vLLM's up.sh")
-                self.up.wait()
+            shell("bash up.sh", {"QUANTIZATION": self.quantization, **self.overrides, **MEASURED})
         except BaseException:
-            self.stop()
+            self.__exit__()
             raise
         return self
 
-    def stop(self) -> None:
-        """down.sh, also while its up.sh still runs: down waits for a start it finds under way, then stops it."""
+    def __exit__(self, *_: object) -> None:
         console.print(f"[bold]tour:[/bold] stopping the second vLLM on port {self.port}")
-        try:
-            shell("bash down.sh", self.overrides)
-        finally:
-            if self.up is not None and self.up.process.poll() is None:  # its up.sh, told its server is gone
-                self.up.process.terminate()
-            if self.up is not None:
-                self.up.process.wait()
+        shell("bash down.sh", self.overrides)

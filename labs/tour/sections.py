@@ -27,7 +27,7 @@ from labs.quantization.lab import Quality, score, weights
 from labs.served import Served, served
 from labs.sizing.verify import compare as sizing_compare
 from labs.sizing.verify import inputs as sizing_inputs
-from labs.tour.engines import KitEngines
+from labs.tour.engines import ExtraVllm, KitEngines
 from labs.tour.plan import Section
 from labs.tour.running import LabFailed, run
 from serve.config.paths import ROOT
@@ -237,19 +237,13 @@ class QuantizationSizes:
     lengths: str  # the answers' lengths, as labs.loadtest --lengths takes them
 
 
-def other_weights(vllm: Endpoint) -> str:
-    """The QUANTIZATION of the quantization section's second vLLM: the weights the running one does not serve."""
-    running_kind, _ = weights(served(vllm.root_url, vllm, require_metrics=False))
-    return "none" if "int8" in running_kind else "int8"
-
-
 def quantization(ctx: Context, sizes: QuantizationSizes) -> dict[str, Any]:
     """The quality lab on the float and the int8 weights (the running vLLM and a second one with the other
-    weights, started ahead by the tour's engines step), then the load tester's tok/s at 1 and many users on both."""
+    weights), then the load tester's tok/s at 1 and many users on both."""
     (vllm,) = ctx.engines.ensure(["vllm"])
-    other = other_weights(vllm)
-    try:
-        extra = ctx.engines.second_vllm(other)
+    running_kind, _ = weights(served(vllm.root_url, vllm, require_metrics=False))
+    other = "none" if "int8" in running_kind else "int8"
+    with ExtraVllm(other) as extra:
         second = dataclasses.replace(vllm, base_url=f"http://127.0.0.1:{extra.port}/v1", replica_urls=())
         float_engine, int8_engine = (second, vllm) if other == "none" else (vllm, second)
         named = [dataclasses.replace(float_engine, name="float"), dataclasses.replace(int8_engine, name="int8")]
@@ -262,8 +256,6 @@ def quantization(ctx: Context, sizes: QuantizationSizes) -> dict[str, Any]:
         speed = load_test(
             LoadTest(named, specs, ctx.folder / "quantization-speed", ctx.command, scrape_interval_s=None)
         )
-    finally:
-        ctx.engines.stop_second()
     return {
         **quantization_data(scored.payload, speed.run_dicts),
         "windows": sizes.windows,
