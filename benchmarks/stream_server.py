@@ -3,9 +3,11 @@
 It is a fake engine, named as such: it answers every POST .../chat/completions with `max_tokens`
 SSE chunks as fast as asyncio can write them (optionally `--token-delay-ms` apart), a finish chunk with
 usage, and [DONE]. HTTP/1.1 keep-alive with chunked transfer encoding; GET /v1/models lists `fake-stream`;
-no /metrics (404), like llama.cpp's Python server.
+no /metrics (404). With --cut-short-after N it plays a fault no engine of the kit produces on demand: every answer
+ends after N tokens with [DONE] and no finish reason, HTTP 200 all the same (as llama-cpp-python's server does to a
+running stream when another request arrives), which a benchmark must count as truncated, not as fast.
 
-    python -m benchmarks.stream_server --port 18123 [--cpu 1] [--token-delay-ms 0]
+    python -m benchmarks.stream_server --port 18123 [--cpu 1] [--token-delay-ms 0] [--cut-short-after N]
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import contextlib
 import json
 import os
 
-from ui.cli import KitArgumentParser, non_negative_float, non_negative_int, tcp_port
+from ui.cli import KitArgumentParser, non_negative_float, non_negative_int, positive_int, tcp_port
 
 CHUNK = 'data: {"choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}\n\n'
 HEADERS = (
@@ -43,7 +45,9 @@ def final_events(num_tokens: int) -> str:
     return f"data: {json.dumps(finish)}\n\ndata: {json.dumps(usage)}\n\ndata: [DONE]\n\n"
 
 
-async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token_delay_s: float) -> None:
+async def answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token_delay_s: float, cut_short_after: int | None
+) -> None:
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -61,13 +65,15 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tok
                 await writer.drain()
                 continue
             num_tokens = int(json.loads(body).get("max_tokens") or 1)
+            sent = num_tokens if cut_short_after is None else min(num_tokens, cut_short_after)
             writer.write(HEADERS)
-            for _ in range(num_tokens):
+            for _ in range(sent):
                 writer.write(http_chunk(CHUNK))
                 if token_delay_s:
                     await writer.drain()
                     await asyncio.sleep(token_delay_s)
-            writer.write(http_chunk(final_events(num_tokens)) + b"0\r\n\r\n")
+            ending = final_events(num_tokens) if cut_short_after is None else "data: [DONE]\n\n"
+            writer.write(http_chunk(ending) + b"0\r\n\r\n")
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
@@ -75,8 +81,10 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tok
         writer.close()
 
 
-async def serve(host: str, port: int, token_delay_s: float) -> None:
-    server = await asyncio.start_server(lambda r, w: answer(r, w, token_delay_s), host, port, backlog=1024)
+async def serve(host: str, port: int, token_delay_s: float, cut_short_after: int | None = None) -> None:
+    server = await asyncio.start_server(
+        lambda r, w: answer(r, w, token_delay_s, cut_short_after), host, port, backlog=1024
+    )
     print(f"stream server listening on http://{host}:{port}/v1", flush=True)
     async with server:
         await server.serve_forever()
@@ -92,11 +100,14 @@ def main() -> None:
     parser.add_argument("--port", type=tcp_port, required=True)
     parser.add_argument("--cpu", type=non_negative_int, default=None, help="pin this server to one CPU core")
     parser.add_argument("--token-delay-ms", type=non_negative_float, default=0.0)
+    parser.add_argument(
+        "--cut-short-after", type=positive_int, default=None, help="end every answer after N tokens, no finish reason"
+    )
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.host, args.port, args.token_delay_ms / 1000.0))
+        asyncio.run(serve(args.host, args.port, args.token_delay_ms / 1000.0, args.cut_short_after))
 
 
 if __name__ == "__main__":

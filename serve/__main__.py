@@ -16,7 +16,7 @@ from serve.config.settings import Settings
 from serve.engines import replicas, runtimes
 from serve.engines import status as engine_status
 from serve.engines.runtime import Runtime, Started
-from serve.install import llamacpp_venv, open_webui_venv, system
+from serve.install import open_webui_venv, system
 from serve.observe import prometheus
 from serve.processes import process, run_record
 from serve.processes.local_server import RUN_DIR
@@ -84,7 +84,6 @@ def up(settings: Settings) -> int:
     observer = prometheus.wanted(settings)  # PROMETHEUS=true: its program and port, checked before any engine starts
     chat_ui = open_webui.wanted(settings)  # OPEN_WEBUI=true: its port, checked before any engine starts
     plans = {id(runtime): plan_for(runtime) for runtime in engines}
-    build_ahead(settings)
     for runtime in engines:
         up_one(settings, runtime, plans[id(runtime)])
     if observer is not None:
@@ -92,14 +91,6 @@ def up(settings: Settings) -> int:
     if chat_ui is not None:
         chat_ui.start()
     return 0
-
-
-def build_ahead(settings: Settings) -> None:
-    """LLAMACPP_BUILD_AHEAD: start llama.cpp's one-time build beside what follows, where it will be needed."""
-    if settings.llamacpp_build_ahead or "llamacpp" in settings.engines:
-        said = llamacpp_venv.start_background_build(with_server="llamaserver" in settings.engines)
-        if said:
-            console.print(f"Meanwhile {said}")
 
 
 def plan_for(runtime: Runtime) -> Plan | None:
@@ -164,11 +155,6 @@ def down(settings: Settings, remove_volumes: bool = False) -> int:
         for runtime in started:
             run_record.remove(runtime.port)  # nothing of it runs now
         report_stopped(started, stopped)
-    stopped_build = llamacpp_venv.stop_background_build()
-    if stopped_build is not None:
-        console.print(
-            f"Stopped llama.cpp's build in the background (pid {stopped_build}); the next up.sh starts it again"
-        )
     return 0
 
 

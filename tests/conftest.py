@@ -46,25 +46,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 ENGINE_FIXTURES = frozenset({"vllm_server", "llamacpp_server", "docker_engine"})
 
 
-# Modules whose tests start what tests/run.sh installs in the background: llama.cpp's engines (the rest that need one
-# ask for llamacpp_server), then Open WebUI's venv.
+# Modules whose tests start what tests/run.sh installs in the background: Open WebUI's venv (~90 packages).
 LATE_MODULES = frozenset(
     {
-        "tests/benchmarks/test_kit_vs_defaults.py",  # its llama-server arm
-        "tests/labs/compare/test_compare.py",
-        "tests/serve/test_llama_server.py",
-        "tests/serve/test_llamacpp.py",
-        "tests/serve/test_observe.py",  # Prometheus scraping a llama-server that its up.sh installs
-        "tests/serve/test_ollama.py",  # ENGINES=vllm,llamacpp beside a stand-in Ollama
-        "tests/serve/test_open_webui.py",  # Open WebUI started by up.sh: its venv installs after llama.cpp's
+        "tests/serve/test_open_webui.py",  # Open WebUI started by up.sh
     }
 )
 
 
 def installed_in_background(item: pytest.Item) -> bool:
-    return "llamacpp_server" in getattr(item, "fixturenames", ()) or (
-        item.path.relative_to(ROOT).as_posix() in LATE_MODULES
-    )
+    return item.path.relative_to(ROOT).as_posix() in LATE_MODULES
 
 
 def talks_to_a_server(item: pytest.Item) -> bool:
@@ -74,14 +65,13 @@ def talks_to_a_server(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that asks for a real engine is a server test whatever its module says: `-m "not server"` leaves it
     out, and the mark cannot be forgotten. The modules whose tests start no server run first, while the session's
-    vLLM starts beside them (pytest_collection_finish); the modules that need llama.cpp or Open WebUI run last, in
-    their order: on a bare machine tests/run.sh installs them (a build of minutes, a download of ~90 packages) in the
-    background while the others run."""
+    vLLM starts beside them (pytest_collection_finish); the modules that need Open WebUI run last: on a bare machine
+    tests/run.sh installs it (a download of ~90 packages) in the background while the others run."""
     for item in items:
         if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
     # modules move whole (split, a module-scoped server would start twice): one test that starts a server makes its
-    # module a server module, one that needs llama.cpp or Open WebUI a late one
+    # module a server module, one that needs Open WebUI a late one
     late = {item.path for item in items if installed_in_background(item)}
     servers = {item.path for item in items if talks_to_a_server(item)}
     items.sort(key=lambda item: (item.path in late, item.path in servers))  # stable: each module keeps its order
@@ -108,8 +98,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 
 def kit_env(**overrides: str) -> dict[str, str]:
-    """The process environment for a kit command: .env.example's defaults, RUNTIME=native, no build-ahead, no serving
-    while compiling, plus `overrides`.
+    """The process environment for a kit command: .env.example's defaults, RUNTIME=native, no serving while
+    compiling, plus `overrides`.
 
     KIT_ENV_FILE keeps a developer's own .env out of the tests; variables a developer exported that
     the kit reads are dropped so that only `overrides` change the defaults. RUNTIME is native unless
@@ -123,9 +113,6 @@ def kit_env(**overrides: str) -> dict[str, str]:
     }
     env["KIT_ENV_FILE"] = str(ROOT / ".env.example")
     env["RUNTIME"] = "native"
-    # tests/run.sh installs llama.cpp in the background: each `up` would start a second build that waits for it
-    # (and a soak counts it a stray); tests/serve/test_build_ahead.py tests the build-ahead itself
-    env["LLAMACPP_BUILD_AHEAD"] = "false"
     # a start that compiles waits for the compiled engine, as the tests measure or read what it runs with; the
     # hand-over to it is tested on its own (tests/serve/test_hand_over.py)
     env["SERVE_WHILE_COMPILING"] = "false"

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # the time went (the phases, the install's slowest steps, the slowest tests) and whether the run kept its budget.
 LOGS=.kit/logs/test-run
 mkdir -p "$LOGS"
-rm -f "$LOGS/phases.tsv" "$LOGS/install.log" "$LOGS/install-llamacpp.log" "$LOGS/install-standin.log" "$LOGS/pytest.xml"
+rm -f "$LOGS/phases.tsv" "$LOGS/install.log" "$LOGS/install-webui.log" "$LOGS/install-standin.log" "$LOGS/pytest.xml"
 timed() {  # timed NAME COMMAND...: run it, append "NAME<TAB>seconds" (+ "<TAB>beside" under beside), keep its status
   local name="$1" start=$SECONDS status=0
   shift
@@ -31,7 +31,7 @@ stop_background() {
 report() {
   if [ -x .venv/bin/python ]; then
     # the background installs' steps
-    cat "$LOGS/install-llamacpp.log" "$LOGS/install-standin.log" >>"$LOGS/install.log" 2>/dev/null || true
+    cat "$LOGS/install-webui.log" "$LOGS/install-standin.log" >>"$LOGS/install.log" 2>/dev/null || true
     .venv/bin/python -m tests.support.run_report "$LOGS/phases.tsv" "$LOGS/install.log" "$LOGS/pytest.xml" >&2 || true
   fi
 }
@@ -68,22 +68,18 @@ checks() {
     .venv/bin/lint-imports
 }
 timed "lint, formatting, types, import floors" checks
-# the native vLLM venv and prepared model in .kit/; REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that
-# tests/serve/test_replicas.py starts
+# the native vLLM venv and prepared model in .kit/, llama.cpp's venv (PyPI's prebuilt xllamacpp and the GGUF: seconds,
+# nothing compiled); REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that tests/serve/test_replicas.py
+# starts
 install_kit() {
-  REPLICAS=2 ENGINES=vllm .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
+  REPLICAS=2 ENGINES=vllm,llamacpp,llamaserver .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
 }
 timed "install (python -m serve install: the venvs, the model)" install_kit
-# The llama.cpp venv and llama-server's GGUF, then Open WebUI's venv (OPEN_WEBUI=true: ~90 packages and torch's CPU
-# build, tests/serve/test_open_webui.py), install in the background, niced in a session of its own, while the
-# tests run: on a bare machine that means llama.cpp's build (minutes of a compiler, once per machine: its wheel and
-# llama-server are kept in ~/.cache/vllm-lab-kit/ for other clones). Where the kernel schedules sessions as
-# autogroups (sched_autogroup_enabled, on in most distributions) that session shares the CPU with pytest's evenly,
-# its nice notwithstanding: the 45-minute budget was measured so (up.sh's own build ahead yields for real:
-# process.yield_the_cpu). tests/conftest.py runs the tests that need either last; one that comes
-# sooner waits for the install (the kit's installs take a lock: serve/install/venv.py). Its steps join the report.
-setsid nice -n 19 env ENGINES=llamacpp,llamaserver OPEN_WEBUI=true .venv/bin/python -m serve install \
-  >"$LOGS/install-llamacpp.log" 2>&1 &
+# Open WebUI's venv (OPEN_WEBUI=true: ~90 packages and torch's CPU build, tests/serve/test_open_webui.py) installs in
+# the background, niced in a session of its own, while the tests run; tests/conftest.py runs the test that needs it
+# last, and one that comes sooner waits for the install (the kit's installs take a lock: serve/install/venv.py). Its
+# steps join the report.
+setsid nice -n 19 env OPEN_WEBUI=true .venv/bin/python -m serve install >"$LOGS/install-webui.log" 2>&1 &
 background_groups+=($!)
 # The teaching engine's tests need torch, which only the vLLM venv has: they run there, with their own conftest, in
 # the background beside pytest's first minutes (its tests that start no server, on one core; the session's vLLM

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Debian packages the test suite uses (offline validators, a headless browser, what the kit's native paths
-# need from the system: patch for patches/apply.sh, a C/C++ toolchain and CMake; a Docker engine with Compose v1,
+# need from the system: patch for patches/apply.sh, g++ for torch.compile; a Docker engine with Compose v1,
 # debootstrap for the Docker tests' local base image, tmux, the real terminal the client's chat is tested in, and
 # prometheus with promtool, the kit's native Prometheus that PROMETHEUS=true starts),
 # installed when missing.
 # Called by tests/run.sh; needs root (as CI has) or the packages already present.
 set -euo pipefail
 
-packages=(shellcheck docker-compose chromium patch gcc g++ cmake docker.io debootstrap tmux prometheus)
+packages=(shellcheck docker-compose chromium patch g++ docker.io debootstrap tmux prometheus)
 # kubectl for `kubectl kustomize` (tests/serve/test_kube.py fails without it): any one on PATH will do, else Debian's
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 missing=()

@@ -112,8 +112,9 @@ def ollama_class(settings: Settings, spec: str | None) -> OllamaClass:
     return OllamaClass(
         "llamacpp",
         None,
-        f"the kit's llama.cpp server (llama-cpp-python, as Ollama runs llama.cpp), model {ollama.SAME_MODEL} as a "
-        f"Q4_1 GGUF: {model_note(ollama.SAME_MODEL)} (no Ollama of yours answered at {OLLAMA_URL} holding a model)",
+        f"the kit's llama.cpp server (one request at a time, as Ollama runs llama.cpp by default), model "
+        f"{ollama.SAME_MODEL} as a Q4_1 GGUF: {model_note(ollama.SAME_MODEL)} (no Ollama of yours answered at "
+        f"{OLLAMA_URL} holding a model)",
     )
 
 

@@ -353,19 +353,12 @@ class Settings:
         "Ollama's own /api routes are not served)",
         serves="llamacpp",
     )
-    llamacpp_interrupt_requests: bool = setting(
-        "LLAMACPP_INTERRUPT_REQUESTS",
-        "false",
-        boolean,
-        "false: a request waits its turn, as Ollama's default queue does (OLLAMA_NUM_PARALLEL=1); true is "
-        "llama-cpp-python's own default: a new request cuts the running stream short",
-    )
-    llamacpp_build_ahead: bool = setting(
-        "LLAMACPP_BUILD_AHEAD",
-        "true",
-        boolean,
-        "true: the first up also builds llama.cpp (the tour's Ollama-class engine; PyPI has no built one) in the "
-        "background at the lowest CPU priority, once per machine",
+    llamacpp_num_parallel: int = setting(
+        "LLAMACPP_NUM_PARALLEL",
+        "1",
+        server_slots,
+        "requests the llama.cpp server decodes together, as Ollama's OLLAMA_NUM_PARALLEL (its default: 1, one at "
+        "a time, the others wait their turn)",
     )
     llama_server_port: int = setting(  # serve/engines/llama_server.py: llama.cpp's own C++ server, parallel slots
         "LLAMA_SERVER_PORT",
@@ -379,8 +372,8 @@ class Settings:
         "LLAMA_SERVER_SLOTS",
         "4",
         server_slots,
-        "requests llama-server decodes together, batched continuously (-np, like OLLAMA_NUM_PARALLEL; 4 was "
-        "Ollama's own before v0.10); each slot gets MAX_MODEL_LEN tokens of context",
+        "requests llama-server decodes together, batched continuously (--parallel, as a user who outgrows Ollama's "
+        "one-at-a-time default runs it); each slot gets MAX_MODEL_LEN tokens of context",
     )
     replicas: int = setting(
         "REPLICAS",

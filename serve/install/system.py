@@ -34,8 +34,6 @@ class Tool:
 
 PATCH = Tool(("patch",), "patches/apply.sh patches the installed vLLM with it", "patch", "patch")
 CXX = Tool(("g++",), "torch.compile builds the model's kernels with it at every first start", "g++", "gcc-c++")
-CC = Tool(("gcc", "cc"), "llama.cpp's C sources are compiled with it", "gcc", "gcc")
-CMAKE = Tool(("cmake",), "llama.cpp's build runs it", "cmake", "cmake")
 # Python's venv module (Debian splits it out; Fedora's python3 has it): serve/light-tools.sh checks it by import
 PYTHON_VENV = Tool(("python3",), "every venv of the kit is made with it", "python3-venv", "python3")
 
@@ -43,11 +41,6 @@ PYTHON_VENV = Tool(("python3",), "every venv of the kit is made with it", "pytho
 def native_needs(enforce_eager: bool) -> list[Tool]:
     """The native vLLM runtime: patch always; a C++ compiler unless torch.compile is off (ENFORCE_EAGER)."""
     return [PATCH] if enforce_eager else [PATCH, CXX]
-
-
-def llamacpp_build_needs() -> list[Tool]:
-    """Building llama-cpp-python's portable wheel (once per machine)."""
-    return [CC, CXX, CMAKE]
 
 
 def missing(tools: Sequence[Tool], path: str | None = None) -> list[Tool]:

@@ -25,8 +25,6 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"Wrote {path.relative_to(ROOT)}", highlight=False)
     for job in scrape.jobs(settings):
         console.print(f"  job {job.name}: {', '.join(job.targets)}", highlight=False)
-    for line in scrape.not_scraped(settings):
-        console.print(f"  {line}", highlight=False)
     return 0
 
 

@@ -90,9 +90,7 @@ class PrometheusRuntime(LocalRuntime):
         return [
             f"  Prometheus  {self.base_url} (config {scrape.CONFIG_PATH.relative_to(ROOT)}, "
             f"log {self.log_path.relative_to(ROOT)})",
-            f"  scraping    {targets or 'nothing: no engine in ENGINES publishes metrics'} every "
-            f"{scrape.SCRAPE_INTERVAL_S} s",
-            *(f"  {line}" for line in scrape.not_scraped(self.settings)),
+            f"  scraping    {targets} every {scrape.SCRAPE_INTERVAL_S} s",
             f"  try         curl -s '{self.base_url}/api/v1/query?query=vllm:num_requests_running'",
         ]
 

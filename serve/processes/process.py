@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -291,22 +291,6 @@ def spawn(argv: Sequence[str], log_path: Path, env: dict[str, str], cwd: Path) -
             start_new_session=True,
         )
     return proc.pid
-
-
-AUTOGROUP = Path("/proc/self/autogroup")
-LOWEST_NICE = 19
-
-
-def yield_the_cpu() -> None:
-    """The lowest CPU priority for this process and what it starts, against every other session too. With the
-    kernel's autogroup scheduling (sched_autogroup_enabled: on by default in most distributions' kernels) a
-    process's nice orders it only within its own session: a job `spawn` started (a session of its own) got as much
-    CPU as the rest of the machine together, `nice -n 19` or not (measured: a background llama.cpp build took a core
-    from a first vLLM start). So the session's own nice goes to the lowest too; a kernel without autogroups has no
-    such file, and the process's nice alone decides."""
-    os.setpriority(os.PRIO_PROCESS, 0, LOWEST_NICE)
-    with suppress(OSError):
-        AUTOGROUP.write_text(str(LOWEST_NICE))
 
 
 def stop_group(pgid: int, grace_s: float = STOP_GRACE_S) -> bool:

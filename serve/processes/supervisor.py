@@ -187,8 +187,7 @@ def release(pgid: int, everywhere: set[int]) -> None:
 
 
 def healthy(url: str) -> bool:
-    """200 from the health path; a 401/403 counts too (llama-cpp-python's only probe, /v1/models, wants the key:
-    it answers, so it is up)."""
+    """200 from the health path; a 401/403 counts too (a probe that wants the key answers, so it is up)."""
     try:
         with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as answer:
             return answer.status == 200

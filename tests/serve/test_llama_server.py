@@ -1,13 +1,13 @@
-"""llama.cpp's own C++ server as an engine: the portable build kept in the kit's cache, a real llama-server
-with parallel slots (it starts in seconds), its settings, and stopping it."""
+"""llama.cpp's own C++ server as an engine: PyPI's prebuilt xllamacpp (nothing compiled), a real server with
+parallel slots (it starts in seconds), its settings, and stopping it."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,18 +16,20 @@ import pytest
 
 from benchmarks.arms import BUILTIN_ARMS, arm_settings
 from client.stream import RequestRecord, chat_payload, stream_chat
-from serve.config.paths import CACHE_DIR
 from serve.config.settings import KNOBS, Settings
 from serve.engines.llama_server import LlamaServerRuntime
-from serve.install import llama_server_build, llamacpp_venv
-from serve.install.llamacpp_venv import LLAMACPP_VERSION, PORTABLE_CMAKE_ARGS
+from serve.install import llamacpp_venv
+from serve.install.llamacpp_venv import XLLAMACPP_VERSION
+from serve.install.venv import Venv
 from serve.processes import process
 from tests.conftest import LLAMACPP_MODEL, ROOT, free_port, kit_env, run_script
+from tests.serve.test_system import path_without
 from ui.values import SettingsError
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 SLOTS = 3  # not the default (4): the server reporting 3 proves the setting reached it
 DEFAULTS = {knob.env: knob.default for knob in KNOBS}
+BUILD_TOOLS = ("gcc", "cc", "g++", "c++", "cmake", "make")  # what building llama.cpp would need
 
 
 def settings(**overrides: str) -> Settings:
@@ -46,23 +48,45 @@ def api_url(runtime: LlamaServerRuntime) -> str:
     return f"{runtime.base_url}/v1"
 
 
-def test_the_build_is_portable_cached_per_machine_and_reused() -> None:
-    """tests/run.sh's install built it; another install finds it and builds nothing."""
-    assert llama_server_build.BINARY.is_file() and llama_server_build.BINARY.is_relative_to(CACHE_DIR)
-    assert llama_server_build.BUILD_DIR.name.startswith(f"llama-server-{LLAMACPP_VERSION}-portable-")
-    assert set(PORTABLE_CMAKE_ARGS.split()) <= set(llamacpp_venv.BUILD_CMAKE_ARGS.split())  # what keeps SIGILL away
-    assert not llama_server_build.will_build() and llama_server_build.install() is False
-    version = subprocess.run([str(llama_server_build.BINARY), "--version"], capture_output=True, text=True, timeout=30)
-    assert version.returncode == 0, version.stderr  # no SIGILL on this CPU
-    # one build for both engines: the server loads the very libraries the llama.cpp engine's wheel ships
-    linked = subprocess.run(["ldd", str(llama_server_build.BINARY)], capture_output=True, text=True, timeout=30)
-    libllama = next(line for line in linked.stdout.splitlines() if "libllama.so" in line)
-    assert f"{llama_server_build.BUILD_DIR}/libllama.so" in libllama, linked.stdout  # found through its $ORIGIN
-    wheel = llamacpp_venv.built_wheel()
-    assert wheel is not None
-    with zipfile.ZipFile(wheel) as archive:
-        shipped = {Path(name).name for name in archive.namelist() if name.startswith("llama_cpp/lib/")}
-    assert "libllama.so" in shipped and "libggml-cpu.so" in shipped, shipped
+def test_nothing_is_compiled_the_wheel_installs_on_a_path_without_compilers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyPI's xllamacpp is a prebuilt wheel: its install needs no C/C++ compiler, no CMake and no make, and builds
+    nothing (the log has no build step)."""
+    folder = tmp_path / "llamacpp"
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=120)
+    venv = Venv(folder, "llama.cpp", llamacpp_venv.VENV.holds, tmp_path / "install-llamacpp.log")
+    monkeypatch.setattr(llamacpp_venv, "VENV", venv)
+    monkeypatch.setenv("PATH", path_without(BUILD_TOOLS, tmp_path / "bin"))
+    assert not any(shutil.which(tool) for tool in BUILD_TOOLS)
+    assert llamacpp_venv.install() is True and venv.installed()
+    log = venv.log_path.read_text()
+    assert "xllamacpp" in log and "Building wheel" not in log and "Running setup.py" not in log, log
+    check = subprocess.run(
+        [str(venv.python), "-c", "import xllamacpp; print(xllamacpp.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0 and check.stdout.strip() == XLLAMACPP_VERSION, check.stderr
+    assert llamacpp_venv.gguf_path().is_relative_to(folder)
+
+
+def test_a_cpu_without_what_the_wheel_needs_is_refused_in_one_line() -> None:
+    refusal = llamacpp_venv.cpu_refusal({"sse4_2", "avx", "f16c"}, "x86_64")
+    assert (
+        refusal is not None
+        and "lacks AVX2, FMA" in refusal
+        and "leave llamacpp and llamaserver out of ENGINES" in (refusal)
+    )
+    assert llamacpp_venv.cpu_refusal({"avx2", "fma", "f16c"}, "x86_64") is None
+    assert llamacpp_venv.cpu_refusal(set(), "aarch64") is None
+
+
+def test_both_engines_serve_prometheus_metrics(runtime: LlamaServerRuntime) -> None:
+    """llama.cpp's server exports llamacpp:* metrics, which serve/observe/ scrapes; Ollama has none."""
+    metrics = httpx.get(f"{runtime.base_url}/metrics", timeout=10)
+    assert metrics.status_code == 200 and "llamacpp:prompt_tokens_total" in metrics.text, metrics.text[:300]
 
 
 def test_it_answers_a_chat_completion_under_the_ollama_name(runtime: LlamaServerRuntime) -> None:

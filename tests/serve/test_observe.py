@@ -49,10 +49,9 @@ def check_config(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([promtool(), "check", "config", str(path)], capture_output=True, text=True, timeout=60)
 
 
-def test_every_engine_either_publishes_metrics_or_is_named_as_one_without() -> None:
+def test_every_engine_of_the_registry_has_a_scrape_job() -> None:
     """A new engine in the registry cannot be left out of the scrape configuration in silence."""
-    for name in runtimes.ENGINES:
-        assert (name in scrape.JOB_NAMES) != (name in scrape.WITHOUT_METRICS), name
+    assert set(scrape.JOB_NAMES) == set(runtimes.ENGINES)
 
 
 def test_the_jobs_follow_engines_replicas_and_the_runtime() -> None:
@@ -61,13 +60,13 @@ def test_the_jobs_follow_engines_replicas_and_the_runtime() -> None:
     assert scrape.jobs(every) == [
         scrape.Job("vllm", ("127.0.0.1:8010", "127.0.0.1:8011")),  # each replica, VLLM_PORT+i
         scrape.Job("vllm-router", ("127.0.0.1:8012",)),  # the router's metrics, VLLM_PORT+N+1
+        scrape.Job("llamacpp", ("127.0.0.1:11434",)),  # Ollama's port: the Ollama-class engine has metrics too
         scrape.Job("llama-server", ("127.0.0.1:8089",)),
     ]
-    assert scrape.not_scraped(every) == [
-        "llamacpp (127.0.0.1:11434) is not scraped: llama-cpp-python's server has no /metrics (nor has Ollama)"
-    ]
     assert scrape.jobs(settings(RUNTIME="docker-gpu")) == [scrape.Job("vllm", ("127.0.0.1:8000",))]  # GPU_PORT
-    assert scrape.jobs(settings(VLLM_HOST="0.0.0.0", ENGINES="llamacpp")) == []
+    assert scrape.jobs(settings(VLLM_HOST="0.0.0.0", ENGINES="llamacpp")) == [
+        scrape.Job("llamacpp", ("127.0.0.1:11434",))
+    ]
     assert scrape.jobs(settings(VLLM_HOST="0.0.0.0"))[0].targets == ("127.0.0.1:8009",)  # reached on loopback
 
 
@@ -249,6 +248,6 @@ def test_the_pages_observe_command_writes_the_configuration_and_says_what_it_scr
     assert result.stdout.splitlines() == [
         "Wrote .kit/observe/prometheus.yml",
         "  job vllm: 127.0.0.1:8009",
-        "  llamacpp (127.0.0.1:11434) is not scraped: llama-cpp-python's server has no /metrics (nor has Ollama)",
+        "  job llamacpp: 127.0.0.1:11434",
     ]
     assert yaml.safe_load(scrape.CONFIG_PATH.read_text()) == scrape.config(settings(ENGINES="vllm,llamacpp"))

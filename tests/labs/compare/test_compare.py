@@ -8,6 +8,8 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import pairwise
 from pathlib import Path
 
@@ -160,15 +162,31 @@ def test_their_ollama_beside_the_kits_vllm_named_with_endpoint(
     assert duplicate.returncode == 2 and "two engines are both called 'a'" in duplicate.stderr, duplicate.stderr
 
 
-def test_the_cut_short_option_is_counted_not_hidden(tmp_path: Path) -> None:
-    """LLAMACPP_INTERRUPT_REQUESTS=true (llama-cpp-python's own default): the next request cuts the running
-    stream short with HTTP 200; the lab counts it as truncated and says its scaling is not a speed-up."""
-    server = start_llamacpp(LLAMACPP_INTERRUPT_REQUESTS="true")
+@contextmanager
+def cutting_stand_in(tokens: int) -> Iterator[str]:
+    """A fake engine, named as such (benchmarks/stream_server.py): every answer ends after `tokens` tokens with HTTP
+    200, [DONE] and no finish reason, a fault no engine of the kit produces on demand. Its /v1 URL."""
+    port = free_port()
+    argv = [sys.executable, "-m", "benchmarks.stream_server", "--port", str(port), "--cut-short-after", str(tokens)]
+    server = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
+        assert server.stdout is not None and "listening" in server.stdout.readline()
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_answers_cut_short_are_counted_not_hidden(vllm_server: Server, tmp_path: Path) -> None:
+    """A server that ends a stream early with HTTP 200 (llama-cpp-python's did when another request came): the lab
+    counts the answers as truncated and says its scaling is not a speed-up."""
+    with cutting_stand_in(tokens=2) as url:
         result = compare(
-            server.env,
+            vllm_server.env,
             "--engines",
-            "llamacpp",
+            "vllm",
+            "--endpoint",
+            f"cutting={url}@fake-stream",
             "--n",
             str(SMALL_N),
             "--max-tokens",
@@ -176,12 +194,14 @@ def test_the_cut_short_option_is_counted_not_hidden(tmp_path: Path) -> None:
             "--results",
             str(tmp_path / "results"),
         )
-    finally:
-        stop_server(server)
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads((tmp_path / "results" / "comparison-results.json").read_text())
-    concurrent = next(summary for summary in document["summaries"] if summary["mode"] == "matched concurrent")
-    assert concurrent["num_truncated"] >= 1
+    concurrent = next(
+        summary
+        for summary in document["summaries"]
+        if summary["mode"] == "matched concurrent" and summary["engine"] == "cutting"
+    )
+    assert concurrent["num_truncated"] == SMALL_N
     assert "TRUNCATED" in result.stdout and "not a speed-up" in result.stdout and "cut short" in result.stdout
 
 
