@@ -51,7 +51,10 @@ def params(args: argparse.Namespace) -> xllamacpp.CommonParams:
 def main(argv: list[str]) -> None:
     args = parse(argv)
     print(f"xllamacpp {xllamacpp.__version__}: {xllamacpp.get_system_info().strip()}", flush=True)
-    server = xllamacpp.Server(params(args))  # loads the model, then listens; it serves on threads of its own
+    try:
+        server = xllamacpp.Server(params(args))  # loads the model, then listens; it serves on threads of its own
+    except RuntimeError as exc:  # a model that does not load, a port it cannot bind: its log lines above say which
+        sys.exit(f"error: llama.cpp's server did not start ({exc}); its log lines above say why")
     print(f"serving {args.alias} on http://{args.host}:{args.port} with {args.parallel} slot(s)", flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})  # until `down` stops it
     del server
