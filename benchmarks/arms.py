@@ -98,14 +98,8 @@ BUILTIN_ARMS = {
     "llamacpp": Arm(
         "llamacpp",
         "llamacpp",
-        (("LLAMACPP_INTERRUPT_REQUESTS", "false"),),
-        "the Ollama-class engine: llama.cpp's server, Q4_1 GGUF, requests wait their turn",
-    ),
-    "llamaserver-1": Arm(
-        "llamaserver-1",
-        "llamaserver",
-        ((SLOTS, "1"),),
-        "llama.cpp's own llama-server, Q4_1 GGUF, one slot: requests queue (Ollama's default)",
+        (("LLAMACPP_NUM_PARALLEL", "1"),),
+        "the Ollama-class engine: llama.cpp's server, Q4_1 GGUF, one slot: requests wait their turn (Ollama's default)",
     ),
     "llamaserver-n": Arm(
         "llamaserver-n",

@@ -50,7 +50,7 @@ from serve.config.paths import ROOT
 from ui.cli import KitArgumentParser, non_negative_int, positive_int, positive_ints
 from ui.progress import console
 
-DEFAULT_ARMS = "kit,vllm-defaults,llamacpp,llamaserver-1,llamaserver-n"
+DEFAULT_ARMS = "kit,vllm-defaults,llamacpp,llamaserver-n"
 DEFAULT_CONCURRENCY = "1,4,8,16"
 DEFAULT_LENGTHS = "uniform:48-80"  # mean 64 output tokens, as in the measurements
 DEFAULT_REQUESTS_PER_USER = 2
@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--attach",
         action="append",
         default=[],
-        metavar="ENGINE=URL",
-        help="measure a running vllm, llamacpp or llamaserver server at this /v1 URL (replaces --arms)",
+        metavar="[NAME:]ENGINE=URL",
+        help="measure a running vllm, llamacpp or llamaserver server at this /v1 URL (replaces --arms; NAME tells "
+        "two of one engine apart)",
     )
     parser.add_argument("--concurrency", type=positive_ints, default=positive_ints(DEFAULT_CONCURRENCY))
     parser.add_argument(
@@ -124,10 +125,13 @@ def chosen_arms(args: argparse.Namespace) -> list[Arm]:
     if args.attach:
         arms = []
         for item in args.attach:
-            engine, sep, url = item.partition("=")
+            named, sep, url = item.partition("=")
+            name, _, engine = named.rpartition(":")
             if not sep or not url.startswith("http"):
-                raise ValueError(f"--attach {item!r} is invalid: write ENGINE=URL, e.g. vllm=http://127.0.0.1:8009/v1")
-            arms.append(Arm(engine, engine, (), "attached: already running", url.rstrip("/")))
+                raise ValueError(
+                    f"--attach {item!r} is invalid: write [NAME:]ENGINE=URL, e.g. vllm=http://127.0.0.1:8009/v1"
+                )
+            arms.append(Arm(name or engine, engine, (), "attached: already running", url.rstrip("/")))
         return arms
     names = [name for name in args.arms.split(",") if name]
     unknown = [name for name in names if name not in BUILTIN_ARMS]

@@ -63,7 +63,17 @@ CASES = [
     Case(
         "benchmarks.stream_server",
         ["--port", "18123"],
-        {"--port": "tcp_port", "--cpu": "non_negative_int", "--token-delay-ms": "non_negative_float"},
+        {
+            "--port": "tcp_port",
+            "--cpu": "non_negative_int",
+            "--token-delay-ms": "non_negative_float",
+            "--cut-short-after": "positive_int",
+        },
+    ),
+    Case(
+        "benchmarks.llamacpp_wheel",
+        ["--llama-server", "/bin/true"],
+        {"--slots": "positive_ints", "--concurrency": "positive_ints", "--rounds": "positive_int"},
     ),
     Case(
         "benchmarks.loadtest_agreement",

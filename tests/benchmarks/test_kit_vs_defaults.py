@@ -112,7 +112,6 @@ def test_builtin_arms_are_the_kit_vllm_out_of_the_box_the_weights_llamacpp_and_l
         "float-2threads",
         "int8-2threads",
         "llamacpp",
-        "llamaserver-1",
         "llamaserver-n",
     ]
     defaults = Settings.from_env(dict(BUILTIN_ARMS["vllm-defaults"].overrides))
@@ -192,10 +191,10 @@ def test_bad_input_is_one_line_naming_the_fix(args: list[str], message: str) -> 
 
 
 @pytest.mark.server
-def test_llama_server_arm_starts_and_reports_its_start(tmp_path: Path) -> None:
-    """The benchmark's llama-server arms bring a real llama-server up (seconds: the build is cached) and record
-    the start as the other arms do, a number of seconds (a whole Started once crashed every full run here)."""
-    with serving(BUILTIN_ARMS["llamaserver-1"]) as served:
+def test_llamacpp_arm_starts_and_reports_its_start(tmp_path: Path) -> None:
+    """The benchmark's llama.cpp arms bring a real llama.cpp server up (seconds: a prebuilt wheel) and record the
+    start as the other arms do, a number of seconds (a whole Started once crashed every full run here)."""
+    with serving(BUILTIN_ARMS["llamacpp"]) as served:
         [start] = served.starts
         assert isinstance(start.seconds_to_healthy, float) and start.seconds_to_healthy > 0
         assert served.max_sequences_per_step == 1 and served.api_url.endswith("/v1")

@@ -169,11 +169,11 @@ def test_a_bad_slots_value_is_refused_in_one_line(value: str) -> None:
 
 
 def test_the_benchmark_arms_give_one_slot_and_a_slot_per_user() -> None:
-    one, per_user = BUILTIN_ARMS["llamaserver-1"], BUILTIN_ARMS["llamaserver-n"]
-    assert arm_settings(one.for_users(16)).llama_server_slots == 1
+    one, per_user = BUILTIN_ARMS["llamacpp"], BUILTIN_ARMS["llamaserver-n"]
+    assert arm_settings(one.for_users(16)).llamacpp_num_parallel == 1
     assert arm_settings(per_user.for_users(16)).llama_server_slots == 16
     assert arm_settings(per_user.for_users(8)).llama_server_slots == 8
-    assert {one.engine, per_user.engine} == {"llamaserver"}
+    assert (one.engine, per_user.engine) == ("llamacpp", "llamaserver")
 
 
 def test_up_status_and_down_drive_it_through_engines() -> None:
