@@ -13,7 +13,7 @@ from serve.config.paths import ROOT
 from ui.progress import console
 
 TAIL_LINES = 12  # what a failed command leaves in its section of the report
-UP_TIMEOUT_S = 1800  # a first start compiles the model; a first install of llama.cpp builds it
+UP_TIMEOUT_S = 1800  # a first start compiles the model (minutes on two cores)
 
 
 class LabFailed(RuntimeError):
