@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from client.endpoint import EndpointError
-from serve.config.environment import load_env
 from serve.config.machine import ISA_CAPS, ISA_ENV
 from serve.config.settings import KNOBS, PORT_FIELDS, Settings
 from serve.config.sizing import V1_CPU_BLOCK_SIZE
 from serve.engines.runtimes import ENGINES
 from serve.processes.process import free_port
+from ui.environment import load_env
 from ui.progress import StepFailed, fail
 from ui.values import SettingsError
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from serve.config.environment import load_env
 from serve.config.paths import ROOT
 from serve.config.settings import CLIENT_VARIABLES, ENGINES, KNOBS, Settings
 from serve.engines import runtimes
 from tests.conftest import free_port, kit_env, run_script
+from ui.environment import load_env
 from ui.values import SettingsError
 
 BAD_VALUES = [
