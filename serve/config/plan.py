@@ -2,7 +2,7 @@
 
 The one resolver for every runtime: natively, in a container (its CPU and memory caps), as a replica (its share of
 the CPUs and memory) and on a GPU (KV from GPU memory): each runtime states its limits (RuntimeLimits) and `resolve`
-does the rest. The KV budget and the batch that fit the memory left are sizing's arithmetic (sizing.plan_batch).
+does the rest. The KV budget and the batch that fit the memory left are sizing's arithmetic (sizing.size_batch).
 
 Each value carries the reason it was chosen, so that `up.sh` can show it in its recap; `up` records the plan it
 started with (serve/processes/run_record.py), and everything after reads that record instead of resolving again.
@@ -22,7 +22,7 @@ from serve.config.sizing import (
     ModelFacts,
     auto_seqs,
     auto_seqs_reason,
-    plan_batch,
+    size_batch,
 )
 from ui.values import SettingsError
 
@@ -343,7 +343,7 @@ def resolve(
             else f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default",
         )
     room = limits.memory_bytes - facts.weight_bytes(dtype) - VLLM_CPU_OVERHEAD_BYTES
-    batch = plan_batch(
+    batch = size_batch(
         facts,
         dtype,
         settings.max_model_len,

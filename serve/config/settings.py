@@ -83,12 +83,12 @@ server_slots = bounded(
 
 def engine_list(name: str, raw: str) -> tuple[str, ...]:
     engines = tuple(part.strip() for part in raw.split(",") if part.strip())
-    unknown = [engine for engine in engines if engine not in ENGINES]
+    unknown = [engine for engine in engines if engine not in ENGINE_NAMES]
     if not engines or unknown or len(set(engines)) != len(engines):
         raise invalid(
             name,
             raw,
-            f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
+            f"use a comma-separated list of {', '.join(ENGINE_NAMES)} (each once), "
             "e.g. vllm or vllm,llamacpp or vllm,llamacpp,llamaserver",
         )
     return engines
@@ -540,4 +540,4 @@ CLIENT_VARIABLES = (
 )
 # The engines ENGINES may name, in declaration order: those a port setting serves (serve/engines/runtimes.py
 # registers each under the same name).
-ENGINES: tuple[str, ...] = tuple(dict.fromkeys(knob.serves for knob in KNOBS if knob.serves))
+ENGINE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(knob.serves for knob in KNOBS if knob.serves))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from labs.engine.study import COLUMNS
-from labs.tour.plan import SEED_BATCH, SEED_MAX_LEN_OVER_PAGED
+from labs.tour.outline import SEED_BATCH, SEED_MAX_LEN_OVER_PAGED
 from labs.tour.readings.shapes import Reading, Table, number, ratio, times
 
 SEED_CONTINUOUS_TTFT_P50_MS = 201  # the seed study's continuous TTFT p50 at max batch 16 (labs/engine.md)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labs.tour.plan import quantization_measured
+from labs.tour.outline import quantization_measured
 from labs.tour.readings.shapes import Reading, Table, number, ratio, times
 
 SATURATED = 0.8  # throughput grew by less than this share of the offered load's growth: the engine saturated

@@ -14,7 +14,7 @@ from benchmarks.first_token import TOUR_ENGINES, kit_steps, tour_parts
 from labs import results
 from labs.tour.__main__ import parse_args
 from labs.tour.catalogue import PARTS
-from labs.tour.plan import Section
+from labs.tour.outline import Section
 from labs.tour.report import TOUR_JSON
 from tests.conftest import ROOT, Server
 from tests.support.docs import doc_commands, retarget, run_doc
