@@ -57,9 +57,9 @@ BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit 
 # GPU track's
 QUANTIZATIONS = ("auto", "none", "int8", "awq", "gptq", "fp8")
 CPU_QUANTIZATIONS = ("none", "int8")
-# vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 RESTART_POLICIES = ("no", "on-failure")  # serve/processes/supervisor.py applies them to every native server
 START_METHODS = ("auto", "fork", "spawn")  # START_METHOD: how vLLM starts the worker that runs the model
+# vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
 # api_server flags the kit passes from its settings: set in VLLM_EXTRA_ARGS they would override them unseen.

@@ -6,6 +6,7 @@ the memory a capped container sees. The CPU track served end to end is tests/ser
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -119,7 +120,9 @@ def test_compose_v2_is_preferred_then_docker_compose_1_28(
 def test_two_clones_in_folders_with_the_same_name_get_their_own_project(tmp_path: Path) -> None:
     first, second = tmp_path / "a" / "vllm-lab-kit", tmp_path / "b" / "vllm-lab-kit"
     assert project_name(first) != project_name(second)
-    assert project_name(first).startswith("vllm-lab-kit-") and project_name(first) == project_name(first)
+    # the folder's name and its resolved path: the same clone reached another way is the same project
+    assert re.fullmatch(r"vllm-lab-kit-[0-9a-f]{8}", project_name(first))
+    assert project_name(first) == project_name(first / ".." / first.name)
 
 
 def test_swap_space_reaches_compose_only_below_vllm_0_18() -> None:
