@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from client.endpoint import EndpointError
-from serve.config.environment import load_env
 from serve.config.machine import ISA_CAPS, ISA_ENV
 from serve.config.settings import KNOBS, PORT_FIELDS, Settings
 from serve.config.sizing import V1_CPU_BLOCK_SIZE
 from serve.engines.runtimes import ENGINES
 from serve.processes.process import free_port
+from ui.environment import load_env
 from ui.progress import StepFailed, fail
 from ui.values import SettingsError
 
@@ -144,7 +144,7 @@ class Start:
 
 
 @dataclass(slots=True)
-class Served:
+class RunningArm:
     """A healthy engine for one arm: where to send requests and what the bandwidth ceiling needs."""
 
     api_url: str
@@ -200,7 +200,7 @@ def arm_settings(arm: Arm) -> Settings:
 
 
 @contextmanager
-def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
+def serving(arm: Arm, restarts: int = 0) -> Iterator[RunningArm]:
     """Bring the arm's engine up (then, for an engine that compiles, stop and start it `restarts` more times), yield
     it, stop it. Its Engine says what runs it, what a decode step reads and what a start compiled."""
     settings = arm_settings(arm)
@@ -210,7 +210,7 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[Served]:
         runtime.install()  # the weights its decode step reads; its start would install them anyway
     step = engine.decode_step(settings)
     url = arm.attach_url or f"{runtime.base_url}/v1"
-    served = Served(url, runtime.served_model, step.weight_bytes, step.max_sequences, step.facts)
+    served = RunningArm(url, runtime.served_model, step.weight_bytes, step.max_sequences, step.facts)
     if arm.attach_url:
         yield served
         return

@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from labs.engine.config import THREADS, EngineConfig, add_flags
-from labs.engine.engine import Engine
+from labs.engine.llm_engine import LLMEngine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES
 from labs.engine.sequence import SamplingParams
@@ -28,7 +28,7 @@ PROMPT = "Explain in a few sentences why a serving engine batches requests."
 
 
 def engine_tok_s(model: SmolLM2, prompt_ids: list[int], batch: int, new_tokens: int, dtype: str) -> float:
-    engine = Engine(EngineConfig(max_batch_size=batch, num_blocks=batch * 16, max_model_len=256, dtype=dtype), model)
+    engine = LLMEngine(EngineConfig(max_batch_size=batch, num_blocks=batch * 16, max_model_len=256, dtype=dtype), model)
     params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
     start = time.perf_counter()
     outputs = engine.generate([prompt_ids] * batch, params)

@@ -29,7 +29,7 @@ from typing import Any
 from benchmarks.arms import (
     BUILTIN_ARMS,
     Arm,
-    Served,
+    RunningArm,
     add_cpu_isa_argument,
     engine_environ,
     guarded,
@@ -159,7 +159,7 @@ def workload(args: argparse.Namespace, concurrency: int) -> WorkloadSpec:
 class ArmRun:
     """One healthy arm and every round measured on it, by concurrency."""
 
-    def __init__(self, arm: Arm, served: Served) -> None:
+    def __init__(self, arm: Arm, served: RunningArm) -> None:
         self.arm = arm
         self.served = served
         self.target = Endpoint.at(

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.table import Table
@@ -77,6 +78,63 @@ def start_s(clone: Path, env: dict[str, str]) -> float:
     return float(up[0].removeprefix(UP_LINE).split()[0])
 
 
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One fresh install of Open WebUI and its timed starts."""
+
+    install: list[tuple[float, str]]  # the installer's output lines, each at its second
+    received_bytes: int
+    venv: Path
+    packages: list[str]
+    starts_s: list[float]
+    load_before: float  # 1-minute load average before the install
+    load_after: float  # ... and after the starts
+
+
+def install_and_start(clone: Path, env: dict[str, str], scratch: Path, stock_pip: bool, num_starts: int) -> Measured:
+    """Install Open WebUI's venv in a fresh clone (with stock pip: PyPI and a stand-in torch index), then start it
+    `num_starts` times to /health, stopping it after each; RuntimeError for a step that failed."""
+    with ExitStack() as stack:
+        if stock_pip:
+            env = stack.enter_context(stock_pip_with_torch_index(env, scratch))
+        run(["bash", "serve/light-tools.sh"], env, clone, INSTALL_TIMEOUT_S)
+        load_before = os.getloadavg()
+        received = received_bytes()
+        install = run([".venv/bin/python", "-m", "serve.install.open_webui_venv"], env, clone, INSTALL_TIMEOUT_S)
+        received = received_bytes() - received
+        venv = clone / ".kit" / "open-webui"
+        packages = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        starts: list[float] = []
+        try:
+            for _ in range(num_starts):
+                starts.append(start_s(clone, env))
+                run([".venv/bin/python", "-c", STOP], env, clone, 120)
+        finally:
+            subprocess.run([".venv/bin/python", "-c", STOP], cwd=clone, env=env, capture_output=True, timeout=120)
+        return Measured(install, received, venv, packages, starts, load_before[0], os.getloadavg()[0])
+
+
+def print_table(measured: Measured, timed: dict[str, float], install_s: float, venv_gib: float) -> None:
+    starts = measured.starts_s
+    table = Table(title="Open WebUI on a machine that never had it (empty caches)")
+    table.add_column("")
+    table.add_column("", justify="right")
+    for title, seconds in timed.items():
+        table.add_row(title, f"{seconds:.0f} s")
+    table.add_row("the install, in all", f"{install_s:.0f} s", style="bold")
+    table.add_row("received meanwhile (all interfaces but lo)", f"{measured.received_bytes / 1e6:.0f} MB")
+    table.add_row(f"the venv: {len(measured.packages)} packages", f"{venv_gib:.2f} GiB")
+    table.add_row("first start to /health (it creates its database)", f"{starts[0]:.0f} s", style="bold")
+    for number, seconds in enumerate(starts[1:], 2):
+        table.add_row(f"start {number} to /health", f"{seconds:.0f} s")
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = KitArgumentParser(
         prog="python -m benchmarks.open_webui",
@@ -92,59 +150,27 @@ def main(argv: list[str] | None = None) -> int:
     clone = fresh_clone(scratch / "clone")
     env = {**empty_caches_env(scratch, free_port()), "OPEN_WEBUI": "true", "OPEN_WEBUI_PORT": str(free_port())}
     try:
-        with ExitStack() as stack:
-            if args.stock_pip:
-                env = stack.enter_context(stock_pip_with_torch_index(env, scratch))
-            run(["bash", "serve/light-tools.sh"], env, clone, INSTALL_TIMEOUT_S)
-            load_before = os.getloadavg()
-            received = received_bytes()
-            install = run([".venv/bin/python", "-m", "serve.install.open_webui_venv"], env, clone, INSTALL_TIMEOUT_S)
-            received = received_bytes() - received
-            venv = clone / ".kit" / "open-webui"
-            packages = subprocess.run(
-                [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.split()
-            starts: list[float] = []
-            try:
-                for _ in range(args.starts):
-                    starts.append(start_s(clone, env))
-                    run([".venv/bin/python", "-c", STOP], env, clone, 120)
-            finally:
-                subprocess.run([".venv/bin/python", "-c", STOP], cwd=clone, env=env, capture_output=True, timeout=120)
-            load_after = os.getloadavg()
+        measured = install_and_start(clone, env, scratch, args.stock_pip, args.starts)
     except RuntimeError as exc:
         err_console.print(f"[bold red]error:[/bold red] {exc}")
         return 1
+    install, starts = measured.install, measured.starts_s
     timed = {match["title"]: float(match["seconds"]) for _, line in install if (match := STEP_LINE.search(line))}
     steps = {key: seconds for key, head in STEPS.items() for title, seconds in timed.items() if title.startswith(head)}
     result = {
         "stock_pip": args.stock_pip,
         "install_s": install[-1][0] if install else 0.0,
         "steps_s": steps,
-        "downloaded_mb": received / 1e6,
+        "downloaded_mb": measured.received_bytes / 1e6,
         "torch_wheel_mb": torch_wheel().stat().st_size / 1e6 if args.stock_pip else None,
-        "venv_gib": folder_bytes(venv) / 2**30,
-        "packages": len(packages),
+        "venv_gib": folder_bytes(measured.venv) / 2**30,
+        "packages": len(measured.packages),
         "first_start_s": starts[0],
         "later_starts_s": starts[1:],
         "later_start_median_s": statistics.median(starts[1:]) if starts[1:] else None,
-        "load_average_1m": {"before_install": load_before[0], "after_starts": load_after[0]},
+        "load_average_1m": {"before_install": measured.load_before, "after_starts": measured.load_after},
     }
-    table = Table(title="Open WebUI on a machine that never had it (empty caches)")
-    table.add_column("")
-    table.add_column("", justify="right")
-    for title, seconds in timed.items():
-        table.add_row(title, f"{seconds:.0f} s")
-    table.add_row("the install, in all", f"{result['install_s']:.0f} s", style="bold")
-    table.add_row("received meanwhile (all interfaces but lo)", f"{received / 1e6:.0f} MB")
-    table.add_row(f"the venv: {len(packages)} packages", f"{result['venv_gib']:.2f} GiB")
-    table.add_row("first start to /health (it creates its database)", f"{starts[0]:.0f} s", style="bold")
-    for number, seconds in enumerate(starts[1:], 2):
-        table.add_row(f"start {number} to /health", f"{seconds:.0f} s")
-    console.print(table)
+    print_table(measured, timed, result["install_s"], result["venv_gib"])
     command = command_line("python -m benchmarks.open_webui", sys.argv[1:] if argv is None else argv)
     console.print(f"wrote {write(args.out / 'results.json', Envelope.now(command), result)}")
     shutil.rmtree(scratch, ignore_errors=True)

@@ -298,6 +298,79 @@ def recorded_seqs(port: int) -> str:
     return "unknown" if plan is None or plan.max_num_seqs is None else str(plan.max_num_seqs)
 
 
+@dataclass(slots=True)
+class Soaked:
+    """What one soak found: the requests' fates, each engine's gauges after, each group's RSS, strays."""
+
+    max_num_seqs: str  # as the first replica was started with (its record)
+    tally: Tally
+    load_s: float
+    after: dict[str, tuple[float, float, float]]  # running, waiting, KV usage per engine after the load
+    warm_mib: dict[str, float]  # each group's RSS after warm-up
+    end_mib: dict[str, float]  # ... and at the end
+    strays: list[str]
+
+    @property
+    def requests(self) -> int:
+        return self.tally.completed + self.tally.hung_up + len(self.tally.cut) + len(self.tally.other)
+
+    def verdicts(self) -> dict[str, bool]:
+        tally, warm, end = self.tally, self.warm_mib, self.end_mib
+        return {
+            "nothing but completed, hung up or cut by a kill": not tally.other,
+            "no more cut than the victims held (+2 each the router had just sent)": len(tally.cut)
+            <= sum(tally.in_flight_at_kill) + 2 * len(tally.in_flight_at_kill),
+            "KV usage back to 0, nothing running or waiting": all(g == (0, 0, 0) for g in self.after.values()),
+            "no kit process outside the recorded groups": not self.strays,
+            f"every group's RSS within {RSS_BOUND}x of after warm-up": all(end[k] <= RSS_BOUND * warm[k] for k in warm),
+        }
+
+
+def soak_replicas(settings: Settings, users: int, kill_after_s: int, settle_s: int) -> Soaked:
+    """Start two supervised replicas behind the router, warm them, soak them while killing each once, stop them."""
+    before = checkout_processes()
+    started = runtimes.vllm_runtimes(settings)
+    engines = [runtime for runtime in started[:-1] if isinstance(runtime, NativeRuntime)]
+    servers = [runtime for runtime in started if isinstance(runtime, LocalRuntime)]
+    router = started[-1]
+    assert isinstance(router, RouterRuntime)
+    with running(started):
+        measure(settings, settings.base_url, 4, plain_messages(8), 32)  # warm-up: every replica has served
+        seqs = recorded_seqs(engines[0].port)
+        print(
+            f"benchmarks.soak: {users} users on {settings.base_url} (2 replicas, max-num-seqs "
+            f"{seqs} each), {HANG_UP_SHARE:.0%} hang up mid-stream",
+            flush=True,
+        )
+        warm = groups_rss_mib(servers)
+        tally, load_s = asyncio.run(soak(settings, engines, router, users, kill_after_s, settle_s))
+        time.sleep(5)  # aborts reach the engines' gauges
+        after = {runtime.label: gauges(runtime.base_url) for runtime in engines}
+        return Soaked(seqs, tally, load_s, after, warm, groups_rss_mib(servers), strays(servers, before))
+
+
+def print_soaked(soaked: Soaked, verdicts: dict[str, bool]) -> None:
+    tally, warm, end = soaked.tally, soaked.warm_mib, soaked.end_mib
+    print(
+        f"\n{soaked.requests} requests in {soaked.load_s:.0f} s of load: {tally.completed} completed, {tally.hung_up} "
+        f"aborted by their own client, {len(tally.cut)} in flight on a killed process (the victims held "
+        f"{' and '.join(f'{n:g}' for n in tally.in_flight_at_kill)} running + waiting), {len(tally.other)} other"
+    )
+    for error in sorted(set(tally.cut))[:5]:
+        print(f"  cut: {error}")
+    for error in tally.other[:5]:
+        print(f"  OTHER: {error}")
+    for label, (running_now, waiting_now, kv) in soaked.after.items():
+        print(f"{label}: {running_now:g} running, {waiting_now:g} waiting, KV usage {kv:.1%} after the load")
+    print("| group | RSS after warm-up MiB | RSS at the end MiB | end / start |\n|---|---|---|---|")
+    for label in warm:
+        print(f"| {label} | {warm[label]:.0f} | {end[label]:.0f} | {end[label] / max(warm[label], 1):.2f} |")
+    for what, ok in verdicts.items():
+        print(f"{'PASS' if ok else 'FAIL'}: {what}")
+    if soaked.strays:
+        print("  strays: " + "; ".join(soaked.strays))
+
+
 def main() -> None:
     parser = KitArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=positive_int, default=48, help="closed-loop users (above capacity)")
@@ -309,69 +382,26 @@ def main() -> None:
     args = parser.parse_args()
     base = dataclasses.replace(Settings.load(), runtime="native", replicas=2, restart="on-failure")
     settings = dataclasses.replace(base, port=process.free_port_run("127.0.0.1", 4))
-    before = checkout_processes()
-    started = runtimes.vllm_runtimes(settings)
-    engines = [runtime for runtime in started[:-1] if isinstance(runtime, NativeRuntime)]
-    servers = [runtime for runtime in started if isinstance(runtime, LocalRuntime)]
-    router = started[-1]
-    assert isinstance(router, RouterRuntime)
-    with running(started):
-        measure(settings, settings.base_url, 4, plain_messages(8), 32)  # warm-up: every replica has served
-        seqs = recorded_seqs(engines[0].port)
-        print(
-            f"benchmarks.soak: {args.users} users on {settings.base_url} (2 replicas, max-num-seqs "
-            f"{seqs} each), {HANG_UP_SHARE:.0%} hang up mid-stream",
-            flush=True,
-        )
-        warm = groups_rss_mib(servers)
-        tally, load_s = asyncio.run(soak(settings, engines, router, args.users, args.kill_after_s, args.settle_s))
-        time.sleep(5)  # aborts reach the engines' gauges
-        after = {runtime.label: gauges(runtime.base_url) for runtime in engines}
-        end = groups_rss_mib(servers)
-        stray = strays(servers, before)
-    total = tally.completed + tally.hung_up + len(tally.cut) + len(tally.other)
-    print(
-        f"\n{total} requests in {load_s:.0f} s of load: {tally.completed} completed, {tally.hung_up} aborted by "
-        f"their own client, {len(tally.cut)} in flight on a killed process (the victims held "
-        f"{' and '.join(f'{n:g}' for n in tally.in_flight_at_kill)} running + waiting), {len(tally.other)} other"
-    )
-    for error in sorted(set(tally.cut))[:5]:
-        print(f"  cut: {error}")
-    for error in tally.other[:5]:
-        print(f"  OTHER: {error}")
-    for label, (running_now, waiting_now, kv) in after.items():
-        print(f"{label}: {running_now:g} running, {waiting_now:g} waiting, KV usage {kv:.1%} after the load")
-    print("| group | RSS after warm-up MiB | RSS at the end MiB | end / start |\n|---|---|---|---|")
-    for label in warm:
-        print(f"| {label} | {warm[label]:.0f} | {end[label]:.0f} | {end[label] / max(warm[label], 1):.2f} |")
-    verdicts = {
-        "nothing but completed, hung up or cut by a kill": not tally.other,
-        "no more cut than the victims held (+2 each the router had just sent)": len(tally.cut)
-        <= sum(tally.in_flight_at_kill) + 2 * len(tally.in_flight_at_kill),
-        "KV usage back to 0, nothing running or waiting": all(g == (0, 0, 0) for g in after.values()),
-        "no kit process outside the recorded groups": not stray,
-        f"every group's RSS within {RSS_BOUND}x of after warm-up": all(end[k] <= RSS_BOUND * warm[k] for k in warm),
-    }
-    for what, ok in verdicts.items():
-        print(f"{'PASS' if ok else 'FAIL'}: {what}")
-    if stray:
-        print("  strays: " + "; ".join(stray))
+    soaked = soak_replicas(settings, args.users, args.kill_after_s, args.settle_s)
+    verdicts = soaked.verdicts()
+    print_soaked(soaked, verdicts)
+    tally = soaked.tally
     found = {
         "users": args.users,
         "kill_after_s": args.kill_after_s,
         "settle_s": args.settle_s,
-        "max_num_seqs": seqs,
-        "requests": total,
-        "load_s": load_s,
+        "max_num_seqs": soaked.max_num_seqs,
+        "requests": soaked.requests,
+        "load_s": soaked.load_s,
         "completed": tally.completed,
         "aborted_by_client": tally.hung_up,
         "in_flight_on_killed": len(tally.cut),
         "other": len(tally.other),
         "victims_running_and_waiting_before": tally.in_flight_at_kill,
         "back_after_s": tally.back_after_s,
-        "rss_end_over_warm": [end[label] / max(warm[label], 1) for label in warm],
+        "rss_end_over_warm": [soaked.end_mib[label] / max(soaked.warm_mib[label], 1) for label in soaked.warm_mib],
         "verdicts": verdicts,
-        "strays": stray,
+        "strays": soaked.strays,
     }
     command = command_line("python -m benchmarks.soak", sys.argv[1:])
     engines_measured = [MeasuredEngine(settings.model_name, "http://127.0.0.1 (free ports)", "vllm")]

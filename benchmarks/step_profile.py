@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import psutil
 
-from benchmarks.arms import Arm, Served, add_cpu_isa_argument, parse_overrides, serving, use_cpu_isa
+from benchmarks.arms import Arm, RunningArm, add_cpu_isa_argument, parse_overrides, serving, use_cpu_isa
 from benchmarks.roofline import Bandwidth, measure_bandwidth
 from client.endpoint import Endpoint, EndpointError
 from client.stream import RequestRecord, chat_payload, closed_loop, stream_chat
@@ -427,7 +427,7 @@ def build_parser() -> KitArgumentParser:
     return parser
 
 
-def profile(args: argparse.Namespace, arm: Arm, served: Served) -> dict[str, Any]:
+def profile(args: argparse.Namespace, arm: Arm, served: RunningArm) -> dict[str, Any]:
     endpoint = Endpoint.at(
         "kit", served.api_url, served.model, kind="vllm", url_source="--attach", model_source="MODEL_NAME"
     )

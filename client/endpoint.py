@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import httpx
 
 from client.keys import api_key_for, refused_key_hint
-from serve.config.environment import load_env
+from ui.environment import load_env
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8009/v1"
 ENDPOINT_SPEC = "NAME=URL[@MODEL]"  # an engine on a lab's command line (--endpoint), any OpenAI-compatible one

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from serve.config.settings import KNOBS
+from ui.environment import ENGINE_PORTS
 
 
 def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
@@ -21,7 +21,7 @@ def api_key_for(url: str, env: Mapping[str, str]) -> tuple[str | None, str]:
     kit_key, openai_key = env.get("VLLM_API_KEY") or None, env.get("OPENAI_API_KEY") or None
     parts = urlsplit(url)
     kit_hosts = {"127.0.0.1", "localhost", "::1", env.get("VLLM_HOST", "127.0.0.1")}
-    kit_ports = {env.get(knob.env, knob.default) for knob in KNOBS if knob.serves}
+    kit_ports = {env.get(setting, default) for setting, (default, _) in ENGINE_PORTS.items()}
     try:
         port = str(parts.port or "")
     except ValueError:

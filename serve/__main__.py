@@ -10,7 +10,6 @@ from pathlib import Path
 from rich.table import Table
 
 from serve.config import env_check
-from serve.config.environment import env_file
 from serve.config.plan import Plan
 from serve.config.settings import Settings
 from serve.engines import replicas, runtimes
@@ -22,6 +21,7 @@ from serve.processes import process, run_record
 from serve.processes.local_server import RUN_DIR
 from serve.webui import open_webui
 from ui.cli import KitArgumentParser
+from ui.environment import env_file
 from ui.progress import StepFailed, console, fail, warn
 from ui.values import SettingsError
 

@@ -15,7 +15,6 @@ import jsonschema
 import pytest
 import yaml
 
-from serve.config.environment import load_env
 from serve.config.machine import detect
 from serve.config.settings import KNOBS, VLLM_VERSION, Settings
 from serve.config.vllm_flags import FLAGS, Target, parse_version, setting_becomes, vllm_args, vllm_env, vllm_flags
@@ -32,6 +31,7 @@ from serve.engines.tracks import (
 )
 from tests.conftest import ROOT
 from tests.support.docs import ENGINES_PAGE
+from ui.environment import load_env
 
 SCHEMA = Path(__file__).parent / "data" / "compose-spec" / "compose-spec.json"
 COMPOSE = ROOT / "compose.yaml"

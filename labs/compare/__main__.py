@@ -15,10 +15,10 @@ from client.endpoint import ENDPOINT_SPEC, Endpoint, EndpointError, named_endpoi
 from labs.compare.lab import Comparison, compare, engine_settings
 from labs.compare.workload import DEFAULT_N, MAX_TOKENS, targets
 from labs.results import command_line
-from serve.config.environment import load_env
 from serve.config.paths import ROOT
 from serve.config.settings import Settings, engine_list
 from ui.cli import KitArgumentParser, positive_int
+from ui.environment import load_env
 from ui.progress import fail
 
 RESULTS_DIR = ROOT / "results"

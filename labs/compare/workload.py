@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from itertools import cycle, islice
 
 from client.endpoint import Endpoint
-from serve.config.environment import load_env
 from serve.config.settings import Settings
 from serve.engines.runtimes import ENGINES
+from ui.environment import load_env
 
 MAX_TOKENS = 48
 DEFAULT_N = 3

@@ -16,8 +16,8 @@ import traceback
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from labs.engine.engine import Engine
 from labs.engine.gauges import EngineGauges
+from labs.engine.llm_engine import LLMEngine
 from labs.engine.sequence import SamplingParams
 
 IDLE_POLL_S = 0.5
@@ -34,7 +34,7 @@ class Submission:
 class EngineLoop:
     """Owns the engine: one thread adds submitted requests and steps while anything is unfinished."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
         self.inbox: queue.Queue[Submission] = queue.Queue()
         self.seq_id_to_sink: dict[int, Sink] = {}

@@ -26,7 +26,7 @@ from transformers import AutoTokenizer
 
 from labs.engine import workload
 from labs.engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_NUM_BLOCKS, THREADS, EngineConfig, add_flags
-from labs.engine.engine import Engine
+from labs.engine.llm_engine import LLMEngine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES
 from labs.engine.replay import SkipIdleClock, replay
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, console: Console) -> list[BatchingResult]:
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
     requests = workload.build(spec, tokenizer)
     model = SmolLM2(MODEL_DIR, TORCH_DTYPES[args.dtype])
-    Engine(plan[0], model).generate(
+    LLMEngine(plan[0], model).generate(
         [requests[0].prompt_token_ids], SamplingParams(max_tokens=WARMUP_TOKENS, ignore_eos=True)
     )
     results = []
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace, console: Console) -> list[BatchingResult]:
         for config in plan:
             task = progress.add_task(f"{config.policy:>10} max batch {config.max_batch_size:>2}", total=len(requests))
             clock = SkipIdleClock()
-            engine = Engine(config, model, clock)
+            engine = LLMEngine(config, model, clock)
             started_s = time.perf_counter()
             seqs = replay(engine, clock, requests, on_finished=advancing(progress, task))
             results.append(summarize(engine, seqs, time.perf_counter() - started_s))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from labs.engine.engine import Engine
+from labs.engine.llm_engine import LLMEngine
 
 
 class EngineGauges:
@@ -18,7 +18,7 @@ class EngineGauges:
         self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "fraction of KV blocks in use", registry=self.registry)
         self.preemptions = Counter("vllm:num_preemptions", "sequences preempted", registry=self.registry)
 
-    def observe(self, engine: Engine, new_preemptions: int) -> None:
+    def observe(self, engine: LLMEngine, new_preemptions: int) -> None:
         scheduler, pool = engine.scheduler, engine.block_pool
         self.running.set(len(scheduler.running))
         self.waiting.set(len(scheduler.waiting))

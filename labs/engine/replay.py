@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from labs.engine.engine import Engine
+from labs.engine.llm_engine import LLMEngine
 from labs.engine.sequence import SamplingParams, Sequence
 from labs.engine.workload import Request
 
@@ -28,7 +28,7 @@ class SkipIdleClock:
 
 
 def replay(
-    engine: Engine,
+    engine: LLMEngine,
     clock: SkipIdleClock,
     requests: list[Request],
     on_finished: Callable[[Sequence], None] = lambda seq: None,

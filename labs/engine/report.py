@@ -9,13 +9,13 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from labs.engine.engine import Engine
+from labs.engine.llm_engine import LLMEngine
 from labs.engine.sequence import Sequence
 from labs.engine.study import COLUMNS, BatchingResult
 from labs.loadtest.aggregate import MS_PER_S, Distribution
 
 
-def summarize(engine: Engine, seqs: list[Sequence], wall_s: float) -> BatchingResult:
+def summarize(engine: LLMEngine, seqs: list[Sequence], wall_s: float) -> BatchingResult:
     """Percentiles are the load tester's (`Distribution`): the kit computes them one way."""
     ttfts_ms: list[float] = []
     e2es_s: list[float] = []

@@ -22,8 +22,8 @@ from transformers import AutoTokenizer
 
 from labs.engine.config import THREADS, EngineConfig, add_flags
 from labs.engine.detokenizer import Detokenizer
-from labs.engine.engine import Engine
 from labs.engine.engine_loop import EngineLoop
+from labs.engine.llm_engine import LLMEngine
 from labs.engine.model import SmolLM2
 from labs.engine.model_runner import DTYPES as TORCH_DTYPES
 from labs.engine.openai_requests import GenerationRequest, parse_chat, parse_completion
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.exit(2, f"error: {exc}\n")
     torch.set_num_threads(args.threads)
-    engine = Engine(config, SmolLM2(MODEL_DIR, TORCH_DTYPES[config.dtype]))
+    engine = LLMEngine(config, SmolLM2(MODEL_DIR, TORCH_DTYPES[config.dtype]))
     app = build_app(EngineLoop(engine), AutoTokenizer.from_pretrained(MODEL_DIR), args.served_model_name)
     print(
         f"teaching engine ({config.policy}, max batch {config.max_batch_size}) at http://{args.host}:{args.port}/v1",

@@ -24,7 +24,6 @@ from labs.loadtest.workload import (
     read_prompts,
 )
 from labs.results import command_line
-from serve.config.environment import load_env
 from ui.cli import (
     KitArgumentParser,
     non_negative_float,
@@ -34,6 +33,7 @@ from ui.cli import (
     positive_int,
     positive_ints,
 )
+from ui.environment import load_env
 
 DEFAULT_OUT = Path("results/loadtest")
 URL_SOURCE = "--base-url/OPENAI_BASE_URL"

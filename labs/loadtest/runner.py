@@ -1,4 +1,4 @@
-"""SENDING: play a planned workload against one endpoint, recording every request and /metrics over time.
+"""SENDING: play a scheduled workload against one endpoint, recording every request and /metrics over time.
 
 Requests go out through client/stream.py (the one timing implementation); /metrics is read through
 serve/processes/metrics.py. Client-side queueing (a closed loop's users, a concurrency cap) happens between
@@ -18,7 +18,7 @@ import httpx
 
 from client.endpoint import Endpoint
 from client.stream import STREAM_TIMEOUT, RequestRecord, chat_payload, stream_chat
-from labs.loadtest.workload import PlannedRequest, WorkloadSpec, plan
+from labs.loadtest.workload import ScheduledRequest, WorkloadSpec, schedule
 from serve.processes.metrics import MetricsSnapshot, NoMetrics, combine, scrape, scrape_async
 
 SCRAPE_INTERVAL_S = 0.5
@@ -116,8 +116,8 @@ async def run_load(
     on_done: Callable[[RequestRecord], None] | None = None,
     scrape_interval_s: float | None = SCRAPE_INTERVAL_S,
 ) -> RunResult:
-    """Send the whole planned workload and return every record; never raises for an engine's failures."""
-    planned = plan(spec)
+    """Send the whole scheduled workload and return every record; never raises for an engine's failures."""
+    scheduled = schedule(spec)
     lanes = Lanes(spec.concurrency or spec.num_requests, STREAM_TIMEOUT)
     result = RunResult(target, spec, records=[], started_s=time.perf_counter())
     finished_before = await asyncio.to_thread(finished_by_replica, target)
@@ -126,7 +126,7 @@ async def run_load(
         asyncio.create_task(sample_metrics(target, result, stop, scrape_interval_s)) if scrape_interval_s else None
     )
 
-    async def send(request: PlannedRequest) -> RequestRecord:
+    async def send(request: ScheduledRequest) -> RequestRecord:
         scheduled_s = result.started_s + request.offset_s
         await asyncio.sleep(max(0.0, scheduled_s - time.perf_counter()))
         http = await lanes.acquire()
@@ -149,7 +149,7 @@ async def run_load(
         return record
 
     try:
-        result.records = list(await asyncio.gather(*(send(request) for request in planned)))
+        result.records = list(await asyncio.gather(*(send(request) for request in scheduled)))
     finally:
         stop.set()
         if sampler is not None:

@@ -147,7 +147,7 @@ class WorkloadSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class PlannedRequest:
+class ScheduledRequest:
     request_id: int
     offset_s: float  # arrival time after the run starts; 0 for every request of a closed loop
     prompt: str
@@ -179,20 +179,20 @@ def arrival_offsets_s(spec: WorkloadSpec, rng: random.Random) -> list[float]:
     return offsets
 
 
-def plan(spec: WorkloadSpec) -> list[PlannedRequest]:
-    """The whole run, decided up front from the seed: the same spec always gives the same plan."""
+def schedule(spec: WorkloadSpec) -> list[ScheduledRequest]:
+    """The whole run, decided up front from the seed: the same spec always gives the same schedule."""
     rng = random.Random(spec.seed)
     offsets = arrival_offsets_s(spec, rng)
     weights = [band.weight for band in spec.lengths]
-    planned = []
+    scheduled = []
     for request_id, offset_s in enumerate(offsets):
         band = rng.choices(spec.lengths, weights)[0]
-        planned.append(
-            PlannedRequest(
+        scheduled.append(
+            ScheduledRequest(
                 request_id,
                 offset_s,
                 spec.prompts[request_id % len(spec.prompts)],
                 rng.randint(band.min_tokens, band.max_tokens),
             )
         )
-    return planned
+    return scheduled

@@ -14,9 +14,9 @@ from pathlib import Path
 from client.endpoint import Endpoint, EndpointError
 from labs import results
 from labs.quantization.lab import Quality, score
-from serve.config.environment import load_env
 from serve.config.settings import Settings
 from ui.cli import KitArgumentParser, positive_int
+from ui.environment import load_env
 from ui.progress import fail
 
 DEFAULT_OUT = Path("results") / "quantization.json"

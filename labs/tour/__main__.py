@@ -23,7 +23,7 @@ from labs import results
 from labs.tour import report, sections
 from labs.tour.catalogue import PARTS, estimate_s
 from labs.tour.engines import KitEngines, OllamaClass, ollama_class
-from labs.tour.plan import Section
+from labs.tour.outline import Section
 from labs.tour.report import SectionResult, Status, Tour
 from serve.config.paths import ROOT
 from serve.config.settings import Settings

@@ -2,7 +2,7 @@
 it, how much it asks of its lab in the full tour and in `--quick`, the seconds it takes, how it measures, how its
 numbers read and how they are drawn. The tour (`__main__`) and its report read this table.
 
-Adding a section: its member of `Section` in labs/tour/plan.py (the course's order) and one `Part` here naming its
+Adding a section: its member of `Section` in labs/tour/outline.py (the course's order) and one `Part` here naming its
 sizes and measure (labs/tour/sections.py), its reading (labs/tour/readings/) and its plot (labs/tour/plots.py).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from labs.tour import plots, sections
-from labs.tour.plan import Section, Seed
+from labs.tour.outline import Section, Seed
 from labs.tour.readings.course import read_batching, read_paging, read_seed
 from labs.tour.readings.serving import read_contract, read_load, read_quantization
 from labs.tour.readings.shapes import Reading

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from client.endpoint import Endpoint, EndpointError, named_endpoints
 from labs.compare.workload import targets
 from labs.tour.running import run
-from serve.config.environment import load_env
 from serve.config.settings import Settings
 from serve.engines import ollama
 from serve.processes.process import free_port
+from ui.environment import load_env
 from ui.progress import console
 
 

@@ -17,7 +17,7 @@ from labs import results
 from labs.loadtest.html_report import html_page
 from labs.tour import plots
 from labs.tour.catalogue import PARTS
-from labs.tour.plan import Section
+from labs.tour.outline import Section
 from labs.tour.readings import Reading, Table
 
 TOUR_JSON = "tour.json"

@@ -28,7 +28,7 @@ from labs.served import Served, served
 from labs.sizing.verify import compare as sizing_compare
 from labs.sizing.verify import inputs as sizing_inputs
 from labs.tour.engines import ExtraVllm, KitEngines
-from labs.tour.plan import Section
+from labs.tour.outline import Section
 from labs.tour.running import LabFailed, run
 from serve.config.paths import ROOT
 from serve.config.settings import Settings

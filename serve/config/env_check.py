@@ -24,7 +24,7 @@ from dotenv import dotenv_values
 from serve.config.paths import ROOT
 from serve.config.settings import CLIENT_VARIABLES, KNOBS
 
-KIT_VARIABLES = ("KIT_ENV_FILE",)  # which settings file (serve.config.environment.env_file)
+KIT_VARIABLES = ("KIT_ENV_FILE",)  # which settings file (ui.environment.env_file)
 VLLM_PREFIX = "VLLM_"
 VLLM_NAMES_FILE = Path(__file__).with_name("vllm_env_names.txt")
 SUGGEST_CUTOFF = 0.6  # difflib's own default: a key of the settings file gets a suggestion from there up

@@ -1,36 +1,5 @@
-"""The text every setting is read from: the settings file (`.env`) merged under the process environment.
+"""ui/environment.py's, for labs/contract/__main__.py, which imports it from here until the tool-calling work lands."""
 
-Precedence, lowest first: `.env` (or `.env.example` when there is no `.env`) < the process environment, exactly
-as Docker Compose does, so `export VLLM_PORT=8010` retargets everything. `${VAR:-default}` references inside
-`.env` are resolved with the environment winning too.
-"""
+from ui.environment import load_env
 
-from __future__ import annotations
-
-import os
-from pathlib import Path
-
-from dotenv.main import DotEnv
-
-from serve.config.paths import ENV_EXAMPLE, ENV_FILE
-
-
-def env_file() -> Path:
-    """KIT_ENV_FILE if set (the tests point it at .env.example), else .env, else .env.example."""
-    if os.environ.get("KIT_ENV_FILE"):
-        return Path(os.environ["KIT_ENV_FILE"])
-    return ENV_FILE if ENV_FILE.exists() else ENV_EXAMPLE
-
-
-def load_env(path: Path | None = None) -> dict[str, str]:
-    """`.env` merged under the process environment, with `${VAR:-default}` resolved env-first.
-
-    python-dotenv's DotEnv with override=False is what resolves a reference env-first; its public dotenv_values
-    resolves it file-first. DotEnv is not exported: pyproject.toml pins the releases this was tested on."""
-    path = path or env_file()
-    merged: dict[str, str] = {}
-    if path.exists():
-        values = DotEnv(path, interpolate=True, override=False).dict()
-        merged.update({key: value for key, value in values.items() if value is not None})
-    merged.update(os.environ)
-    return merged
+__all__ = ["load_env"]

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV_FILE = ROOT / ".env"
-ENV_EXAMPLE = ROOT / ".env.example"
+from ui.environment import ROOT
+
 STATE_DIR = ROOT / ".kit"  # everything installed or generated for this checkout, ignored by git
 RUN_DIR = STATE_DIR / "run"  # what runs now: pidfiles, run records, the supervisors' events, port locks
 # Built artifacts worth keeping across clones of the kit on one machine (like pip's own cache);

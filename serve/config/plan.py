@@ -2,7 +2,7 @@
 
 The one resolver for every runtime: natively, in a container (its CPU and memory caps), as a replica (its share of
 the CPUs and memory) and on a GPU (KV from GPU memory): each runtime states its limits (RuntimeLimits) and `resolve`
-does the rest. The KV budget and the batch that fit the memory left are sizing's arithmetic (sizing.plan_batch).
+does the rest. The KV budget and the batch that fit the memory left are sizing's arithmetic (sizing.size_batch).
 
 Each value carries the reason it was chosen, so that `up.sh` can show it in its recap; `up` records the plan it
 started with (serve/processes/run_record.py), and everything after reads that record instead of resolving again.
@@ -19,10 +19,11 @@ from serve.config.sizing import (
     AUTO_CPU_BLOCK_SIZE,
     V1_CPU_BLOCK_SIZE,
     VLLM_CPU_OVERHEAD_BYTES,
+    BatchSizing,
     ModelFacts,
     auto_seqs,
     auto_seqs_reason,
-    plan_batch,
+    size_batch,
 )
 from ui.values import SettingsError
 
@@ -246,18 +247,73 @@ def gpu_plan(settings: Settings, limits: RuntimeLimits) -> Plan:
     )
 
 
-def resolve_own_cpus(settings: Settings, limits: RuntimeLimits) -> tuple[str, str, int, str, str] | None:
+@dataclass(frozen=True, slots=True)
+class CpuUse:
+    """How a CPU engine uses its cores: the OpenMP binding and threads, and whether a worker process runs the model."""
+
+    omp_threads_bind: str
+    omp_threads_bind_reason: str
+    omp_threads: int
+    omp_threads_reason: str
+    multiprocessing: bool
+    multiprocessing_reason: str
+
+
+def resolve_own_cpus(settings: Settings, limits: RuntimeLimits) -> CpuUse | None:
     """An engine with CPUs of its own (a replica's share): bound to them, one OpenMP thread each, in a worker process
     (vLLM binds a worker only: the uni executor would spread over every CPU); None when it has none, or when
     VLLM_CPU_OMP_THREADS_BIND is set (then that is what it gets)."""
     if not limits.cpus or settings.omp_threads_bind != "auto":
         return None
-    return (
+    return CpuUse(
         cpu_list(limits.cpus),
         f"{limits.where}: its own CPUs",
         len(limits.cpus),
         f"{limits.where}: one per CPU it binds",
+        True,
         f"{limits.where}: a worker process, for vLLM's binding",
+    )
+
+
+def resolve_cpu_use(settings: Settings, machine: Machine, seen: Machine, limits: RuntimeLimits) -> CpuUse:
+    """The binding, threads and executor for the cores the engine sees (`seen`: `machine` within `limits`)."""
+    own = resolve_own_cpus(settings, limits)
+    if own is not None:
+        return own
+    multiprocessing, multiprocessing_reason = resolve_multiprocessing(settings, seen, limits.container)
+    bind, bind_reason = resolve_binding(settings, seen, limits.container, multiprocessing)
+    threads, threads_reason = resolve_thread_count(settings, seen, bind, bind_reason, multiprocessing)
+    if limits.container and settings.omp_threads is None:
+        capped = f"auto: the host's {machine.usable_cores} cores, capped by {limits.where}"
+        cores = seen.usable_cores
+        threads_reason = capped + (f": {cores}, one left to the scheduler and API server" if threads < cores else "")
+    return CpuUse(bind, bind_reason, threads, threads_reason, multiprocessing, multiprocessing_reason)
+
+
+def resolve_batch(
+    settings: Settings, facts: ModelFacts | None, limits: RuntimeLimits, dtype: str, cores: int, kv_block_size: int
+) -> BatchSizing:
+    """MAX_NUM_SEQS and the KV budget: sized in the memory the weights leave, or, the model or memory unknown, as set
+    or the unsized defaults."""
+    if facts is None or limits.memory_bytes is None:
+        return BatchSizing(
+            settings.max_num_seqs or auto_seqs(cores),
+            "set in MAX_NUM_SEQS" if settings.max_num_seqs else auto_seqs_reason(cores),
+            settings.kv_cache_space_gib or UNSIZED_KV_GIB,
+            "set in VLLM_CPU_KVCACHE_SPACE"
+            if settings.kv_cache_space_gib
+            else f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default",
+        )
+    room = limits.memory_bytes - facts.weight_bytes(dtype) - VLLM_CPU_OVERHEAD_BYTES
+    return size_batch(
+        facts,
+        dtype,
+        settings.max_model_len,
+        cores,
+        room,
+        settings.max_num_seqs,
+        settings.kv_cache_space_gib,
+        kv_block_size,
     )
 
 
@@ -289,71 +345,35 @@ def resolve(
     dtype, dtype_reason = resolve_dtype(settings, seen)
     blocks, blocks_reason = resolve_block_size(settings, limits.engine_block_size)
     kv_block_size = blocks or limits.engine_block_size
-    own = resolve_own_cpus(settings, limits)
-    if own is not None:
-        bind, bind_reason, threads, threads_reason, multiprocessing_reason = own
-        multiprocessing = True
-    else:
-        multiprocessing, multiprocessing_reason = resolve_multiprocessing(settings, seen, limits.container)
-        bind, bind_reason = resolve_binding(settings, seen, limits.container, multiprocessing)
-        threads, threads_reason = resolve_thread_count(settings, seen, bind, bind_reason, multiprocessing)
-        if limits.container and settings.omp_threads is None:
-            capped = f"auto: the host's {machine.usable_cores} cores, capped by {limits.where}"
-            threads_reason = capped + (
-                f": {cores}, one left to the scheduler and API server" if threads < cores else ""
-            )
-
+    cpu = resolve_cpu_use(settings, machine, seen, limits)
+    batch = resolve_batch(settings, facts, limits, dtype, cores, kv_block_size)
     compile_threads, compile_threads_reason = resolve_compile_threads(settings, seen)
     start_method, start_method_reason = resolve_start_method(settings, limits.container)
     int8 = facts is not None and facts.num_int8_params > 0
     zentorch, zentorch_reason = resolve_zentorch(settings, machine, limits.container, int8)
-
-    def planned(max_num_seqs: int, max_num_seqs_reason: str, kv_gib: int, kv_reason: str) -> Plan:
-        return Plan(
-            dtype=dtype,
-            dtype_reason=dtype_reason,
-            omp_threads=threads,
-            omp_threads_reason=threads_reason,
-            omp_threads_bind=bind,
-            omp_threads_bind_reason=bind_reason,
-            max_num_seqs=max_num_seqs,
-            max_num_seqs_reason=max_num_seqs_reason,
-            block_size=blocks,
-            block_size_reason=blocks_reason,
-            kv_block_size=kv_block_size,
-            kv_cache_space_gib=kv_gib,
-            kv_cache_space_reason=kv_reason,
-            multiprocessing=multiprocessing,
-            multiprocessing_reason=multiprocessing_reason,
-            compile_threads=compile_threads,
-            compile_threads_reason=compile_threads_reason,
-            start_method=start_method,
-            start_method_reason=start_method_reason,
-            zentorch=zentorch,
-            zentorch_reason=zentorch_reason,
-        )
-
-    if facts is None or limits.memory_bytes is None:  # the model unknown: as set, or the unsized defaults
-        return planned(
-            settings.max_num_seqs or auto_seqs(cores),
-            "set in MAX_NUM_SEQS" if settings.max_num_seqs else auto_seqs_reason(cores),
-            settings.kv_cache_space_gib or UNSIZED_KV_GIB,
-            "set in VLLM_CPU_KVCACHE_SPACE"
-            if settings.kv_cache_space_gib
-            else f"auto: no local config.json for {settings.model_name} to size from, so vLLM's CPU default",
-        )
-    room = limits.memory_bytes - facts.weight_bytes(dtype) - VLLM_CPU_OVERHEAD_BYTES
-    batch = plan_batch(
-        facts,
-        dtype,
-        settings.max_model_len,
-        cores,
-        room,
-        settings.max_num_seqs,
-        settings.kv_cache_space_gib,
-        kv_block_size,
+    return Plan(
+        dtype=dtype,
+        dtype_reason=dtype_reason,
+        omp_threads=cpu.omp_threads,
+        omp_threads_reason=cpu.omp_threads_reason,
+        omp_threads_bind=cpu.omp_threads_bind,
+        omp_threads_bind_reason=cpu.omp_threads_bind_reason,
+        max_num_seqs=batch.max_num_seqs,
+        max_num_seqs_reason=batch.max_num_seqs_reason,
+        block_size=blocks,
+        block_size_reason=blocks_reason,
+        kv_block_size=kv_block_size,
+        kv_cache_space_gib=batch.kv_space_gib,
+        kv_cache_space_reason=batch.kv_space_reason,
+        multiprocessing=cpu.multiprocessing,
+        multiprocessing_reason=cpu.multiprocessing_reason,
+        compile_threads=compile_threads,
+        compile_threads_reason=compile_threads_reason,
+        start_method=start_method,
+        start_method_reason=start_method_reason,
+        zentorch=zentorch,
+        zentorch_reason=zentorch_reason,
     )
-    return planned(batch.max_num_seqs, batch.max_num_seqs_reason, batch.kv_space_gib, batch.kv_space_reason)
 
 
 def resolve_thread_count(

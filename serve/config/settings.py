@@ -1,7 +1,7 @@
 """The one source of settings for every runtime, the client and the labs: each is one field of `Settings`.
 
 Each setting is declared with its variable, default, parser and why (KNOBS lists them). Their text comes from `.env`
-under the process environment (serve/config/environment.py); the value parsers are ui/values.py's, but for the few
+under the process environment (ui/environment.py); the value parsers are ui/values.py's, but for the few
 that know this kit's own lists (engines, quantizations, the api_server flags the kit sets itself).
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from serve.config.environment import load_env
 from serve.config.sizing import MemorySize
+from ui.environment import ENGINE_PORTS, load_env
 from ui.values import (
     arg_list,
     auto_or_boolean,
@@ -57,9 +57,9 @@ BUNDLED_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the kit 
 # GPU track's
 QUANTIZATIONS = ("auto", "none", "int8", "awq", "gptq", "fp8")
 CPU_QUANTIZATIONS = ("none", "int8")
-# vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 RESTART_POLICIES = ("no", "on-failure")  # serve/processes/supervisor.py applies them to every native server
 START_METHODS = ("auto", "fork", "spawn")  # START_METHOD: how vLLM starts the worker that runs the model
+# vllm-router's --policy values (PyPI vllm-router, the vLLM project's Rust router); cache_aware is its default
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
 DEFAULT_TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels (vLLM's CPU docs)
 # api_server flags the kit passes from its settings: set in VLLM_EXTRA_ARGS they would override them unseen.
@@ -83,12 +83,12 @@ server_slots = bounded(
 
 def engine_list(name: str, raw: str) -> tuple[str, ...]:
     engines = tuple(part.strip() for part in raw.split(",") if part.strip())
-    unknown = [engine for engine in engines if engine not in ENGINES]
+    unknown = [engine for engine in engines if engine not in ENGINE_NAMES]
     if not engines or unknown or len(set(engines)) != len(engines):
         raise invalid(
             name,
             raw,
-            f"use a comma-separated list of {', '.join(ENGINES)} (each once), "
+            f"use a comma-separated list of {', '.join(ENGINE_NAMES)} (each once), "
             "e.g. vllm or vllm,llamacpp or vllm,llamacpp,llamaserver",
         )
     return engines
@@ -132,12 +132,18 @@ class Knob:
 def setting(env: str, default: str, parse: Callable[[str, str], T], why: str, serves: str | None = None) -> T:
     """Declare a Settings field read from the variable `env`: `parse(env, raw)` turns its text into the field's type
     (or raises SettingsError naming the fix) and `why` is what it is for: its comment in .env.example begins with it,
-    word for word, and serve/config/README.md's table copies it (tests check both). A port setting names the engine
-    that `serves` there: that makes the engine one ENGINES may name, and its port one of the kit's own
-    (api_key_for)."""
+    word for word, and serve/config/README.md's table copies it (tests check both). A port setting (port_setting)
+    names the engine that `serves` there: that makes the engine one ENGINES may name, and its port one of the kit's
+    own (api_key_for)."""
     if not callable(parse):  # a parser named like a field declared above it would be that field here
         raise TypeError(f"{env}: {parse!r} is not a parser")
     return field(metadata={"env": env, "default": default, "parse": parse, "why": why, "serves": serves})
+
+
+def port_setting(env: str, why: str) -> int:
+    """A port setting of one of the kit's engines: its default and the engine it serves are ENGINE_PORTS'."""
+    default, serves = ENGINE_PORTS[env]
+    return setting(env, default, tcp_port, why, serves=serves)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,7 +172,7 @@ class Settings:
     host: str = setting(
         "VLLM_HOST", "127.0.0.1", bind_host, "bind address; 127.0.0.1 keeps the engine private to this machine"
     )
-    port: int = setting("VLLM_PORT", "8009", tcp_port, "the port of the OpenAI-compatible /v1 API", serves="vllm")
+    port: int = port_setting("VLLM_PORT", "the port of the OpenAI-compatible /v1 API")
     dtype: str = setting(
         "DTYPE",
         "auto",
@@ -321,7 +327,7 @@ class Settings:
         pinned_image,
         "the GPU track's image, pinned so a rebuild serves the same vLLM",
     )
-    gpu_port: int = setting("GPU_PORT", "8000", tcp_port, "port of the GPU track's /v1 API", serves="vllm")
+    gpu_port: int = port_setting("GPU_PORT", "port of the GPU track's /v1 API")
     gpu_memory_utilization: float = setting(
         "GPU_MEMORY_UTILIZATION",
         "0.90",
@@ -345,13 +351,10 @@ class Settings:
         "engines up.sh starts and the labs compare: vllm, llamacpp (the Ollama-class server), llamaserver "
         "(llama.cpp's own llama-server with parallel slots), or several (vllm,llamacpp)",
     )
-    llamacpp_port: int = setting(  # serve/engines/llamacpp.py: the Ollama-class llama.cpp server
+    llamacpp_port: int = port_setting(  # serve/engines/llamacpp.py: the Ollama-class llama.cpp server
         "LLAMACPP_PORT",
-        "11434",
-        tcp_port,
         "port of the llama.cpp server's /v1 (Ollama's port: clients of Ollama's OpenAI-compatible /v1 need no change; "
         "Ollama's own /api routes are not served)",
-        serves="llamacpp",
     )
     llamacpp_num_parallel: int = setting(
         "LLAMACPP_NUM_PARALLEL",
@@ -360,13 +363,10 @@ class Settings:
         "requests the llama.cpp server decodes together, as Ollama's OLLAMA_NUM_PARALLEL (its default: 1, one at "
         "a time, the others wait their turn)",
     )
-    llama_server_port: int = setting(  # serve/engines/llama_server.py: llama.cpp's own C++ server, parallel slots
+    llama_server_port: int = port_setting(  # serve/engines/llama_server.py: llama.cpp's own C++ server, parallel slots
         "LLAMA_SERVER_PORT",
-        "8089",
-        tcp_port,
         "port of llama.cpp's own C++ server's /v1 (ENGINES=...,llamaserver; model name smollm2:135m, as on "
         "LLAMACPP_PORT)",
-        serves="llamaserver",
     )
     llama_server_slots: int = setting(
         "LLAMA_SERVER_SLOTS",
@@ -533,4 +533,4 @@ CLIENT_VARIABLES = (
 )
 # The engines ENGINES may name, in declaration order: those a port setting serves (serve/engines/runtimes.py
 # registers each under the same name).
-ENGINES: tuple[str, ...] = tuple(dict.fromkeys(knob.serves for knob in KNOBS if knob.serves))
+ENGINE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(knob.serves for knob in KNOBS if knob.serves))

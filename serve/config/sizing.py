@@ -341,7 +341,7 @@ def auto_seqs_reason(cores: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchPlan:
+class BatchSizing:
     """MAX_NUM_SEQS and VLLM_CPU_KVCACHE_SPACE as vLLM gets them, each with why."""
 
     max_num_seqs: int
@@ -350,7 +350,7 @@ class BatchPlan:
     kv_space_reason: str
 
 
-def plan_batch(
+def size_batch(
     facts: ModelFacts,
     kv_dtype: str,
     max_model_len: int,
@@ -359,7 +359,7 @@ def plan_batch(
     max_num_seqs: int | None = None,
     kv_space_gib: int | None = None,
     block_size: int = V1_CPU_BLOCK_SIZE,
-) -> BatchPlan:
+) -> BatchSizing:
     """Resolve the `auto`s (None) of the batch size and the KV budget against the cores and memory.
 
     auto MAX_NUM_SEQS = SEQS_PER_CORE x cores. auto KV = the whole GiB that hold that many
@@ -389,9 +389,9 @@ def plan_batch(
                 f"left for KV is {room_bytes / GiB:.1f} GiB"
             )
     if max_num_seqs is not None:
-        return BatchPlan(max_num_seqs, "set in MAX_NUM_SEQS", kv_gib, kv_reason)
+        return BatchSizing(max_num_seqs, "set in MAX_NUM_SEQS", kv_gib, kv_reason)
     fit = kv_pool(facts, kv_dtype, kv_gib * GiB, block_size).max_num_seqs(max_model_len)
     seqs_reason = auto_seqs_reason(cores)
     if fit < target:
         seqs_reason += f", cut to the {max(1, fit)} full-length sequences the KV pool holds"
-    return BatchPlan(max(1, min(target, fit)), seqs_reason, kv_gib, kv_reason)
+    return BatchSizing(max(1, min(target, fit)), seqs_reason, kv_gib, kv_reason)

@@ -11,7 +11,7 @@ cannot work out for itself it gets from the mapping too (serve/engines/tracks.co
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from serve.config.plan import Plan
 from serve.config.settings import Settings
@@ -50,7 +50,8 @@ class Flag:
     name: str  # "--max-num-seqs"
     setting: str  # the variable that sets it: "MAX_NUM_SEQS"
     value: Render
-    optional: bool = False  # passed only when a knob asks for it: compose gets these together (RESOLVED_OPTIONAL_ARGS)
+    # passed only when a knob asks for it: compose gets these together (RESOLVED_OPTIONAL_ARGS); by name, never by place
+    optional: bool = field(default=False, kw_only=True)
 
     @property
     def compose_name(self) -> str:
@@ -93,7 +94,7 @@ FLAGS: tuple[Flag, ...] = (
         "--enforce-eager",
         "ENFORCE_EAGER",
         lambda settings, plan, target: SWITCH if settings.enforce_eager else None,
-        True,
+        optional=True,
     ),
     Flag(
         "--quantization",

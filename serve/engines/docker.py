@@ -14,7 +14,6 @@ import shlex
 import subprocess
 import time
 
-from serve.config.environment import env_file
 from serve.config.machine import detect
 from serve.config.paths import ROOT
 from serve.config.plan import Plan
@@ -37,6 +36,7 @@ from serve.install import system
 from serve.processes import process, run_record
 from serve.processes.health import is_healthy, wait_for_kv_line, wait_healthy
 from serve.processes.local_server import LOG_DIR, ensure_port_free
+from ui.environment import env_file
 from ui.progress import StepFailed, console, run_logged
 from ui.values import SettingsError
 

@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 
 from serve.config.env_check import vllm_passthrough
-from serve.config.environment import load_env
 from serve.config.machine import detect, isa_cap
 from serve.config.model import native_model_dir, quantization_for, served_model_facts, served_weights_dir
 from serve.config.paths import ROOT
@@ -31,6 +30,7 @@ from serve.engines.vllm_log import StartProgress
 from serve.install import checkpoints, system, vllm_venv, zentorch
 from serve.processes.health import SLOW_NOT_HUNG
 from serve.processes.local_server import LocalRuntime, LocalServer
+from ui.environment import load_env
 from ui.progress import console
 
 EAGER_START = "ENFORCE_EAGER: no compile, it starts in under a minute"

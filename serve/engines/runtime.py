@@ -282,8 +282,8 @@ class Engine:
     what a decode step of it reads. The labs and the benchmarks read it too. A new engine is its module declaring one
     of these (its runtime's `start` returning `Started.recorded` with what it started: status and the labs read that
     record), with its installer in serve/install/ if it needs one, its line in ENGINES (serve/engines/runtimes.py),
-    its port setting (`serves=` its name, serve/config/settings.py, and that setting's line in .env.example) and its
-    tests."""
+    its port setting (its line in ENGINE_PORTS, ui/environment.py, its field in serve/config/settings.py and its line
+    in .env.example) and its tests."""
 
     name: str  # its name in ENGINES: "vllm", "llamacpp"
     # the setting it listens on, as these settings start it (that of the runtime serving it: the GPU track's GPU_PORT)

@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from serve.config.model import MODEL_DIR
-from serve.config.settings import ENGINES as SETTINGS_ENGINES
-from serve.config.settings import Settings
+from serve.config.settings import ENGINE_NAMES, Settings
 from serve.engines import compose, llama_server, llamacpp, native, replicas, vllm_log
 from serve.engines.docker import CPU, TRACKS, DockerRuntime
 from serve.engines.native import NativeRuntime
@@ -160,14 +159,14 @@ VLLM = Engine(
 
 
 def registry(*engines: Engine) -> dict[str, Engine]:
-    """The engines by name, in the order `up` starts them: exactly those a port setting serves (settings.ENGINES,
+    """The engines by name, in the order `up` starts them: exactly those a port setting serves (ENGINE_NAMES,
     which the ENGINES setting accepts), so that no name is accepted without an engine or served without a port."""
     by_name = {engine.name: engine for engine in engines}
-    if list(by_name) != list(SETTINGS_ENGINES):
+    if list(by_name) != list(ENGINE_NAMES):
         raise TypeError(
-            f"the registry holds {', '.join(by_name)} but the port settings serve {', '.join(SETTINGS_ENGINES)}: "
-            "give each engine's port setting serves=NAME (serve/config/settings.py) and register its Engine here, "
-            "in the same order"
+            f"the registry holds {', '.join(by_name)} but the port settings serve {', '.join(ENGINE_NAMES)}: "
+            "give each engine a port setting that serves=NAME (ENGINE_PORTS, ui/environment.py) and register its "
+            "Engine here, in the same order"
         )
     return by_name
 

@@ -23,7 +23,7 @@ from labs.served import REPORTED, served
 from labs.tour import sections
 from labs.tour.catalogue import PARTS
 from labs.tour.engines import KitEngines, OllamaClass
-from labs.tour.plan import Section
+from labs.tour.outline import Section
 from labs.tour.sections import LoadSizes
 from serve.config.machine import detect
 from serve.config.model import served_model_facts

@@ -198,7 +198,7 @@ UNLINKED: tuple[Unlinked, ...] = (
         "that is 32 sequences and 1 GiB (32 x 1,024 tokens of bfloat16 KV need 0.70 GiB); with it is 32 and 6 GiB. "
         "Without BF16 the KV is float32, twice the bytes: 32 and 2 GiB",
         ARITHMETIC,
-        "plan_batch's arithmetic (serve/config/sizing.py), which the page's commands print",
+        "size_batch's arithmetic (serve/config/sizing.py), which the page's commands print",
     ),
     Unlinked(
         "labs/throughput.md",

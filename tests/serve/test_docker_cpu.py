@@ -18,7 +18,7 @@ from serve.config.sizing import parse_memory_size
 from serve.engines.compose import project_name
 from serve.processes import process
 from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, run_bounded, run_script
-from tests.support.docker.engine import Engine
+from tests.support.docker.engine import DockerDaemon
 from tests.support.docs import doc_commands, retarget, run_doc
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
@@ -56,7 +56,7 @@ UP_TIMEOUT_S = 900  # eager: ~1 min to healthy; compiled it is ~4 min the first 
 
 
 @pytest.fixture(scope="module")
-def container(docker_engine: Engine, standin_image: str) -> Iterator[Server]:
+def container(docker_engine: DockerDaemon, standin_image: str) -> Iterator[Server]:
     """The README's own `RUNTIME=docker bash up.sh`, on the stand-in; torn down with --volumes whatever happens.
 
     ENFORCE_EAGER=true keeps CI within its budget: what is under test is the container's plumbing, and the

@@ -6,6 +6,7 @@ the memory a capped container sees. The CPU track served end to end is tests/ser
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from serve.engines.compose import Compose, ComposeUnavailable, find, project_nam
 from serve.engines.docker import CPU, DockerRuntime, compose_env, plan_for_container
 from serve.processes import process
 from tests.conftest import ROOT, free_port, kit_env, run_bounded, run_script
-from tests.support.docker.engine import Engine
+from tests.support.docker.engine import DockerDaemon
 from tests.support.docs import ENGINES_PAGE, doc_commands
 
 ABSENT_REPOSITORY = "vllm-lab-kit/no-such-image"  # on no registry and not built here: pulling it always fails
@@ -76,7 +77,7 @@ def write_tool(folder: Path, name: str, script: str) -> None:
 # --- Which Compose: the real one here, and the choices the machine cannot show (fake executables on PATH) ---
 
 
-def test_the_compose_found_here_answers(docker_engine: Engine) -> None:
+def test_the_compose_found_here_answers(docker_engine: DockerDaemon) -> None:
     compose = find("docker")
     result = subprocess.run([*compose.argv, "version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and compose.version in result.stdout
@@ -119,7 +120,9 @@ def test_compose_v2_is_preferred_then_docker_compose_1_28(
 def test_two_clones_in_folders_with_the_same_name_get_their_own_project(tmp_path: Path) -> None:
     first, second = tmp_path / "a" / "vllm-lab-kit", tmp_path / "b" / "vllm-lab-kit"
     assert project_name(first) != project_name(second)
-    assert project_name(first).startswith("vllm-lab-kit-") and project_name(first) == project_name(first)
+    # the folder's name and its resolved path: the same clone reached another way is the same project
+    assert re.fullmatch(r"vllm-lab-kit-[0-9a-f]{8}", project_name(first))
+    assert project_name(first) == project_name(first / ".." / first.name)
 
 
 def test_swap_space_reaches_compose_only_below_vllm_0_18() -> None:
@@ -151,7 +154,7 @@ def test_the_recap_says_why_auto_picked_its_runtime(tmp_path: Path, capsys: pyte
 # --- The real engine ---
 
 
-def test_auto_picks_docker_and_a_failing_build_surfaces_its_error(docker_engine: Engine) -> None:
+def test_auto_picks_docker_and_a_failing_build_surfaces_its_error(docker_engine: DockerDaemon) -> None:
     """The base image no registry has: compose's own words, then one last line naming both ways out."""
     env = kit_env(RUNTIME="auto", VLLM_PORT=str(free_port()), CPU_BASE_IMAGE=ABSENT_REPOSITORY)
     up = run_script("up.sh", env, timeout_s=300)
@@ -166,7 +169,9 @@ def test_auto_picks_docker_and_a_failing_build_surfaces_its_error(docker_engine:
     assert project_containers() == []
 
 
-def test_a_build_that_fails_after_its_base_image_names_no_image_way_out(docker_engine: Engine, tmp_path: Path) -> None:
+def test_a_build_that_fails_after_its_base_image_names_no_image_way_out(
+    docker_engine: DockerDaemon, tmp_path: Path
+) -> None:
     """A build step failing on a base the engine holds is not an unreachable image: no way-out line then."""
     base = "vllm-lab-kit/failing-base:0.32.0-test"
     (tmp_path / "marker").write_text("an image with one file and no shell\n")
@@ -185,7 +190,7 @@ def test_a_build_that_fails_after_its_base_image_names_no_image_way_out(docker_e
     assert created_containers() - created_before == set()  # the failed step's container is removed (--force-rm)
 
 
-def test_a_failing_gpu_pull_surfaces_its_error_and_starts_nothing(docker_engine: Engine) -> None:
+def test_a_failing_gpu_pull_surfaces_its_error_and_starts_nothing(docker_engine: DockerDaemon) -> None:
     env = kit_env(RUNTIME="docker-gpu", GPU_PORT=str(free_port()), GPU_IMAGE=f"{ABSENT_REPOSITORY}:v0.11.0")
     up = run_script("up.sh", env, timeout_s=300)
     assert up.returncode == 1, up.stdout + up.stderr
@@ -196,7 +201,9 @@ def test_a_failing_gpu_pull_surfaces_its_error_and_starts_nothing(docker_engine:
     assert down.returncode == 0 and "Nothing to stop" in down.stdout
 
 
-def test_a_container_that_dies_at_start_shows_its_log_and_is_removed(docker_engine: Engine, standin_image: str) -> None:
+def test_a_container_that_dies_at_start_shows_its_log_and_is_removed(
+    docker_engine: DockerDaemon, standin_image: str
+) -> None:
     engine_cpus = int(
         subprocess.run(
             ["docker", "info", "--format", "{{.NCPU}}"], capture_output=True, text=True, timeout=60, check=True
@@ -218,7 +225,7 @@ def test_a_container_that_dies_at_start_shows_its_log_and_is_removed(docker_engi
     assert project_containers() == [] and process.port_is_free("127.0.0.1", port)
 
 
-def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: Engine, standin_image: str) -> None:
+def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: DockerDaemon, standin_image: str) -> None:
     cap_bytes = 1024**3
     script = "import json; from serve.config.machine import detect; print(json.dumps(detect().memory_available_bytes))"
     result = subprocess.run(
@@ -247,7 +254,7 @@ def test_auto_sizing_in_a_memory_capped_container_sees_the_cap(docker_engine: En
     assert 0 < seen <= cap_bytes, f"the container sees {seen} bytes available under a {cap_bytes}-byte cap"
 
 
-def test_the_documented_ollama_commands_select_the_profile_here(docker_engine: Engine) -> None:
+def test_the_documented_ollama_commands_select_the_profile_here(docker_engine: DockerDaemon) -> None:
     """serve/engines/README.md's Ollama commands with the Compose found here (v1 reads the same arguments as
     `docker compose`), in a project of their own, on an image no registry has: the profile's service is
     selected, published on 127.0.0.1:11434, fails with compose's own words naming the image, and `down`
@@ -265,7 +272,7 @@ def test_the_documented_ollama_commands_select_the_profile_here(docker_engine: E
     up_fails_on_the_absent_image_and_down_leaves_nothing(as_here[0], as_here[2], env, project)
 
 
-def test_a_key_guards_every_model_route_in_the_container(docker_engine: Engine, standin_image: str) -> None:
+def test_a_key_guards_every_model_route_in_the_container(docker_engine: DockerDaemon, standin_image: str) -> None:
     """vLLM guards /v1 only; in the image the kit's middleware (copied in by Dockerfile.cpu) guards the rest."""
     port, key = free_port(), "container-test-key"
     env = kit_env(
@@ -287,7 +294,7 @@ def test_a_key_guards_every_model_route_in_the_container(docker_engine: Engine, 
     assert project_containers() == []
 
 
-def test_the_documented_observe_commands_select_the_profile_here(docker_engine: Engine) -> None:
+def test_the_documented_observe_commands_select_the_profile_here(docker_engine: DockerDaemon) -> None:
     """labs/observe.md's Docker commands with the Compose found here, in a project of their own, on images no registry
     has: the configuration is written first, the profile selects Prometheus and Grafana on the host's network,
     `up` fails with compose's own words naming an image, and `down` leaves nothing."""
@@ -310,7 +317,7 @@ def test_the_documented_observe_commands_select_the_profile_here(docker_engine: 
     up_fails_on_the_absent_image_and_down_leaves_nothing(as_here[0], as_here[1], env, project)
 
 
-def test_the_documented_webui_commands_select_the_profile_here(docker_engine: Engine) -> None:
+def test_the_documented_webui_commands_select_the_profile_here(docker_engine: DockerDaemon) -> None:
     """labs/webui.md's Docker commands with the Compose found here, in a project of their own, on an image no
     registry has: the profile selects Open WebUI on the host's network listening on 127.0.0.1, `up` fails with
     compose's own words naming the image, and `down` leaves nothing."""

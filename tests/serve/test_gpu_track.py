@@ -11,12 +11,12 @@ import yaml
 
 from client.keys import api_key_for
 from labs.compare.workload import targets
-from serve.config.environment import load_env
-from serve.config.paths import ENV_EXAMPLE, ROOT
+from serve.config.paths import ROOT
 from serve.config.settings import Settings
 from serve.engines import runtimes
 from serve.engines.compose import Compose
 from serve.engines.docker import CPU, GPU, TRACKS, DockerRuntime, Track
+from ui.environment import ENV_EXAMPLE, load_env
 from ui.values import SettingsError
 
 VLLM_PORT, GPU_PORT = 8101, 8124

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from serve.config.environment import load_env
 from serve.config.paths import ROOT
-from serve.config.settings import CLIENT_VARIABLES, ENGINES, KNOBS, Settings
+from serve.config.settings import CLIENT_VARIABLES, ENGINE_NAMES, KNOBS, Settings
 from serve.engines import runtimes
 from tests.conftest import free_port, kit_env, run_script
+from ui.environment import load_env
 from ui.values import SettingsError
 
 BAD_VALUES = [
@@ -215,21 +215,21 @@ def test_runtime_docker_without_an_engine_says_so(tmp_path: Path) -> None:
 def test_every_engine_the_settings_accept_has_a_runtime_and_a_port() -> None:
     """ENGINES is validated in serve/config/settings.py and served through serve/engines/runtimes.py: the two agree."""
     settings = Settings.from_env(
-        {"ENGINES": ",".join(ENGINES), "VLLM_PORT": "8101", "LLAMACPP_PORT": "8102", "LLAMA_SERVER_PORT": "8103"}
+        {"ENGINES": ",".join(ENGINE_NAMES), "VLLM_PORT": "8101", "LLAMACPP_PORT": "8102", "LLAMA_SERVER_PORT": "8103"}
     )
-    assert list(runtimes.ENGINES) == list(ENGINES)
+    assert list(runtimes.ENGINES) == list(ENGINE_NAMES)
     built = runtimes.for_engines(dataclasses.replace(settings, runtime="native"))
     assert [(runtime.engine, runtime.port) for runtime in built] == [
         ("vllm", 8101),
         ("llamacpp", 8102),
         ("llamaserver", 8103),
     ]
-    assert [runtimes.ENGINES[engine].port(settings) for engine in ENGINES] == [8101, 8102, 8103]
+    assert [runtimes.ENGINES[engine].port(settings) for engine in ENGINE_NAMES] == [8101, 8102, 8103]
 
 
 def test_the_registry_holds_exactly_the_engines_a_port_setting_serves() -> None:
     """ENGINES' names come from the port settings (serves=...): a registry without one of them fails at import."""
-    assert ENGINES == ("vllm", "llamacpp", "llamaserver")
+    assert ENGINE_NAMES == ("vllm", "llamacpp", "llamaserver")
     with pytest.raises(TypeError, match="serves=NAME"):
         runtimes.registry(runtimes.VLLM)
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from labs.engine.study import COLUMNS
-from labs.tour.plan import SEED_BATCH, SEED_MAX_LEN_OVER_PAGED
+from labs.tour.outline import SEED_BATCH, SEED_MAX_LEN_OVER_PAGED
 from labs.tour.readings.shapes import Reading, Table, number, ratio, times
 
 SEED_CONTINUOUS_TTFT_P50_MS = 201  # the seed study's continuous TTFT p50 at max batch 16 (labs/engine.md)
@@ -86,73 +86,83 @@ def waste(row: dict[str, Any]) -> float:
 
 
 def read_paging(data: dict[str, Any]) -> Reading:
-    sentences, tables = [], []
-    headline = "no teaching-engine study"
-    study = data.get("study")
-    if study:
-        results, args = study["results"], study["args"]
-        row = _study_row(results, "continuous") or results[-1]
-        running = row["kv_max_len_slots"] // args["max_model_len"]
-        headline = f"waste {waste(row):.1%}, max_len / paged {row['kv_max_len_over_paged']:.1f}x"
-        sentences += [
-            f"At its peak (continuous batching, max batch {row['max_batch_size']}) the teaching engine held "
-            f"{row['kv_live_tokens']:,} tokens of KV in {row['kv_paged_slots']:,} paged slots (blocks of "
-            f"{args['block_size']}): {waste(row):.1%} of what paging reserved held no token, against the seed's "
-            "under 4%.",
-            f"Reserving max_len ({args['max_model_len']}) for each of the {running} requests running then would have "
-            f"taken {row['kv_max_len_slots']:,} slots, {row['kv_max_len_over_paged']:.1f}x the paged ones (the seed: "
-            f"{SEED_MAX_LEN_OVER_PAGED}x).",
-        ]
-        tables.append(
-            Table(
-                ("max batch", "policy", "live tokens", "paged slots", "max_len slots", "waste", "max_len / paged"),
-                [
-                    (
-                        str(item["max_batch_size"]),
-                        item["policy"],
-                        f"{item['kv_live_tokens']:,}",
-                        f"{item['kv_paged_slots']:,}",
-                        f"{item['kv_max_len_slots']:,}",
-                        f"{waste(item):.1%}",
-                        f"{item['kv_max_len_over_paged']:.1f}x",
-                    )
-                    for item in results
-                ],
-                "The teaching engine's KV at the peak step",
+    study, vllm = data.get("study"), data.get("vllm")
+    engine = (
+        paging_study(study)
+        if study
+        else Reading(
+            "no teaching-engine study",
+            [f"The teaching engine's study did not run: {data.get('study_error', 'no reason recorded')}."],
+        )
+    )
+    pool = (
+        vllm_pool(vllm)
+        if vllm
+        else Reading("", [f"vLLM's pool was not read: {data.get('vllm_error', 'no reason recorded')}."])
+    )
+    return Reading(engine.headline, engine.sentences + pool.sentences, engine.tables + pool.tables)
+
+
+def paging_study(study: dict[str, Any]) -> Reading:
+    """The teaching engine's KV at its peak step: what paging wasted, and what reserving max_len would have taken."""
+    results, args = study["results"], study["args"]
+    row = _study_row(results, "continuous") or results[-1]
+    running = row["kv_max_len_slots"] // args["max_model_len"]
+    sentences = [
+        f"At its peak (continuous batching, max batch {row['max_batch_size']}) the teaching engine held "
+        f"{row['kv_live_tokens']:,} tokens of KV in {row['kv_paged_slots']:,} paged slots (blocks of "
+        f"{args['block_size']}): {waste(row):.1%} of what paging reserved held no token, against the seed's "
+        "under 4%.",
+        f"Reserving max_len ({args['max_model_len']}) for each of the {running} requests running then would have "
+        f"taken {row['kv_max_len_slots']:,} slots, {row['kv_max_len_over_paged']:.1f}x the paged ones (the seed: "
+        f"{SEED_MAX_LEN_OVER_PAGED}x).",
+    ]
+    table = Table(
+        ("max batch", "policy", "live tokens", "paged slots", "max_len slots", "waste", "max_len / paged"),
+        [
+            (
+                str(item["max_batch_size"]),
+                item["policy"],
+                f"{item['kv_live_tokens']:,}",
+                f"{item['kv_paged_slots']:,}",
+                f"{item['kv_max_len_slots']:,}",
+                f"{waste(item):.1%}",
+                f"{item['kv_max_len_over_paged']:.1f}x",
             )
-        )
-    else:
-        sentences.append(f"The teaching engine's study did not run: {data.get('study_error', 'no reason recorded')}.")
-    vllm = data.get("vllm")
-    if vllm:
-        config, rows = vllm["cache_config"], vllm["rows"]
-        matched = sum(row["matches"] for row in rows)
-        sentences.append(
-            f"vLLM's own pool here: {config.get('num_gpu_blocks', '?')} blocks of {config.get('block_size', '?')} "
-            f"tokens in {vllm['kv_gib']} GiB ({vllm['dtype']}), handed out a block at a time; the sizing lab "
-            f"predicted {matched} of its {len(rows)} reported figures exactly. It runs with max_num_seqs "
-            f"{vllm.get('max_num_seqs') or 'unknown'} and max_model_len {vllm.get('max_model_len') or 'unknown'} "
-            f"({vllm.get('source') or 'source unknown'})."
-        )
-        tables.append(
-            Table(
-                ("quantity", "source", "predicted", "vLLM reports", ""),
-                [
-                    (
-                        row["quantity"],
-                        row["source"],
-                        row["predicted"],
-                        row["reported"],
-                        "match" if row["matches"] else "MISMATCH",
-                    )
-                    for row in rows
-                ],
-                "vLLM's KV pool: the sizing lab's prediction against the running engine",
+            for item in results
+        ],
+        "The teaching engine's KV at the peak step",
+    )
+    headline = f"waste {waste(row):.1%}, max_len / paged {row['kv_max_len_over_paged']:.1f}x"
+    return Reading(headline, sentences, [table])
+
+
+def vllm_pool(vllm: dict[str, Any]) -> Reading:
+    """vLLM's own KV pool here, against what the sizing lab predicted of it."""
+    config, rows = vllm["cache_config"], vllm["rows"]
+    matched = sum(row["matches"] for row in rows)
+    sentence = (
+        f"vLLM's own pool here: {config.get('num_gpu_blocks', '?')} blocks of {config.get('block_size', '?')} "
+        f"tokens in {vllm['kv_gib']} GiB ({vllm['dtype']}), handed out a block at a time; the sizing lab "
+        f"predicted {matched} of its {len(rows)} reported figures exactly. It runs with max_num_seqs "
+        f"{vllm.get('max_num_seqs') or 'unknown'} and max_model_len {vllm.get('max_model_len') or 'unknown'} "
+        f"({vllm.get('source') or 'source unknown'})."
+    )
+    table = Table(
+        ("quantity", "source", "predicted", "vLLM reports", ""),
+        [
+            (
+                row["quantity"],
+                row["source"],
+                row["predicted"],
+                row["reported"],
+                "match" if row["matches"] else "MISMATCH",
             )
-        )
-    else:
-        sentences.append(f"vLLM's pool was not read: {data.get('vllm_error', 'no reason recorded')}.")
-    return Reading(headline, sentences, tables)
+            for row in rows
+        ],
+        "vLLM's KV pool: the sizing lab's prediction against the running engine",
+    )
+    return Reading("", [sentence], [table])
 
 
 def read_batching(data: dict[str, Any]) -> Reading:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labs.tour.plan import quantization_measured
+from labs.tour.outline import quantization_measured
 from labs.tour.readings.shapes import Reading, Table, number, ratio, times
 
 SATURATED = 0.8  # throughput grew by less than this share of the offered load's growth: the engine saturated
@@ -15,22 +15,42 @@ SHOWN_DIFFERENCES = 3
 def read_load(data: dict[str, Any]) -> Reading:
     points = sorted(data["points"], key=lambda point: point["rate"])
     first, last = points[0], points[-1]
+    sentences = [latency_sentence(first, last), throughput_sentence(points), *metrics_sentences(last)]
+    limits = data.get("limits")
+    if limits:
+        seqs = limits.get("max_num_seqs")
+        sentences.append(
+            f"The doctor judged against what the engine runs with: max_num_seqs {seqs if seqs else 'unknown'}, "
+            f"max_model_len {number(limits.get('max_model_len'))} ({data.get('limits_source') or 'source unknown'})."
+        )
+    headline = (
+        f"TTFT p50 {number(stat(first, 'ttft_ms', 'median'))} → {number(stat(last, 'ttft_ms', 'median'))} ms "
+        f"from {first['rate']:g} to {last['rate']:g} req/s"
+    )
+    return Reading(headline, sentences, [load_table(points, data["lengths"])])
 
-    def stat(point: dict[str, Any], metric: str, which: str) -> float | None:
-        return point["summary"][metric][which]
 
-    sentences = [
+def stat(point: dict[str, Any], metric: str, which: str) -> float | None:
+    return point["summary"][metric][which]
+
+
+def latency_sentence(first: dict[str, Any], last: dict[str, Any]) -> str:
+    return (
         f"At {first['rate']:g} req/s the median request waited {number(stat(first, 'ttft_ms', 'median'))} ms for its "
         f"first token (p99 {number(stat(first, 'ttft_ms', 'p99'))}); at {last['rate']:g} req/s, "
         f"{number(stat(last, 'ttft_ms', 'median'))} ms (p99 {number(stat(last, 'ttft_ms', 'p99'))}), and each later "
         f"token took {number(stat(first, 'tpot_ms', 'median'), 1)} → {number(stat(last, 'tpot_ms', 'median'), 1)} ms "
-        "(TPOT p50).",
-    ]
+        "(TPOT p50)."
+    )
+
+
+def throughput_sentence(points: list[dict[str, Any]]) -> str:
+    """How output throughput followed the offered load: kept up, saturated with a queue, or ran out of requests."""
+    first, last = points[0], points[-1]
     grew = ratio(last["summary"]["output_tokens_per_s"], first["summary"]["output_tokens_per_s"])
     offered = last["rate"] / first["rate"]
-    kept_up = grew is not None and grew >= SATURATED * offered
     waited = max(((point.get("peaks") or {}).get("max_waiting") or 0.0) for point in points)
-    if kept_up:
+    if grew is not None and grew >= SATURATED * offered:
         verdict = "offered load): the engine kept up."
     elif waited:
         verdict = f"offered load): the engine saturated, and requests queued in it (up to {waited:g} waiting)."
@@ -40,28 +60,41 @@ def read_load(data: dict[str, Any]) -> Reading:
             f"{last['summary']['num_requests']} requests a point, the last answers set a run's length as much as "
             "the rate does."
         )
-    sentences.append(
+    return (
         f"Output throughput went from {number(first['summary']['output_tokens_per_s'], 1)} to "
         f"{number(last['summary']['output_tokens_per_s'], 1)} tok/s ({times(grew, 1)} for {offered:.0f}x the " + verdict
     )
+
+
+def metrics_sentences(last: dict[str, Any]) -> list[str]:
+    """What /metrics and the doctor said at the busiest point, or why there is no series."""
     doctor, peaks = last.get("doctor"), last.get("peaks")
     if doctor and peaks:
         kv = peaks["max_kv_usage"]
-        kv_shown = number(kv * 100 if kv is not None else None, 1, "%")
-        sentences.append(
+        return [
             f"At the busiest moment of {last['rate']:g} req/s, /metrics showed up to {peaks['max_running']:g} running "
-            f"and {peaks['max_waiting']:g} waiting with KV usage up to {kv_shown}; the doctor read it as "
+            f"and {peaks['max_waiting']:g} waiting with KV usage up to "
+            f"{number(kv * 100 if kv is not None else None, 1, '%')}; the doctor read it as "
             f"{doctor['advice'].rstrip('.')}."
-        )
-    elif last.get("metrics_note"):
-        sentences.append(f"No /metrics series: {last['metrics_note']}")
-    limits = data.get("limits")
-    if limits:
-        seqs = limits.get("max_num_seqs")
-        sentences.append(
-            f"The doctor judged against what the engine runs with: max_num_seqs {seqs if seqs else 'unknown'}, "
-            f"max_model_len {number(limits.get('max_model_len'))} ({data.get('limits_source') or 'source unknown'})."
-        )
+        ]
+    return [f"No /metrics series: {last['metrics_note']}"] if last.get("metrics_note") else []
+
+
+LOAD_COLUMNS = (
+    "req/s",
+    "ok",
+    "output tok/s",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "TPOT p99",
+    "running",
+    "waiting",
+    "KV",
+)
+
+
+def load_table(points: list[dict[str, Any]], lengths: str) -> Table:
     rows = []
     for point in points:
         summary, peaks = point["summary"], point.get("peaks") or {}
@@ -81,29 +114,11 @@ def read_load(data: dict[str, Any]) -> Reading:
                 (point.get("doctor") or {}).get("state", "—"),
             )
         )
-    table = Table(
-        (
-            "req/s",
-            "ok",
-            "output tok/s",
-            "TTFT p50",
-            "TTFT p99",
-            "TPOT p50",
-            "TPOT p99",
-            "running",
-            "waiting",
-            "KV",
-            "doctor",
-        ),
+    return Table(
+        (*LOAD_COLUMNS, "doctor"),
         rows,
-        f"Poisson arrivals, lengths {data['lengths']}; latencies in ms; running, waiting and KV: the peaks "
-        "/metrics showed",
+        f"Poisson arrivals, lengths {lengths}; latencies in ms; running, waiting and KV: the peaks /metrics showed",
     )
-    headline = (
-        f"TTFT p50 {number(stat(first, 'ttft_ms', 'median'))} → {number(stat(last, 'ttft_ms', 'median'))} ms "
-        f"from {first['rate']:g} to {last['rate']:g} req/s"
-    )
-    return Reading(headline, sentences, [table])
 
 
 def users_text(users: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from labs.tour.plan import Seed
+from labs.tour.outline import Seed
 
 
 @dataclass(frozen=True, slots=True)

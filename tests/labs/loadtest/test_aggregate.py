@@ -10,7 +10,7 @@ import pytest
 
 from client.stream import RequestRecord
 from labs.loadtest.aggregate import DEFINITIONS, Peaks, Summary, e2e_ms, queue_ms, summarize, ttft_ms
-from labs.loadtest.workload import LengthBand, WorkloadSpec, parse_lengths, plan
+from labs.loadtest.workload import LengthBand, WorkloadSpec, parse_lengths, schedule
 from serve.processes.metrics import MetricsSnapshot
 
 
@@ -156,21 +156,21 @@ def test_every_reported_metric_is_defined_once() -> None:
 
 
 def test_the_same_seed_gives_the_same_plan_and_another_seed_does_not() -> None:
-    first, again, other = plan(WorkloadSpec(seed=7)), plan(WorkloadSpec(seed=7)), plan(WorkloadSpec(seed=8))
+    first, again, other = schedule(WorkloadSpec(seed=7)), schedule(WorkloadSpec(seed=7)), schedule(WorkloadSpec(seed=8))
     assert first == again
     assert [p.offset_s for p in first] != [p.offset_s for p in other]
 
 
 def test_default_scenario_is_the_seed_study() -> None:
-    planned = plan(WorkloadSpec())
-    assert len(planned) == 48 and planned[0].offset_s == 0.0
-    assert {p.max_tokens for p in planned} == {24, 150}
-    many = plan(WorkloadSpec(num_requests=20_000))
+    scheduled = schedule(WorkloadSpec())
+    assert len(scheduled) == 48 and scheduled[0].offset_s == 0.0
+    assert {p.max_tokens for p in scheduled} == {24, 150}
+    many = schedule(WorkloadSpec(num_requests=20_000))
     assert sum(p.max_tokens == 150 for p in many) / len(many) == pytest.approx(0.2, abs=0.01)
 
 
 def gaps(spec: WorkloadSpec) -> list[float]:
-    offsets = [p.offset_s for p in plan(spec)]
+    offsets = [p.offset_s for p in schedule(spec)]
     return [later - earlier for earlier, later in pairwise(offsets)]
 
 
@@ -184,7 +184,7 @@ def test_arrival_gaps_have_the_mean_rate_and_the_shape_asked_for() -> None:
     assert statistics.stdev(bursty) / statistics.fmean(bursty) == pytest.approx(2.0, abs=0.15)  # 1/sqrt(0.25)
     regular = gaps(WorkloadSpec(num_requests=10, rate_rps=rate, arrival="regular"))
     assert regular == pytest.approx([1 / rate] * 9)
-    closed = plan(WorkloadSpec(num_requests=5, rate_rps=None, concurrency=2))
+    closed = schedule(WorkloadSpec(num_requests=5, rate_rps=None, concurrency=2))
     assert [p.offset_s for p in closed] == [0.0] * 5
 
 
@@ -192,7 +192,7 @@ def test_length_specs() -> None:
     assert parse_lengths("fixed:64") == (LengthBand(64, 64, 1.0),)
     assert parse_lengths("uniform:16-128") == (LengthBand(16, 128, 1.0),)
     assert parse_lengths("mix:24@0.8,100-200@0.2") == (LengthBand(24, 24, 0.8), LengthBand(100, 200, 0.2))
-    lengths = {p.max_tokens for p in plan(WorkloadSpec(num_requests=500, lengths=parse_lengths("uniform:5-9")))}
+    lengths = {p.max_tokens for p in schedule(WorkloadSpec(num_requests=500, lengths=parse_lengths("uniform:5-9")))}
     assert lengths == {5, 6, 7, 8, 9}
 
 

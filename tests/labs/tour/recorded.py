@@ -28,7 +28,7 @@ from labs.loadtest.workload import WorkloadSpec, parse_lengths
 from labs.quantization.quality import Agreement, Perplexity
 from labs.served import Served
 from labs.tour import sections
-from labs.tour.plan import Section
+from labs.tour.outline import Section
 from labs.tour.report import SectionResult, Status, Tour
 from serve.config.model import bundled_model_facts
 from serve.config.plan import Plan

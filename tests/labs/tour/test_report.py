@@ -18,7 +18,7 @@ from labs.loadtest.workload import WorkloadSpec
 from labs.tour import report, sections
 from labs.tour.__main__ import run_section
 from labs.tour.catalogue import PARTS
-from labs.tour.plan import Section
+from labs.tour.outline import Section
 from labs.tour.readings import Reading
 from labs.tour.report import SectionResult, Status, Tour
 from tests.conftest import MODEL, ROOT, free_port

@@ -28,7 +28,7 @@ STOP_TIMEOUT_S = 60  # dockerd gives running containers 10 s each, then stops it
 
 
 @dataclass(frozen=True, slots=True)
-class Engine:
+class DockerDaemon:
     started_pid: int | None  # the dockerd this harness started; None when one already answered
 
     @property
@@ -51,12 +51,12 @@ def alive(pid: int) -> bool:
         return False
 
 
-def start() -> Engine:
+def start() -> DockerDaemon:
     """The engine that answers, else a dockerd started now (pytest.fail naming the fix if it cannot be)."""
     if shutil.which("docker") is None:
         pytest.fail("no docker command: run bash tests/system-packages.sh (installs Debian's docker.io)")
     if answers():
-        return Engine(None)
+        return DockerDaemon(None)
     if shutil.which("dockerd") is None:
         pytest.fail("no Docker engine answers and dockerd is missing: run bash tests/system-packages.sh")
     if os.geteuid() != 0:
@@ -72,10 +72,10 @@ def start() -> Engine:
                 + "\n".join(LOG.read_text(errors="replace").splitlines()[-15:])
             )
         time.sleep(0.5)
-    return Engine(pid)
+    return DockerDaemon(pid)
 
 
-def stop(engine: Engine) -> None:
+def stop(engine: DockerDaemon) -> None:
     """Stop the dockerd this harness started (it stops its containers and containerd first); nothing else."""
     if engine.started_pid is None:
         return
@@ -90,7 +90,7 @@ def stop(engine: Engine) -> None:
 
 
 @pytest.fixture(scope="module")
-def docker_engine() -> Iterator[Engine]:
+def docker_engine() -> Iterator[DockerDaemon]:
     engine = start()
     yield engine
     stop(engine)

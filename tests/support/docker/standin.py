@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import ROOT, run_bounded
-from tests.support.docker.engine import Engine
+from tests.support.docker.engine import DockerDaemon
 
 STANDIN_SCRIPT = ROOT / "tests" / "support" / "docker" / "standin.sh"
 BUILD_TIMEOUT_S = 900  # debootstrap (~2 min) and importing ~4 GB (~2 min) the first time; seconds after
@@ -22,5 +22,5 @@ def build_standin() -> str:
 
 
 @pytest.fixture(scope="module")
-def standin_image(docker_engine: Engine) -> str:
+def standin_image(docker_engine: DockerDaemon) -> str:
     return build_standin()

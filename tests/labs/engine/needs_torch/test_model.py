@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from labs.engine.config import EngineConfig
-from labs.engine.engine import Engine
+from labs.engine.llm_engine import LLMEngine
 from labs.engine.sequence import SamplingParams
 from labs.engine.workload import SHARED_SYSTEM_PROMPT, chat_token_ids
 from serve.config.model import MODEL_DIR
@@ -44,7 +44,7 @@ def hf_greedy(prompt_ids: list[list[int]]) -> list[list[int]]:
 
 
 def greedy(model, prompts: list[list[int]], **overrides) -> list[list[int]]:
-    engine = Engine(EngineConfig(**({"max_model_len": 256, "num_blocks": 64} | overrides)), model)
+    engine = LLMEngine(EngineConfig(**({"max_model_len": 256, "num_blocks": 64} | overrides)), model)
     return engine.generate(prompts, SamplingParams(max_tokens=NEW_TOKENS))
 
 
@@ -65,14 +65,16 @@ def test_prefix_cache_hits_do_not_change_the_answer(model, tokenizer) -> None:
         for question in PROMPTS[:2]
     ]
     cold = greedy(model, prompts, max_batch_size=1)
-    engine = Engine(EngineConfig(max_model_len=256, num_blocks=64, max_batch_size=1, enable_prefix_caching=True), model)
+    engine = LLMEngine(
+        EngineConfig(max_model_len=256, num_blocks=64, max_batch_size=1, enable_prefix_caching=True), model
+    )
     warm = engine.generate(prompts, SamplingParams(max_tokens=NEW_TOKENS))
     assert engine.block_pool.num_prefix_hit_tokens >= 100
     assert warm == cold
 
 
 def test_preempted_and_recomputed_sequences_give_the_same_tokens(model, prompt_ids, hf_greedy) -> None:
-    engine = Engine(EngineConfig(max_model_len=64, num_blocks=10, block_size=8, max_batch_size=4), model)
+    engine = LLMEngine(EngineConfig(max_model_len=64, num_blocks=10, block_size=8, max_batch_size=4), model)
     outputs = engine.generate(prompt_ids, SamplingParams(max_tokens=NEW_TOKENS))
     assert engine.num_preemptions > 0
     assert outputs == hf_greedy

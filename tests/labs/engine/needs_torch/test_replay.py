@@ -11,7 +11,7 @@ import torch
 
 from labs.engine import workload
 from labs.engine.config import EngineConfig
-from labs.engine.engine import Engine
+from labs.engine.llm_engine import LLMEngine
 from labs.engine.replay import replay
 from labs.engine.report import summarize
 from labs.engine.scheduler import ScheduledBatch
@@ -47,7 +47,7 @@ class FakeModel:
 
 def run_policy(policy: str, max_batch: int, requests: list[workload.Request]):
     clock = FakeClock()
-    engine = Engine(EngineConfig(policy=policy, max_batch_size=max_batch), FakeModel(), clock)
+    engine = LLMEngine(EngineConfig(policy=policy, max_batch_size=max_batch), FakeModel(), clock)
 
     def fixed_cost_step(batch: ScheduledBatch) -> list[int]:
         if batch.is_prefill:

@@ -1,6 +1,6 @@
 """The facade: requests in, tokens out, one `step()` at a time — and the KV accounting the course compares.
 
-engine = Engine(EngineConfig(policy="continuous", max_batch_size=16), SmolLM2(MODEL_DIR))
+engine = LLMEngine(EngineConfig(policy="continuous", max_batch_size=16), SmolLM2(MODEL_DIR))
 engine.add_request(prompt_token_ids, SamplingParams(max_tokens=24))
 while engine.has_unfinished:
     engine.step()
@@ -42,7 +42,7 @@ class StepOutput:
     is_prefill: bool
 
 
-class Engine:
+class LLMEngine:
     def __init__(self, config: EngineConfig, model: SmolLM2, clock: Callable[[], float] = time.perf_counter) -> None:
         self.config = config
         self.clock = clock
