@@ -18,10 +18,10 @@ from labs.compare.workload import targets
 from labs.contract.lab import Contract, ContractStopped, check_contract
 from labs.contract.registry import CHECKS
 from labs.results import command_line
-from serve.config.environment import load_env
 from serve.config.paths import ROOT
 from serve.config.settings import Settings, engine_list
 from ui.cli import KitArgumentParser
+from ui.environment import load_env
 from ui.progress import fail
 
 RESULTS_DIR = ROOT / "results"
