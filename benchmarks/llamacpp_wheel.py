@@ -78,7 +78,7 @@ def running(name: str, argv: list[str], port: int, log: Path) -> Iterator[str]:
     url = f"http://{HOST}:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not is_healthy(f"{url}/health"):
+        while not is_healthy(url):
             if server.poll() is not None or time.monotonic() > deadline:
                 raise StepFailed(f"{name} did not answer /health in {START_TIMEOUT_S:.0f} s; see {log}")
             time.sleep(0.3)

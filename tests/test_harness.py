@@ -131,17 +131,17 @@ def collect(*modules: str) -> list[str]:
 
 def test_the_tests_that_start_no_server_run_first_and_what_installs_in_the_background_last() -> None:
     """The session's vLLM compiles beside the tests that start no server (its first start on a machine takes
-    minutes); the tests of what tests/run.sh installs in the background (llama.cpp, Open WebUI) come last, with
-    their whole module: test_served's module-scoped vLLM would otherwise start twice, for its tests on either side."""
+    minutes); the tests of what tests/run.sh installs in the background (Open WebUI) come last, each module whole (a
+    module-scoped server would otherwise start twice, for its tests on either side)."""
     modules = [
-        "tests/serve/test_llama_server.py",  # late: llama.cpp's
-        "tests/labs/test_served.py",  # one test of it asks for llama.cpp's server
+        "tests/serve/test_open_webui.py",  # late: Open WebUI's
+        "tests/labs/test_served.py",  # servers (one test asks for llama.cpp's, installed up front now)
         "tests/serve/test_lifecycle.py",  # servers
         "tests/serve/test_settings.py",  # no server
     ]
     order = [test.split("::")[0] for test in collect(*modules)]
     runs = [module for index, module in enumerate(order) if index == 0 or order[index - 1] != module]
-    assert runs == [modules[3], modules[2], modules[0], modules[1]], runs  # no server, servers, late: each whole
+    assert runs == [modules[3], modules[1], modules[2], modules[0]], runs  # no server, servers, late: each whole
 
 
 def test_listing_the_tests_begins_no_session_vllm() -> None:
