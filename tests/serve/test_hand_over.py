@@ -4,6 +4,7 @@ without a failed request or a cut stream (serve/engines/hand_over.py, serve/engi
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -207,3 +208,45 @@ def test_down_during_the_hand_over_stops_both_engines_and_frees_the_port(vllm_se
     assert process.group_members(eager) == [] and process.group_members(compiled) == []
     assert not eager_pidfile.path.exists() and not compiled_pidfile.path.exists()
     assert process.port_is_free("127.0.0.1", port)
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_the_eager_engine_serves_the_float_weights_while_the_int8_ones_are_made(
+    vllm_server: Server, tmp_path: Path
+) -> None:
+    """A first start (no int8 checkpoint yet) answers from the float weights: the int8 checkpoint, which the compiled
+    engine serves, is made while the eager engine answers, not before it. A model folder the machine never quantized
+    (MODEL_PATH, a link to the bundled checkpoint) and an empty kit cache make it a first start."""
+    from serve.config.model import MODEL_DIR
+
+    model = tmp_path / "float-model"
+    model.symlink_to(MODEL_DIR)
+    port = free_port()
+    env = kit_env(
+        VLLM_PORT=str(port),
+        SERVE_WHILE_COMPILING="true",
+        QUANTIZATION="int8",
+        MODEL_PATH=str(model),
+        MODEL_NAME=MODEL,
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+    )
+    try:
+        up = run_script("up.sh", env, timeout_s=900)
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4},
+            timeout=120,
+        )
+    finally:
+        down = run_script("down.sh", env, timeout_s=180)
+    output = up.stdout + up.stderr
+    assert up.returncode == 0 and answer.status_code == 200, output + answer.text
+    said = output.index("The eager engine serves the float weights; the int8 ones are made meanwhile")
+    assert output.index("Quantizing") > said, output  # the int8 checkpoint after the eager engine, not before
+    eager_log = (ROOT / ".kit" / "logs" / f"vllm-eager-{port}.log").read_text(errors="replace")
+    served = re.search(r"█  model +(\S+)", eager_log)  # vLLM's banner names the folder it serves
+    assert served is not None and served[1] == str(model), eager_log[:3000]
+    int8 = list((tmp_path / "cache" / "vllm-lab-kit" / "models" / "int8").glob("float-model-*-int8*"))
+    assert len(int8) == 1 and (int8[0] / "config.json").exists(), int8
+    assert down.returncode == 0 and process.port_is_free("127.0.0.1", port), down.stdout + down.stderr
