@@ -30,7 +30,7 @@ from benchmarks.arms import (
 from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
 from serve.config.settings import KNOBS, PORT_FIELDS, Settings
-from serve.engines import llama_server, llamacpp
+from serve.engines import llamacpp
 from serve.engines.runtimes import ENGINES
 from serve.engines.vllm_log import compile_cache_state
 from serve.install.vllm_venv import PATCH_DIR, VENV
@@ -161,8 +161,7 @@ def test_the_gguf_engines_decode_step_reads_the_whole_file_for_one_or_each_slot(
 ) -> None:
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"\0" * 1000)
-    monkeypatch.setattr(llamacpp, "gguf_path", lambda: str(gguf))
-    monkeypatch.setattr(llama_server, "GGUF", gguf)
+    monkeypatch.setattr(llamacpp, "gguf_path", lambda: gguf)  # both llama.cpp engines serve the one GGUF
     settings = Settings.from_env({"LLAMA_SERVER_SLOTS": "3", "MAX_MODEL_LEN": "512"})
     queue, slots = ENGINES["llamacpp"].decode_step(settings), ENGINES["llamaserver"].decode_step(settings)
     assert (queue.weight_bytes, queue.max_sequences, queue.plan) == (1000, 1, None)
@@ -173,7 +172,7 @@ def test_the_gguf_engines_decode_step_reads_the_whole_file_for_one_or_each_slot(
     ("args", "message"),
     [
         (["--arms", "kit,fast"], "names unknown arms ['fast']"),
-        (["--attach", "vllm:8009"], "write ENGINE=URL"),
+        (["--attach", "vllm:8009"], "write [NAME:]ENGINE=URL"),
         (["--restarts", "-1"], "argument --restarts: '-1' is not a whole number, 0 or more"),
         (["--arm", "big", "MAX_NUM_SEQ=32"], "MAX_NUM_SEQ is neither a setting of .env.example nor an engine"),
     ],

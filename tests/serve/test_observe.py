@@ -82,7 +82,7 @@ def test_promtool_accepts_the_generated_configuration(overrides: dict[str, str],
     written = yaml.safe_load(path.read_text())
     keyed = [job for job in written["scrape_configs"] if "authorization" in job]
     if overrides:
-        assert [job["job_name"] for job in keyed] == ["llama-server"]  # vLLM and the router leave /metrics open
+        assert [job["job_name"] for job in keyed] == ["llamacpp", "llama-server"]  # vLLM and the router: open
         key_file = tmp_path / keyed[0]["authorization"]["credentials_file"]
         assert key_file.read_text() == "sk-lab" and key_file.stat().st_mode & 0o777 == 0o600
         assert "sk-lab" not in path.read_text()
