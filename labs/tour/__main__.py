@@ -38,7 +38,7 @@ SCALE_LIMITS = (0.5, 3.0)  # how far the steps so far may rescale the estimate o
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = KitArgumentParser(prog="python -m labs.tour", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer requests, the same sections (a few minutes)")
+    parser.add_argument("--quick", action="store_true", help="fewer requests, the same sections")
     parser.add_argument("--out", type=Path, help="the report's folder (default labs/results/tour-<UTC time>)")
     parser.add_argument(
         "--endpoint",
