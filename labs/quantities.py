@@ -172,9 +172,8 @@ QUANTITIES: tuple[Quantity, ...] = (
         "without `up.sh`'s checks and recap",
         "{:.0f} s",
         (
-            "starts-*#/summary/2/median_*",
+            "starts-*#/summary/2/median_seconds_to_healthy",
             "*#/arms/name=kit/warm_restart_s",
-            "compile-cache-patch-*#/patched/warm_restart_s",
         ),
         {
             Isa.AVX512: Measured(f"{STARTS}#/summary/2/median_seconds_to_healthy"),
@@ -294,6 +293,20 @@ QUANTITIES: tuple[Quantity, ...] = (
         {
             Isa.AVX512: Measured(
                 "tour-full-avx512-2026-12-03.json#/sections/paging_and_batching/ttft_p50_static_over_continuous/16"
+            )
+        },
+    ),
+    Quantity(
+        "static-over-continuous-ttft-32",
+        "the teaching engine's TTFT p50, static batching over continuous, at max batch 32",
+        "{:.1f}x",
+        (
+            "engine-study-*#/continuous_over_static/32/ttft_p50_static_over_continuous",
+            "tour-*#/sections/paging_and_batching/ttft_p50_static_over_continuous/32",
+        ),
+        {
+            Isa.AVX512: Measured(
+                "tour-full-avx512-2026-12-03.json#/sections/paging_and_batching/ttft_p50_static_over_continuous/32"
             )
         },
     ),
