@@ -77,5 +77,5 @@ def test_the_quick_tour_on_the_real_kit_writes_every_section_with_its_plot(
         steps = kit_steps([(0.0, line) for line in result.stdout.splitlines()])
         assert any(title.startswith("Starting vLLM") and seconds > 0 for title, seconds in steps), steps
     finally:
-        if folder is not None and folder.is_relative_to(ROOT / "labs" / "results"):
+        if folder is not None and folder.is_relative_to(ROOT / "results"):
             shutil.rmtree(folder, ignore_errors=True)
