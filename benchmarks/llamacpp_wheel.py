@@ -40,7 +40,7 @@ DEFAULT_SLOTS = "1,16"
 DEFAULT_CONCURRENCY = "1,4,16"
 DEFAULT_ROUNDS = 3
 DEFAULT_LENGTHS = "fixed:64"
-DEFAULT_OUT = ROOT / "labs" / "results" / "llamacpp_wheel"
+DEFAULT_OUT = ROOT / "results" / "llamacpp_wheel"
 START_TIMEOUT_S = 60.0
 HOST = "127.0.0.1"
 

@@ -35,7 +35,8 @@ MEASURED = ROOT / "labs" / "measured"
 INDEX = MEASURED / "README.md"
 ABOUT = "about"  # a curated file's one line: what it measured
 RECORDED = "recorded"  # how a file came to be where no command wrote it (transcribed from a run's printed tables)
-FIGURE = re.compile(r"\[([^\]\n]+)\]\(([^)\s#]+\.json)#(/[^)\s]*)\)")
+# [text](file.json#/pointer), or [text](file.json#/pointer "quantity"): a quantity's name (labs/quantities.py)
+FIGURE = re.compile(r'\[([^\]\n]+)\]\(([^)\s#]+\.json)#(/[^)\s]*)(?: "([^"\n]+)")?\)')
 UNITS = ("x", "%", "ms", "s", "tok/s", "GB/s", "MB", "GB", "GiB", "req/s", "tokens")
 BYTES_IN = {"MB": 1e6, "GB": 1e9, "GiB": 2**30}  # what a `_bytes` key shows in each unit
 SHOWN = re.compile(
@@ -107,6 +108,7 @@ class Figure:
     text: str
     target: str
     pointer: str
+    quantity: str | None = None  # the name in the link's title: a quantity of labs/quantities.py
 
     @property
     def file(self) -> Path:
@@ -114,7 +116,8 @@ class Figure:
 
     def where(self) -> str:
         page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
-        return f"{page}:{self.line}: [{self.text}]({self.target}#{self.pointer})"
+        title = f' "{self.quantity}"' if self.quantity else ""
+        return f"{page}:{self.line}: [{self.text}]({self.target}#{self.pointer}{title})"
 
 
 def figures_in(page: Path) -> list[Figure]:

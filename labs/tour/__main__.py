@@ -1,5 +1,5 @@
 """python -m labs.tour [--quick]: the course's experiments in the course's order, against the running kit, and
-one HTML report of them all (labs/results/tour-<UTC time>/index.html, tour.json beside it).
+one HTML report of them all (results/tour-<UTC time>/index.html, tour.json beside it).
 
 The engines a section needs and that do not answer are started through the kit's up.sh and stopped through its
 down.sh (said before either); a section that fails is reported in its place and the tour goes on.
@@ -31,15 +31,15 @@ from ui.cli import KitArgumentParser
 from ui.progress import console, fail
 from ui.values import SettingsError
 
-RESULTS_DIR = ROOT / "labs" / "results"
+RESULTS_DIR = ROOT / "results"
 LSCPU_KEYS = ("Model name", "CPU(s)", "Core(s) per socket", "Thread(s) per core", "Socket(s)")
 SCALE_LIMITS = (0.5, 3.0)  # how far the steps so far may rescale the estimate of the rest
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = KitArgumentParser(prog="python -m labs.tour", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer requests, the same sections (a few minutes)")
-    parser.add_argument("--out", type=Path, help="the report's folder (default labs/results/tour-<UTC time>)")
+    parser.add_argument("--quick", action="store_true", help="fewer requests, the same sections")
+    parser.add_argument("--out", type=Path, help="the report's folder (default results/tour-<UTC time>)")
     parser.add_argument(
         "--endpoint",
         metavar=ENDPOINT_SPEC,

@@ -33,7 +33,7 @@ from serve.processes.local_server import LocalRuntime, LocalServer
 from ui.environment import load_env
 from ui.progress import console
 
-EAGER_START = "ENFORCE_EAGER: no compile, it starts in under a minute"
+EAGER_START = "ENFORCE_EAGER: it compiles nothing"
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"  # modules vLLM's processes import (stdlib only)
 # KIT_CPU_ISA: torch's kernels and inductor's code (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_CPU_ISA) as on that CPU
 ISA_CAP_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}

@@ -55,7 +55,7 @@ def prepare_int8(source: Path) -> bool:
         folder.rename(stale)
         shutil.rmtree(stale, ignore_errors=True)
     run_logged(
-        f"Quantizing {source.name} to int8 W8A8 (SmoothQuant on the kit's calibration text; once, ~1 min)",
+        f"Quantizing {source.name} to int8 W8A8 (SmoothQuant on the kit's calibration text; once per machine)",
         [str(VENV.python), str(QUANTIZE_SCRIPT), str(source), str(folder), str(CALIBRATION_TEXT)],
         LOG_DIR / "quantize-model.log",
         env={**bytecode_env(), "HF_HUB_OFFLINE": "1"},

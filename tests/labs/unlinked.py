@@ -85,6 +85,12 @@ HIGH_KV = "the doctor's threshold (labs/doctor/diagnosis.py HIGH_KV_USAGE)"
 OVERHEAD = "the kit's allowance for vLLM's runtime (serve/config/sizing.py VLLM_CPU_OVERHEAD_BYTES)"
 
 UNLINKED: tuple[Unlinked, ...] = (
+    Unlinked(
+        "README.md",
+        "RAM for the weights, a 1 GiB KV cache and vLLM's runtime (~2 GiB)",
+        SETTING,
+        f"the KV budget auto gives the default 32 sequences (labs/sizing.md); {OVERHEAD}",
+    ),
     Unlinked(ENV_EXAMPLE, "after weights and ~2 GiB of runtime", SETTING, OVERHEAD),
     Unlinked(ENV_EXAMPLE, "reads 163 MB per decode step instead of 269", ARITHMETIC, WEIGHTS),
     Unlinked(ENV_EXAMPLE, "Restarts back off 2 s, 4 s, 8 s ... (60 s at most)", SETTING, BACK_OFF),

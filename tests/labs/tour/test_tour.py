@@ -41,7 +41,8 @@ def test_the_quick_tour_on_the_real_kit_writes_every_section_with_its_plot(
     if not CHROMIUM.exists():
         pytest.skip("chromium is not installed (tests/system-packages.sh installs it)")
     # the second vLLM the quantization section starts (the other weights) runs eager: on a bare machine its compile
-    # is 80 s of the suite's budget, and what the test checks (every section rendered, the kit's steps timed) is the
+    # would take a cold compile ("cold-compile" in labs/quantities.py) of the suite's budget, and what the test checks
+    # (every section rendered, the kit's steps timed) is the
     # same without it; benchmarks.first_token --tour times a first tour with that compile
     env = {**vllm_server.env, "LLAMACPP_PORT": str(llamacpp_server.port), "ENFORCE_EAGER": "true"}
     launched_s = time.monotonic()
@@ -76,5 +77,5 @@ def test_the_quick_tour_on_the_real_kit_writes_every_section_with_its_plot(
         steps = kit_steps([(0.0, line) for line in result.stdout.splitlines()])
         assert any(title.startswith("Starting vLLM") and seconds > 0 for title, seconds in steps), steps
     finally:
-        if folder is not None and folder.is_relative_to(ROOT / "labs" / "results"):
+        if folder is not None and folder.is_relative_to(ROOT / "results"):
             shutil.rmtree(folder, ignore_errors=True)
