@@ -245,6 +245,6 @@ def test_the_eager_engine_serves_the_float_weights_while_the_int8_ones_are_made(
     eager_log = (ROOT / ".kit" / "logs" / f"vllm-eager-{port}.log").read_text(errors="replace")
     served = re.search(r"█  model +(\S+)", eager_log)  # vLLM's banner names the folder it serves
     assert served is not None and Path(served[1]).resolve() == MODEL_DIR.resolve(), eager_log[:3000]  # the float one
-    int8 = list((tmp_path / "cache" / "vllm-lab-kit" / "models" / "int8").glob("float-model-*-int8*"))
+    int8 = list((tmp_path / "cache" / "vllm-lab-kit" / "models" / "int8").glob("*-int8-w8a8"))
     assert len(int8) == 1 and (int8[0] / "config.json").exists(), int8
     assert down.returncode == 0 and process.port_is_free("127.0.0.1", port), down.stdout + down.stderr
