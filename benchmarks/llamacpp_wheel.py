@@ -25,15 +25,15 @@ from typing import Any
 from benchmarks import kit_vs_defaults
 from benchmarks.arms import guarded
 from labs.results import Envelope, MeasuredEngine, command_line, write
-from serve.config.machine import detect
 from serve.config.paths import ROOT
-from serve.config.plan import resolve_threads
 from serve.config.settings import Settings
+from serve.engines.llama_server import LlamaServerRuntime
 from serve.engines.llamacpp import MODEL_ALIAS, SERVER_SCRIPT
 from serve.install import llamacpp_venv
 from serve.processes.health import is_healthy
 from serve.processes.process import free_port
 from ui.cli import KitArgumentParser, positive_int, positive_ints
+from ui.environment import load_env
 from ui.progress import StepFailed, console
 
 DEFAULT_SLOTS = "1,16"
@@ -60,13 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def server_options(port: int, slots: int, settings: Settings) -> list[str]:
-    """The options both builds get, spelled as llama-server spells them (xllamacpp_serve.py takes the same)."""
-    threads = resolve_threads(settings, detect())[0]
-    return [
-        *("--model", str(llamacpp_venv.gguf_path()), "--alias", MODEL_ALIAS, "--host", HOST, "--port", str(port)),
-        *("--parallel", str(slots), "--ctx-size", str(slots * settings.max_model_len), "--threads", str(threads)),
-    ]
+def server_options(port: int, slots: int) -> list[str]:
+    """The options both builds get: the kit's llama-server engine's (.env's settings), on `port` with `slots` slots."""
+    overrides = {"LLAMA_SERVER_PORT": str(port), "LLAMA_SERVER_SLOTS": str(slots), "VLLM_HOST": HOST}
+    runtime = LlamaServerRuntime(Settings.from_env({**load_env(), **overrides}))
+    return runtime.server_options(runtime.threads())
 
 
 @contextmanager
@@ -94,15 +92,15 @@ def system_info(log: Path) -> str:
     return next((line.strip() for line in lines if "system" in line and "CPU :" in line), "not in its log")
 
 
-def measure_slots(args: argparse.Namespace, slots: int, settings: Settings) -> dict[str, Any]:
+def measure_slots(args: argparse.Namespace, slots: int) -> dict[str, Any]:
     """Both builds up with `slots` slots, measured side by side by kit_vs_defaults (the source build the baseline)."""
     ports = {"source": free_port(), "wheel": free_port()}
     commands = {
-        "source": [str(args.llama_server), *server_options(ports["source"], slots, settings)],
+        "source": [str(args.llama_server), *server_options(ports["source"], slots)],
         "wheel": [
             str(llamacpp_venv.VENV.python),
             str(SERVER_SCRIPT),
-            *server_options(ports["wheel"], slots, settings),
+            *server_options(ports["wheel"], slots),
         ],
     }
     with ExitStack() as stack:
@@ -132,7 +130,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not args.llama_server.is_file():
         raise ValueError(f"--llama-server {args.llama_server} is not a file: give the path of a llama-server you built")
     llamacpp_venv.install()
-    settings = Settings.load()
     version = subprocess.run([str(args.llama_server), "--version"], capture_output=True, text=True, timeout=60)
     builds = {
         "source": " ".join((version.stdout + version.stderr).split()),
@@ -141,7 +138,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     by_slots = {}
     for slots in args.slots:
         console.print(f"[bold]{slots} slot(s)[/bold]: the source build and the wheel, rounds alternating")
-        by_slots[str(slots)] = measure_slots(args, slots, settings)
+        by_slots[str(slots)] = measure_slots(args, slots)
     wheel_over_source = {
         slots: {
             users: (1 / ratio if ratio else None)

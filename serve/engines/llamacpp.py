@@ -82,9 +82,16 @@ class GgufRuntime(LocalRuntime):
         return Started.recorded(self.record(pid, argv, env), waited)
 
     def command(self, threads: int) -> tuple[list[str], dict[str, str]]:
-        argv = [
-            str(VENV.python),
-            str(SERVER_SCRIPT),
+        argv = [str(VENV.python), str(SERVER_SCRIPT), *self.server_options(threads)]
+        env = {key: value for key, value in os.environ.items() if key != "LLAMA_API_KEY"}  # VLLM_API_KEY decides
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.settings.api_key:
+            env["LLAMA_API_KEY"] = self.settings.api_key  # the server reads it; argv would show in `ps`
+        return argv, env
+
+    def server_options(self, threads: int) -> list[str]:
+        """Its options, spelled as llama-server's (a llama-server built from source takes the same)."""
+        return [
             "--model",
             str(gguf_path()),
             "--alias",
@@ -100,11 +107,6 @@ class GgufRuntime(LocalRuntime):
             "--threads",
             str(threads),
         ]
-        env = {key: value for key, value in os.environ.items() if key != "LLAMA_API_KEY"}  # VLLM_API_KEY decides
-        env["PYTHONUNBUFFERED"] = "1"
-        if self.settings.api_key:
-            env["LLAMA_API_KEY"] = self.settings.api_key  # the server reads it; argv would show in `ps`
-        return argv, env
 
     def record(self, pid: int, argv: list[str], env: dict[str, str]) -> RunRecord:
         gguf = gguf_path()
