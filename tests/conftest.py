@@ -46,7 +46,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 ENGINE_FIXTURES = frozenset({"vllm_server", "llamacpp_server", "docker_engine"})
 
 
-# Modules whose tests start what tests/run.sh installs in the background: Open WebUI's venv (~90 packages).
+# Modules whose tests start what tests/run.sh installs in the background: Open WebUI's venv (labs/webui.md).
 LATE_MODULES = frozenset(
     {
         "tests/serve/test_open_webui.py",  # Open WebUI started by up.sh
@@ -66,7 +66,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that asks for a real engine is a server test whatever its module says: `-m "not server"` leaves it
     out, and the mark cannot be forgotten. The modules whose tests start no server run first, while the session's
     vLLM starts beside them (pytest_collection_finish); the modules that need Open WebUI run last: on a bare machine
-    tests/run.sh installs it (a download of ~90 packages) in the background while the others run."""
+    tests/run.sh installs it (a download of hundreds of MB) in the background while the others run."""
     for item in items:
         if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)

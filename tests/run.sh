@@ -75,7 +75,7 @@ install_kit() {
   REPLICAS=2 ENGINES=vllm,llamacpp,llamaserver .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
 }
 timed "install (python -m serve install: the venvs, the model)" install_kit
-# Open WebUI's venv (OPEN_WEBUI=true: ~90 packages and torch's CPU build, tests/serve/test_open_webui.py) installs in
+# Open WebUI's venv (OPEN_WEBUI=true: open-webui's pins and torch's CPU build, tests/serve/test_open_webui.py) installs in
 # the background, niced in a session of its own, while the tests run; tests/conftest.py runs the test that needs it
 # last, and one that comes sooner waits for the install (the kit's installs take a lock: serve/install/venv.py). Its
 # steps join the report.

@@ -196,7 +196,7 @@ def resolve_block_size(settings: Settings, engine_block_size: int) -> tuple[int 
     if engine_block_size == V1_CPU_BLOCK_SIZE:
         return AUTO_CPU_BLOCK_SIZE, (
             f"auto: {AUTO_CPU_BLOCK_SIZE} on vLLM's CPU backend, faster than its "
-            f"default {V1_CPU_BLOCK_SIZE} at 8-16 users"
+            f"default {V1_CPU_BLOCK_SIZE} at 16 users"
         )
     return None, f"auto: vLLM's own ({engine_block_size})"
 

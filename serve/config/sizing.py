@@ -27,7 +27,7 @@ GiB = 1 << 30
 V0_BLOCK_SIZE = 16  # vLLM V0 (0.9.x, the openEuler image)
 V1_CPU_BLOCK_SIZE = 128  # vLLM V1 on CPU (>= 0.10)
 V1_GPU_BLOCK_SIZE = 16  # vLLM V1 on CUDA
-# BLOCK_SIZE=auto on vLLM V1's CPU backend: 32-token blocks decoded faster than the default 128 at 8-16 users,
+# BLOCK_SIZE=auto on vLLM V1's CPU backend: 32-token blocks decoded faster than the default 128 at 16 users,
 # with a lower TTFT, on a 2-core machine (labs/measured/kit-vs-defaults-avx512-2026-11-29.json, the bs128 arm);
 # the CPU attention kernels want multiples of 32.
 AUTO_CPU_BLOCK_SIZE = 32
