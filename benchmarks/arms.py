@@ -206,15 +206,16 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[RunningArm]:
     settings = arm_settings(arm)
     engine = ENGINES[arm.engine]
     (runtime,) = engine.runtimes(settings)  # one native engine (arm_settings)
+    plan = None
     if arm.attach_url is None:
         runtime.install()  # the weights its decode step reads; its start would install them anyway
-    step = engine.decode_step(settings)
+        plan = runtime.preflight()  # refused in one line before anything starts; its plan is the decode step's
+    step = engine.decode_step(settings, plan)
     url = arm.attach_url or f"{runtime.base_url}/v1"
     served = RunningArm(url, runtime.served_model, step.weight_bytes, step.max_sequences, step.facts)
     if arm.attach_url:
         yield served
         return
-    plan = runtime.preflight()  # refused in one line before anything starts; its plan is the decode step's
     try:
         for attempt in range(restarts + 1 if engine.compile_cache else 1):
             if attempt:

@@ -55,7 +55,9 @@ def recorded(settings: Settings) -> str | None:
 
 def select(settings: Settings) -> Runtime:
     """RUNTIME as set; `auto` is the runtime recorded as having started VLLM_PORT's vLLM, else decided now. With
-    `auto`, the runtime says why it was picked (`picked_because`: the start line and the recap show it)."""
+    `auto`, the runtime says why it was picked (`picked_because`: the start line and the recap show it, the record
+    keeps it beside the plan). RUNTIME is no field of the Plan: it is settled before the plan, which the chosen
+    runtime's preflight makes against its own limits."""
     choice, why = settings.runtime, ""
     previous = recorded(settings) if choice == "auto" else None
     if previous is not None:

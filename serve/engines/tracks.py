@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from serve.config.machine import Machine
-from serve.config.model import served_model_facts
+from serve.config.model import model_facts_for
 from serve.config.plan import Plan, RuntimeLimits, resolve
 from serve.config.preflight import block_size_for
 from serve.config.settings import KNOBS, VLLM_VERSION, Settings
@@ -42,7 +42,7 @@ GPU = Track("docker-gpu", "vllm-gpu", ("gpu",), builds_image=False, port_setting
 TRACKS = {track.runtime: track for track in (CPU, GPU)}
 
 
-def container_limits(settings: Settings, machine: Machine, track: Track) -> RuntimeLimits:
+def container_limits(settings: Settings, machine: Machine, track: Track, pod: bool = False) -> RuntimeLimits:
     """What a track's container may use. CPU: the host's cores capped by CPU_LIMIT, MEMORY_LIMIT, the image's vLLM's
     own block size (V0's 16 below 0.10). GPU: the GPU's memory, vLLM's 16-token blocks."""
     if track is GPU:
@@ -53,14 +53,15 @@ def container_limits(settings: Settings, machine: Machine, track: Track) -> Runt
         engine_block_size=block_size_for(settings, track.runtime),
         container=True,
         where=f"CPU_LIMIT={settings.cpu_limit:g}",
+        unseen_node=pod,
     )
 
 
-def plan_for_container(settings: Settings, machine: Machine, track: Track) -> Plan:
-    """The one resolver (serve/config/plan.py) for the track's container on `machine` (the host, or a pod's node)."""
-    return resolve(
-        settings, machine, served_model_facts(settings, track.runtime), container_limits(settings, machine, track)
-    )
+def plan_for_container(settings: Settings, machine: Machine, track: Track, pod: bool = False) -> Plan:
+    """The one resolver (serve/config/plan.py) for the track's container on `machine` (the host, or with `pod` a
+    cluster's node, unseen)."""
+    limits = container_limits(settings, machine, track, pod)
+    return resolve(settings, machine, model_facts_for(settings, track.runtime), limits)
 
 
 def target(settings: Settings, track: Track) -> Target:

@@ -105,19 +105,7 @@ def pod_machine(settings: Settings) -> Machine:
 
 
 def resolve_for_pod(settings: Settings, track: Track) -> Plan:
-    resolved = plan_for_container(settings, pod_machine(settings), track)
-    if track is CPU and settings.dtype == "auto":
-        resolved = dataclasses.replace(
-            resolved,
-            dtype_reason="auto: float32, which every node's CPU runs (the "
-            "cluster's CPUs are unknown here); set DTYPE=bfloat16 for avx512_bf16 nodes",
-        )
-    if track is CPU and settings.omp_threads is None:
-        reason = f"auto: CPU_LIMIT={settings.cpu_limit:g}"
-        if resolved.omp_threads < settings.cpu_limit:
-            reason += ", one core left to the scheduler and API server"
-        resolved = dataclasses.replace(resolved, omp_threads_reason=reason)
-    return resolved
+    return plan_for_container(settings, pod_machine(settings), track, pod=True)
 
 
 def default_image(settings: Settings, track: Track) -> str:

@@ -149,7 +149,7 @@ def test_an_arm_runs_one_native_engine_on_fresh_ports_and_its_engine_answers_for
         {int(knob.default) for knob in KNOBS if knob.serves}
     )
     (runtime,) = ENGINES["vllm"].runtimes(settings)
-    step = ENGINES["vllm"].decode_step(settings)
+    step = ENGINES["vllm"].decode_step(settings, None)
     assert step.plan is not None and step.max_sequences == (step.plan.max_num_seqs or 1)
     assert step.weight_bytes > 0 and step.facts["dtype"] == step.plan.dtype
     assert runtime.base_url == settings.base_url and ENGINES["vllm"].compile_cache is not None
@@ -164,7 +164,7 @@ def test_the_gguf_engines_decode_step_reads_the_whole_file_for_one_or_each_slot(
     monkeypatch.setattr(llamacpp, "gguf_path", lambda: str(gguf))
     monkeypatch.setattr(llama_server, "GGUF", gguf)
     settings = Settings.from_env({"LLAMA_SERVER_SLOTS": "3", "MAX_MODEL_LEN": "512"})
-    queue, slots = ENGINES["llamacpp"].decode_step(settings), ENGINES["llamaserver"].decode_step(settings)
+    queue, slots = ENGINES["llamacpp"].decode_step(settings, None), ENGINES["llamaserver"].decode_step(settings, None)
     assert (queue.weight_bytes, queue.max_sequences, queue.plan) == (1000, 1, None)
     assert (slots.weight_bytes, slots.max_sequences, slots.facts["ctx_size"]) == (1000, 3, 3 * 512)
 
