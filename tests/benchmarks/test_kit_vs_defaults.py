@@ -23,7 +23,6 @@ from benchmarks.arms import (
     Arm,
     arm_settings,
     engine_environ,
-    exported,
     parse_overrides,
     serving,
 )
@@ -31,7 +30,7 @@ from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
 from serve.config.settings import KNOBS, PORT_FIELDS, Settings
 from serve.engines import llama_server, llamacpp
-from serve.engines.runtimes import ENGINES
+from serve.engines.runtimes import ENGINES, exported
 from serve.engines.vllm_log import compile_cache_state
 from serve.install.vllm_venv import PATCH_DIR, VENV
 from tests.conftest import ROOT, Server
