@@ -3,9 +3,9 @@
 FLAGS is the one mapping from a setting to an api_server flag, in the order vLLM gets them; `vllm_flags` renders it
 for a `Target` (the native venv's vLLM, the CPU image's older one, the GPU image: which flags exist there, and how
 the engine is reached). ENVIRONMENT does the same for the variables vLLM reads. The native argv is `vllm_args`; the
-Docker tracks' compose services are held to the same rendering flag by flag (tests/test_compose.py), and what compose
-cannot work out for itself it gets from the mapping too (serve/engines/tracks.compose_env). The settings reference
-(serve/config/reference.py) and the flags table of serve/engines/README.md name each setting's flag from here.
+Docker tracks' compose services get the same rendering whole (serve/engines/tracks.compose_env), the Helm chart's
+values each flag under its chart key (Flag.chart, serve/kube/values.py): a new flag is one line here. The settings
+reference (serve/config/reference.py) and the flags table of serve/engines/README.md name each setting's flag from here.
 """
 
 from __future__ import annotations
