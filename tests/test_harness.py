@@ -134,10 +134,10 @@ def test_the_tests_that_start_no_server_run_first_and_what_installs_in_the_backg
     minutes); the tests of what tests/run.sh installs in the background (llama.cpp, Open WebUI) come last, with
     their whole module: test_served's module-scoped vLLM would otherwise start twice, for its tests on either side."""
     modules = [
-        "tests/serve/test_llama_server.py",  # late: llama.cpp's
+        "tests/serve/engines/test_llama_server.py",  # late: llama.cpp's
         "tests/labs/test_served.py",  # one test of it asks for llama.cpp's server
         "tests/serve/test_lifecycle.py",  # servers
-        "tests/serve/test_settings.py",  # no server
+        "tests/serve/config/test_settings.py",  # no server
     ]
     order = [test.split("::")[0] for test in collect(*modules)]
     runs = [module for index, module in enumerate(order) if index == 0 or order[index - 1] != module]

@@ -234,7 +234,7 @@ def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(patch: Path,
 def test_lab_page_benchmark_runs_in_its_smallest_configuration(vllm_server: Server, tmp_path: Path) -> None:
     commands = doc_commands("labs/throughput.md")
     # the page's commands: this one, the step profiler (tests/benchmarks/test_step_profile.py runs it) and the
-    # first-token benchmark (tests/serve/test_install.py runs that)
+    # first-token benchmark (tests/serve/install/test_vllm_venv.py runs that)
     assert commands == [
         ".venv/bin/python -m benchmarks.kit_vs_defaults",
         ".venv/bin/python -m benchmarks.step_profile",

@@ -26,7 +26,7 @@ GiB_FREE = 16 << 30
 AVX512_BF16 = Machine(2, frozenset({"avx2", "avx512f", "avx512_bf16"}), GiB_FREE)
 AVX2 = Machine(2, frozenset({"avx2", "fma"}), GiB_FREE)
 AMX = Machine(2, frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}), GiB_FREE)
-CONFIG = json.loads((Path(__file__).resolve().parents[2] / "serve" / "bundled-model-config.json").read_text())
+CONFIG = json.loads((Path(__file__).resolve().parents[3] / "serve" / "bundled-model-config.json").read_text())
 
 
 def settings(**env: str) -> Settings:
