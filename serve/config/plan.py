@@ -62,7 +62,7 @@ class Plan:
     quantization: str = "none"  # QUANTIZATION as served: "int8" (the kit's W8A8 checkpoint), "none", or the GPU's
     quantization_reason: str = "set in QUANTIZATION"
     # SERVE_WHILE_COMPILING: whether up's start serves an eager engine while the compiled one builds (None: a start
-    # that never does, the benchmarks'); decided once the command line is known (resolve_serving_early)
+    # that never does, the benchmarks'); decided once the command line is known (resolve_serve_while_compiling)
     serve_eager_first: bool | None = None
     serve_eager_first_reason: str = ""
 
@@ -435,29 +435,12 @@ class ServingEarly:
     reason: str  # in words, for the recap and the start's line
 
 
-def resolve_serving_early(
-    plan: Plan, settings: Settings, *, replica: bool, compiled_before: bool, engine_bytes: int, whole: Machine
-) -> Plan:
-    """`plan` with SERVE_WHILE_COMPILING resolved for up's native start (serve/engines/hand_over.py). The one `auto`
-    that waits for the command line: whether these exact flags compiled on this machine before (`compiled_before`)
-    is known only once the rest of the plan has made them."""
-    serving = resolve_serve_while_compiling(
-        settings.serve_while_compiling,
-        eager=settings.enforce_eager,
-        replica=replica,
-        compiled_before=compiled_before,
-        engine_bytes=engine_bytes,
-        whole=whole,
-    )
-    return dataclasses.replace(
-        plan, serve_eager_first=serving.serve_eager_first, serve_eager_first_reason=serving.reason
-    )
-
-
 def resolve_serve_while_compiling(
     setting: bool | None, *, eager: bool, replica: bool, compiled_before: bool, engine_bytes: int, whole: Machine
 ) -> ServingEarly:
-    """Whether this start serves an eager engine while the compiled one builds (SERVE_WHILE_COMPILING)."""
+    """Whether up's native start serves an eager engine while the compiled one builds (SERVE_WHILE_COMPILING,
+    serve/engines/hand_over.py), recorded in its plan. The one `auto` that waits for the command line: whether these
+    exact flags compiled on this machine before (`compiled_before`) is known only once the plan made them."""
     if setting is False:
         return ServingEarly(False, "SERVE_WHILE_COMPILING=false")
     if eager:

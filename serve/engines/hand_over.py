@@ -12,7 +12,7 @@ the pidfile are the compiled engine's from the start; `down` stops both, `status
     .kit/run/vllm-eager-PORT.pid, .kit/logs/vllm-eager-PORT.log   the eager engine, while it answers
     ~/.cache/vllm-lab-kit/compiled/KEY      a compiled start with these settings reached /health on this machine
 
-Whether a start serves early is the plan's (serve/config/plan.resolve_serving_early), recorded with it.
+Whether a start serves early is the plan's (serve/config/plan.resolve_serve_while_compiling), recorded with it.
 Measurements wait for the hand-over (`wait_for_compiled`): an eager engine's speed is not the kit's.
 """
 

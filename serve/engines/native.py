@@ -19,7 +19,7 @@ from serve.config.env_check import vllm_passthrough
 from serve.config.machine import detect, isa_cap
 from serve.config.model import model_facts_for, native_model_dir, served_model_facts, served_weights_dir
 from serve.config.paths import ROOT
-from serve.config.plan import Plan, resolve, resolve_serving_early
+from serve.config.plan import Plan, resolve, resolve_serve_while_compiling
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_flags import API_SERVER_MODULE, Target, engine_base_env, parse_version, vllm_args, vllm_env
@@ -180,13 +180,16 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
 
     def serving_early(self, plan: Plan, argv: list[str], env: dict[str, str]) -> Plan:
         """The plan with whether this start serves an eager engine while the compiled one builds, and why."""
-        return resolve_serving_early(
-            plan,
-            self.settings,
+        serving = resolve_serve_while_compiling(
+            self.settings.serve_while_compiling,
+            eager=self.settings.enforce_eager,
             replica=self.share is not None,
             compiled_before=hand_over.compiled_before(argv, env),
             engine_bytes=self.engine_bytes(plan) or VLLM_CPU_OVERHEAD_BYTES,
             whole=detect(),
+        )
+        return dataclasses.replace(
+            plan, serve_eager_first=serving.serve_eager_first, serve_eager_first_reason=serving.reason
         )
 
     def start_eager_first(self, plan: Plan, release: str, mark: Path) -> Started:
