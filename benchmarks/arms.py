@@ -20,7 +20,7 @@ from client.endpoint import EndpointError
 from serve.config.machine import ISA_CAPS, ISA_ENV
 from serve.config.settings import KNOBS, PORT_FIELDS, Settings
 from serve.config.sizing import V1_CPU_BLOCK_SIZE
-from serve.engines.runtimes import ENGINES
+from serve.engines.runtimes import ENGINES, running
 from serve.processes.process import free_port
 from ui.environment import load_env
 from ui.progress import StepFailed, fail
@@ -175,21 +175,6 @@ def engine_environ(arm: Arm) -> dict[str, str]:
     return extra
 
 
-@contextmanager
-def exported(env: dict[str, str]) -> Iterator[None]:
-    """`env` in this process's environment while the engine starts (its processes inherit it), then as before."""
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def arm_settings(arm: Arm) -> Settings:
     """The kit's settings with the arm's overrides, one native engine (ONE_NATIVE_ENGINE), on ports nobody uses
     (every engine's port setting; SettingsError names a bad value)."""
@@ -202,33 +187,29 @@ def arm_settings(arm: Arm) -> Settings:
 @contextmanager
 def serving(arm: Arm, restarts: int = 0) -> Iterator[RunningArm]:
     """Bring the arm's engine up (then, for an engine that compiles, stop and start it `restarts` more times), yield
-    it, stop it. Its Engine says what runs it, what a decode step reads and what a start compiled."""
+    it, stop it: each start runtimes.running's. Its Engine says what runs it, what a decode step reads (as the plan
+    it started with) and what a start compiled."""
     settings = arm_settings(arm)
     engine = ENGINES[arm.engine]
     (runtime,) = engine.runtimes(settings)  # one native engine (arm_settings)
-    if arm.attach_url is None:
-        runtime.install()  # the weights its decode step reads; its start would install them anyway
-    step = engine.decode_step(settings)
-    url = arm.attach_url or f"{runtime.base_url}/v1"
-    served = RunningArm(url, runtime.served_model, step.weight_bytes, step.max_sequences, step.facts)
-    if arm.attach_url:
-        yield served
+    if arm.attach_url is not None:
+        step = engine.decode_step(settings, None)
+        yield RunningArm(arm.attach_url, runtime.served_model, step.weight_bytes, step.max_sequences, step.facts)
         return
-    plan = runtime.preflight()  # refused in one line before anything starts; its plan is the decode step's
-    try:
-        for attempt in range(restarts + 1 if engine.compile_cache else 1):
-            if attempt:
-                runtime.stop(quiet=True)
-            with exported(engine_environ(arm)):
-                started = runtime.start(plan)
-            served.pid = started.pid
+    runtime.install()  # before its preflight: the plan sizes the weights the install prepares
+    starts: list[Start] = []
+    for attempt in range(restarts + 1 if engine.compile_cache else 1):
+        with running([runtime], environ=engine_environ(arm)) as (started,):
             compiled = NO_COMPILE_STEP
             if engine.compile_cache is not None:
                 compiled = engine.compile_cache(runtime.log_path.read_text(errors="replace"), settings)
-            served.starts.append(Start(started.seconds_to_healthy, compiled))
-        yield served
-    finally:
-        runtime.stop(quiet=True)
+            starts.append(Start(started.seconds_to_healthy, compiled))
+            if attempt == restarts or engine.compile_cache is None:
+                step = engine.decode_step(settings, started.plan)
+                url = f"{runtime.base_url}/v1"
+                yield RunningArm(
+                    url, runtime.served_model, step.weight_bytes, step.max_sequences, step.facts, starts, started.pid
+                )
 
 
 def interrupt(signum: int, frame: object) -> None:

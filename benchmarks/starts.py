@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.table import Table
 
-from benchmarks.arms import BUILTIN_ARMS, Arm, arm_settings, engine_environ, exported, guarded, parse_overrides
+from benchmarks.arms import BUILTIN_ARMS, Arm, arm_settings, engine_environ, guarded, parse_overrides
 from client.endpoint import Endpoint
 from labs.loadtest.runner import run_load
 from labs.loadtest.workload import WorkloadSpec, parse_lengths
@@ -34,7 +34,7 @@ from labs.results import Envelope, MeasuredEngine, command_line, write
 from serve.config.paths import ROOT
 from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.engines import hand_over
-from serve.engines.runtimes import ENGINES
+from serve.engines.runtimes import ENGINES, running
 from serve.engines.vllm_log import PHASES, compile_cache_state, phase_starts
 from serve.processes import process
 from ui.cli import KitArgumentParser, non_negative_int, positive_int
@@ -114,21 +114,16 @@ def one_start(arm: Arm, cache: Path, kind: str, round_number: int) -> dict[str, 
     serve_early = settings.serve_while_compiling is True  # only where the arm asks: auto is up's, not a benchmark's
     (runtime,) = ENGINES[arm.engine].runtimes(settings)
     runtime.install()
-    plan = runtime.preflight()
     load_1m = os.getloadavg()[0]
     env = {**engine_environ(arm), **{name: str(cache / name.lower()) for name in CACHE_ENV}}
     launched = datetime.now()
-    try:
-        with exported(env):
-            started = runtime.start(plan, serve_early=serve_early)
+    with running([runtime], environ=env, serve_early=serve_early) as (started,):
         token_s = first_token_s(runtime.base_url, runtime.served_model)
         # an arm that serves while compiling: until the compiled engine has the port (serve/engines/hand_over.py)
         waited = hand_over.wait_for_compiled(runtime.port, API_SERVER_MODULE, "The benchmark") if serve_early else 0.0
         took_over_s = (datetime.now() - launched).total_seconds() if serve_early else None
         cpu_s = process.group_cpu_seconds(started.pid)  # the compilers it reaped included
         log_text = runtime.log_path.read_text(errors="replace")
-    finally:
-        runtime.stop(quiet=True)
     phases = {
         name: round((at - launched.replace(microsecond=0)).total_seconds(), 1)
         for name, at in phase_starts(log_text, launched.year).items()

@@ -8,17 +8,34 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import Any, Protocol
 
 import httpx
+
+from client.endpoint import Endpoint
 
 # finish_reason values that mean the server finished the answer on purpose
 COMPLETE_FINISH_REASONS = ("stop", "length")
 # a streamed answer may wait minutes behind others on a busy CPU engine; a refused connection is known at once
 STREAM_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+ONE_CONNECTION = httpx.Limits(max_connections=1, max_keepalive_connections=1)  # a user's: one request at a time
+
+
+@cache
+def tls() -> ssl.SSLContext:
+    """Built once a process: building one per client costs milliseconds, and a closed loop starts a client per user
+    inside the time it measures."""
+    return ssl.create_default_context()
+
+
+def user_client() -> httpx.AsyncClient:
+    """One user's keep-alive connection: its own client, so that no request scans a shared pool."""
+    return httpx.AsyncClient(timeout=STREAM_TIMEOUT, limits=ONE_CONNECTION, verify=tls())
 
 
 @dataclass(slots=True)
@@ -121,15 +138,58 @@ async def stream_chat(
 
 async def closed_loop(users: int, turn: Callable[[httpx.AsyncClient, int], Awaitable[bool]]) -> None:
     """`users` users, each on a connection of its own, each taking its next turn as soon as its last one ended, until
-    its `turn(http, user_number)` returns False. The one closed loop of the benchmarks: what a turn sends, and when
-    the load ends (a queue run dry, a stop event), is the caller's."""
+    its `turn(http, user_number)` returns False. The one closed loop of the kit: what a turn sends, and when the
+    load ends (the requests run dry: `send_each`; a stop event, a duration), is the caller's."""
 
     async def user(number: int) -> None:
-        async with httpx.AsyncClient(timeout=STREAM_TIMEOUT) as http:
+        async with user_client() as http:
             while await turn(http, number):
                 pass
 
     await asyncio.gather(*(user(number) for number in range(users)))
+
+
+class Prompt(Protocol):
+    """One request of a closed loop: its number, what the user says, how many tokens it may answer."""
+
+    @property
+    def request_id(self) -> int: ...
+
+    @property
+    def prompt(self) -> str: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+
+async def send_each(
+    target: Endpoint,
+    users: int,
+    requests: Sequence[Prompt],
+    on_done: Callable[[RequestRecord], None] | None = None,
+    temperature: float = 0.0,
+    ignore_eos: bool = False,
+) -> list[RequestRecord]:
+    """`users` users sending `requests` in order, each the next one as soon as its last answer ended (closed_loop):
+    a record per request, in the requests' order. A request's `scheduled_s` is when a user took it up (== sent_s);
+    `on_done` sees each record as its answer ends."""
+    records: list[RequestRecord | None] = [None] * len(requests)
+    waiting = iter(enumerate(requests))
+
+    async def turn(http: httpx.AsyncClient, user: int) -> bool:
+        index, request = next(waiting, (-1, None))
+        if request is None:
+            return False
+        record = RequestRecord(request.request_id, request.max_tokens, scheduled_s=time.perf_counter())
+        messages = [{"role": "user", "content": request.prompt}]
+        payload = chat_payload(target.model, messages, request.max_tokens, temperature, ignore_eos)
+        records[index] = await stream_chat(http, target.base_url, payload, record, target.api_key)
+        if on_done is not None:
+            on_done(record)
+        return True
+
+    await closed_loop(min(users, len(requests)), turn)
+    return [record for record in records if record is not None]
 
 
 def _consume(line: str, record: RequestRecord) -> bool:

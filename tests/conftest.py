@@ -49,7 +49,7 @@ ENGINE_FIXTURES = frozenset({"vllm_server", "llamacpp_server", "docker_engine"})
 # Modules whose tests start what tests/run.sh installs in the background: Open WebUI's venv (labs/webui.md).
 LATE_MODULES = frozenset(
     {
-        "tests/serve/test_open_webui.py",  # Open WebUI started by up.sh
+        "tests/serve/webui/test_open_webui.py",  # Open WebUI started by up.sh
     }
 )
 
@@ -114,7 +114,7 @@ def kit_env(**overrides: str) -> dict[str, str]:
     env["KIT_ENV_FILE"] = str(ROOT / ".env.example")
     env["RUNTIME"] = "native"
     # a start that compiles waits for the compiled engine, as the tests measure or read what it runs with; the
-    # hand-over to it is tested on its own (tests/serve/test_hand_over.py)
+    # hand-over to it is tested on its own (tests/serve/engines/test_hand_over.py)
     env["SERVE_WHILE_COMPILING"] = "false"
     env.update(overrides)
     return env

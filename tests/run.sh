@@ -40,7 +40,7 @@ trap 'stop_background; report' EXIT
 timed "Debian packages (tests/system-packages.sh)" bash tests/system-packages.sh
 # The Docker stand-in's root file system (tests/support/docker/standin.sh: debootstrap, a download and an unpack of
 # about a minute, once per clone) in the background at the lowest CPU and disk priorities, while the installs run:
-# tests/serve/test_docker_cpu.py then finds it made (or waits for it: the script takes a lock). Its step joins the
+# tests/serve/engines/test_docker_cpu.py then finds it made (or waits for it: the script takes a lock). Its step joins the
 # report.
 standin_rootfs() {
   local started=$SECONDS
@@ -69,13 +69,13 @@ checks() {
 }
 timed "lint, formatting, types, import floors" checks
 # the native vLLM venv and prepared model in .kit/, llama.cpp's venv (PyPI's prebuilt xllamacpp and the GGUF: seconds,
-# nothing compiled); REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that tests/serve/test_replicas.py
+# nothing compiled); REPLICAS=2 adds the router's venv (.kit/router, vllm-router) that tests/serve/engines/test_replicas.py
 # starts
 install_kit() {
   REPLICAS=2 ENGINES=vllm,llamacpp,llamaserver .venv/bin/python -m serve install 2>&1 | tee "$LOGS/install.log"
 }
 timed "install (python -m serve install: the venvs, the model)" install_kit
-# Open WebUI's venv (OPEN_WEBUI=true: open-webui's pins and torch's CPU build, tests/serve/test_open_webui.py) installs in
+# Open WebUI's venv (OPEN_WEBUI=true: open-webui's pins and torch's CPU build, tests/serve/webui/test_open_webui.py) installs in
 # the background, niced in a session of its own, while the tests run; tests/conftest.py runs the test that needs it
 # last, and one that comes sooner waits for the install (the kit's installs take a lock: serve/install/venv.py). Its
 # steps join the report.

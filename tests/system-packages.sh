@@ -8,7 +8,7 @@
 set -euo pipefail
 
 packages=(shellcheck docker-compose chromium patch g++ docker.io debootstrap tmux prometheus)
-# kubectl for `kubectl kustomize` (tests/serve/test_kube.py fails without it): any one on PATH will do, else Debian's
+# kubectl for `kubectl kustomize` (tests/serve/kube/test_main.py fails without it): any one on PATH will do, else Debian's
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 missing=()
 for package in "${packages[@]}"; do

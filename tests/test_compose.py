@@ -3,6 +3,7 @@ source of truth (the CPU service renders to the native runtime's own vLLM argv f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -15,8 +16,9 @@ import jsonschema
 import pytest
 import yaml
 
-from serve.config.machine import detect
+from serve.config.machine import Machine, detect
 from serve.config.settings import KNOBS, VLLM_VERSION, Settings
+from serve.config.sizing import GiB
 from serve.config.vllm_flags import FLAGS, Target, parse_version, setting_becomes, vllm_args, vllm_env, vllm_flags
 from serve.engines.tracks import (
     CONTAINER_PORT,
@@ -181,6 +183,28 @@ def test_each_service_renders_the_one_mapping_flag_by_flag(track: Track, variant
     assert environment == container_env(settings, plan, track)
     published = settings.port if track is CPU else settings.gpu_port
     assert service["ports"][0].startswith(f"127.0.0.1:{published}:{CONTAINER_PORT}")
+
+
+HAND_RUN_MACHINE = Machine(4, frozenset(), 5 * GiB)  # compose.yaml's fallbacks: 4 threads, no BF16 (float32)
+HAND_RUN_MAX_NUM_SEQS = 16
+
+
+def hand_run_command(track: Track) -> str:
+    """The mapping's command line for the default settings, as compose.yaml falls back to it when run by hand."""
+    settings = Settings.from_env({})
+    plan = plan_for_container(settings, HAND_RUN_MACHINE, track)
+    if plan.max_num_seqs is not None:
+        plan = dataclasses.replace(plan, max_num_seqs=HAND_RUN_MAX_NUM_SEQS)
+    return shlex.join(container_command(settings, plan, track))
+
+
+@pytest.mark.parametrize("track", [CPU, GPU], ids=["cpu", "gpu"])
+def test_run_by_hand_each_service_falls_back_to_the_mappings_command_line(track: Track) -> None:
+    """Nothing of the command line is written by hand in compose.yaml: RESOLVED_ARGS's fallback too is the mapping's."""
+    service = rendered_with_defaults()["services"][SERVICES[track][1]]
+    expected = hand_run_command(track)
+    fix = f"write ${{RESOLVED_ARGS:-{expected}}} in compose.yaml's {SERVICES[track][1]}"
+    assert shlex.split(service["command"]) == shlex.split(expected), fix
 
 
 def test_the_cpu_image_gets_its_own_vllms_flags() -> None:

@@ -134,10 +134,10 @@ def test_the_tests_that_start_no_server_run_first_and_what_installs_in_the_backg
     minutes); the tests of what tests/run.sh installs in the background (Open WebUI) come last, each module whole (a
     module-scoped server would otherwise start twice, for its tests on either side)."""
     modules = [
-        "tests/serve/test_open_webui.py",  # late: Open WebUI's
+        "tests/serve/webui/test_open_webui.py",  # late: Open WebUI's
         "tests/labs/test_served.py",  # servers (one test asks for llama.cpp's, installed up front now)
         "tests/serve/test_lifecycle.py",  # servers
-        "tests/serve/test_settings.py",  # no server
+        "tests/serve/config/test_settings.py",  # no server
     ]
     order = [test.split("::")[0] for test in collect(*modules)]
     runs = [module for index, module in enumerate(order) if index == 0 or order[index - 1] != module]

@@ -81,9 +81,7 @@ async def measure(chosen: Sequence[Endpoint], plan: tuple[Phase, ...], max_token
             for index, phase in enumerate(plan):
                 how = "all at once" if phase.concurrent else "one after another"
                 with console.status(f"{target.name}: {phase.mode}, {len(phase.prompts)} requests {how} ..."):
-                    run = await run_phase(
-                        http, target, phase, max_tokens, partial(print_request, target.name, phase.mode)
-                    )
+                    run = await run_phase(target, phase, max_tokens, partial(print_request, target.name, phase.mode))
                 if engine_died(run):
                     run.note = "engine stopped answering"
                     writer.add(run)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from client.endpoint import Endpoint
-from client.stream import STREAM_TIMEOUT, RequestRecord, chat_payload, stream_chat
+from client.stream import STREAM_TIMEOUT, RequestRecord, chat_payload, send_each, stream_chat, tls
 from labs.compare.workload import TEMPERATURE, Phase
 
 PROBE_TIMEOUT_S = 10.0
@@ -49,7 +49,8 @@ class EngineFacts:
 
 
 def http_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=STREAM_TIMEOUT)  # 16 answers queued on a single-stream server take minutes
+    # 16 answers queued on a single-stream server take minutes; tls(): built once, before any phase is timed
+    return httpx.AsyncClient(timeout=STREAM_TIMEOUT, verify=tls())
 
 
 async def check(http: httpx.AsyncClient, target: Endpoint) -> EngineFacts:
@@ -69,18 +70,11 @@ def _payload(target: Endpoint, prompt: str, max_tokens: int) -> dict[str, Any]:
     return chat_payload(target.model, [{"role": "user", "content": prompt}], max_tokens, TEMPERATURE)
 
 
-async def _send(
-    http: httpx.AsyncClient,
-    target: Endpoint,
-    request_id: int,
-    prompt: str,
-    max_tokens: int,
-    on_done: Callable[[RequestRecord], None],
-) -> RequestRecord:
-    record = RequestRecord(request_id, max_tokens, scheduled_s=time.perf_counter())
-    await stream_chat(http, target.base_url, _payload(target, prompt, max_tokens), record, target.api_key)
-    on_done(record)
-    return record
+@dataclass(frozen=True, slots=True)
+class PhaseRequest:
+    request_id: int
+    prompt: str
+    max_tokens: int
 
 
 async def warm_up(http: httpx.AsyncClient, target: Endpoint) -> RequestRecord:
@@ -92,24 +86,14 @@ async def warm_up(http: httpx.AsyncClient, target: Endpoint) -> RequestRecord:
 
 
 async def run_phase(
-    http: httpx.AsyncClient, target: Endpoint, phase: Phase, max_tokens: int, on_done: Callable[[RequestRecord], None]
+    target: Endpoint, phase: Phase, max_tokens: int, on_done: Callable[[RequestRecord], None]
 ) -> PhaseRun:
-    """Send the phase's prompts one after another, or all at once; `on_done` sees each finished record."""
+    """Send the phase's prompts one after another (one user), or all at once (a user each): client/stream.py's
+    closed loop; `on_done` sees each finished record."""
     started = time.perf_counter()
-    if phase.concurrent:
-        records = list(
-            await asyncio.gather(
-                *(
-                    _send(http, target, number, prompt, max_tokens, on_done)
-                    for number, prompt in enumerate(phase.prompts, start=1)
-                )
-            )
-        )
-    else:
-        records = [
-            await _send(http, target, number, prompt, max_tokens, on_done)
-            for number, prompt in enumerate(phase.prompts, start=1)
-        ]
+    requests = [PhaseRequest(number, prompt, max_tokens) for number, prompt in enumerate(phase.prompts, start=1)]
+    users = len(requests) if phase.concurrent else 1
+    records = await send_each(target, users, requests, on_done, TEMPERATURE)
     return PhaseRun(target.name, phase.mode, phase.concurrent, records, started, time.perf_counter())
 
 

@@ -1,7 +1,8 @@
 """SENDING: play a scheduled workload against one endpoint, recording every request and /metrics over time.
 
-Requests go out through client/stream.py (the one timing implementation); /metrics is read through
-serve/processes/metrics.py. Client-side queueing (a closed loop's users, a concurrency cap) happens between
+Requests go out through client/stream.py (the one timing implementation): a closed loop's users are its
+`send_each`, the kit's one closed loop; planned (open-loop) arrivals are this module's own mode. /metrics is read
+through serve/processes/metrics.py. Client-side queueing (a concurrency cap on planned arrivals) happens between
 `scheduled_s` and `sent_s`, so it never hides inside the server's latency.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from client.endpoint import Endpoint
-from client.stream import STREAM_TIMEOUT, RequestRecord, chat_payload, stream_chat
+from client.stream import RequestRecord, chat_payload, send_each, stream_chat, tls, user_client
 from labs.loadtest.workload import ScheduledRequest, WorkloadSpec, schedule
 from serve.processes.metrics import MetricsSnapshot, NoMetrics, combine, scrape, scrape_async
 
@@ -29,20 +29,18 @@ class Lanes:
     """One keep-alive connection per request in flight, at most `cap`; a request waits here for a free one.
 
     A single httpx client shares one pool, which scans every connection for each request: at hundreds of
-    requests per second that costs more CPU than the requests. A client per lane keeps each lookup O(1).
+    requests per second that costs more CPU than the requests. A client per lane (client/stream.user_client) keeps
+    each lookup O(1).
     """
 
-    def __init__(self, cap: int, timeout: httpx.Timeout) -> None:
+    def __init__(self, cap: int) -> None:
         self.cap = cap
-        self._timeout = timeout
         self._free: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
         self._clients: list[httpx.AsyncClient] = []
-        self._tls = ssl.create_default_context()  # built once: building one per client costs milliseconds
 
     async def acquire(self) -> httpx.AsyncClient:
         if self._free.empty() and len(self._clients) < self.cap:
-            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-            self._clients.append(httpx.AsyncClient(limits=limits, timeout=self._timeout, verify=self._tls))
+            self._clients.append(user_client())
             return self._clients[-1]
         return await self._free.get()
 
@@ -116,30 +114,51 @@ async def run_load(
     on_done: Callable[[RequestRecord], None] | None = None,
     scrape_interval_s: float | None = SCRAPE_INTERVAL_S,
 ) -> RunResult:
-    """Send the whole scheduled workload and return every record; never raises for an engine's failures."""
+    """Send the whole scheduled workload and return every record; never raises for an engine's failures. A closed
+    loop (no rate) is `spec.concurrency` users of client/stream.send_each; a rate plans each arrival (open loop)."""
     scheduled = schedule(spec)
-    lanes = Lanes(spec.concurrency or spec.num_requests, STREAM_TIMEOUT)
+    closed = spec.concurrency is not None and spec.closed_loop
+    tls()  # built before the clock starts
+    lanes = None if closed else Lanes(spec.concurrency or spec.num_requests)
     result = RunResult(target, spec, records=[], started_s=time.perf_counter())
     finished_before = await asyncio.to_thread(finished_by_replica, target)
     stop = asyncio.Event()
     sampler = (
         asyncio.create_task(sample_metrics(target, result, stop, scrape_interval_s)) if scrape_interval_s else None
     )
+    try:
+        if lanes is None:
+            users = spec.concurrency or 1
+            result.records = await send_each(target, users, scheduled, on_done, spec.temperature, spec.ignore_eos)
+        else:
+            result.records = await open_loop(target, spec, scheduled, lanes, result.started_s, on_done)
+    finally:
+        stop.set()
+        if sampler is not None:
+            await sampler
+    after = await asyncio.to_thread(finished_by_replica, target)
+    result.served_by_replica = {url: after[url] - finished_before.get(url, 0.0) for url in after}
+    return result
+
+
+async def open_loop(
+    target: Endpoint,
+    spec: WorkloadSpec,
+    scheduled: list[ScheduledRequest],
+    lanes: Lanes,
+    started_s: float,
+    on_done: Callable[[RequestRecord], None] | None,
+) -> list[RequestRecord]:
+    """Each request sent at its planned arrival (`started_s` + its offset), through `lanes` (at most
+    `spec.concurrency` in flight)."""
 
     async def send(request: ScheduledRequest) -> RequestRecord:
-        scheduled_s = result.started_s + request.offset_s
+        scheduled_s = started_s + request.offset_s
         await asyncio.sleep(max(0.0, scheduled_s - time.perf_counter()))
         http = await lanes.acquire()
-        record = RequestRecord(
-            request.request_id, request.max_tokens, time.perf_counter() if spec.closed_loop else scheduled_s
-        )
-        payload = chat_payload(
-            target.model,
-            [{"role": "user", "content": request.prompt}],
-            request.max_tokens,
-            spec.temperature,
-            spec.ignore_eos,
-        )
+        record = RequestRecord(request.request_id, request.max_tokens, scheduled_s)
+        messages = [{"role": "user", "content": request.prompt}]
+        payload = chat_payload(target.model, messages, request.max_tokens, spec.temperature, spec.ignore_eos)
         try:
             await stream_chat(http, target.base_url, payload, record, target.api_key)
         finally:
@@ -149,12 +168,6 @@ async def run_load(
         return record
 
     try:
-        result.records = list(await asyncio.gather(*(send(request) for request in scheduled)))
+        return list(await asyncio.gather(*(send(request) for request in scheduled)))
     finally:
-        stop.set()
-        if sampler is not None:
-            await sampler
         await lanes.aclose()
-    after = await asyncio.to_thread(finished_by_replica, target)
-    result.served_by_replica = {url: after[url] - finished_before.get(url, 0.0) for url in after}
-    return result

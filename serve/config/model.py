@@ -7,7 +7,6 @@ import hashlib
 import json
 from pathlib import Path
 
-from serve.config.machine import Machine, detect
 from serve.config.paths import CACHE_DIR, ROOT
 from serve.config.settings import BUNDLED_MODEL_NAME, Settings
 from serve.config.sizing import ModelFacts, load_model_facts, model_facts
@@ -61,51 +60,34 @@ def int8_dir(source: Path) -> Path:
     return CACHE_DIR / "models" / "int8" / f"{source.name}-{digest}{INT8_SUFFIX}"
 
 
-# QUANTIZATION=auto serves int8 natively where the CPU has this flag: there int8 W8A8 decoded faster than the float
-# weights at 1 and 16 users for under 1% perplexity; on an AVX2-only CPU it was slower than float32 (oneDNN's AVX2
-# int8 path is slower than its float one there), so auto keeps float. Measured: labs/measured/quantization-*.json.
-INT8_AUTO_FLAG = "avx512f"
-AMX_FLAG = "amx_tile"  # vLLM 0.32 then serves int8 with its AMX kernel (check_cpu_sgl_kernel): bfloat16 only
-
-
-def quantization_for(settings: Settings, runtime: str, machine: Machine | None = None) -> tuple[str, str]:
-    """QUANTIZATION as `runtime` serves it (auto resolved), and why."""
-    if settings.quantization != "auto":
-        return settings.quantization, "set in QUANTIZATION"
-    if runtime not in NATIVE_RUNTIMES:
-        return "none", "auto: the int8 checkpoint is prepared by the native runtime only"
-    if settings.model_path is not None:
-        return (
-            "none",
-            "auto: int8 is measured on the bundled model only; set QUANTIZATION=int8 to quantize MODEL_PATH's",
-        )
-    flags = (machine or detect()).cpu_flags
-    if settings.dtype == "float32" and AMX_FLAG in flags:
-        return "none", "auto: the float weights, as DTYPE=float32 asks (the AMX int8 kernel takes bfloat16 only)"
-    if INT8_AUTO_FLAG in flags:
-        return "int8", "auto: int8 W8A8 on a CPU with AVX-512 (faster, +0.9% perplexity: labs/quantization.md)"
-    return "none", "auto: the float weights on a CPU without AVX-512 (int8 is slower there: labs/quantization.md)"
-
-
-def served_weights_dir(settings: Settings) -> Path:
-    """The folder the native runtime gives vLLM as --model: the float checkpoint, or its int8 one."""
+def served_weights_dir(settings: Settings, quantization: str) -> Path:
+    """The folder the native runtime gives vLLM as --model: the float checkpoint, or its int8 one (`quantization`:
+    the plan's, QUANTIZATION resolved)."""
     source = native_model_dir(settings)
-    return int8_dir(source) if quantization_for(settings, "native")[0] == "int8" else source
+    return int8_dir(source) if quantization == "int8" else source
 
 
-def served_model_facts(settings: Settings, runtime: str) -> ModelFacts | None:
-    """Natively, MODEL_PATH's model or the bundled one, as QUANTIZATION serves it (int8: its prepared
-    checkpoint, or the float one's projections counted as int8 before it is prepared); a Docker track serves
+def model_facts_for(settings: Settings, runtime: str) -> ModelFacts | None:
+    """The float checkpoint `runtime` serves: natively MODEL_PATH's model or the bundled one; a Docker track serves
     MODEL_NAME from the hub, known here only if it is the bundled model."""
     if runtime in NATIVE_RUNTIMES and settings.model_path is not None:
-        facts = load_model_facts(settings.model_path)
-    elif runtime not in NATIVE_RUNTIMES and settings.model_name != BUNDLED_MODEL_NAME:
+        return load_model_facts(settings.model_path)
+    if runtime not in NATIVE_RUNTIMES and settings.model_name != BUNDLED_MODEL_NAME:
         return None
-    else:
-        facts = bundled_model_facts()
-    if quantization_for(settings, runtime)[0] != "int8":
+    return bundled_model_facts()
+
+
+def served_facts(settings: Settings, facts: ModelFacts | None, quantization: str) -> ModelFacts | None:
+    """The float model's `facts` as `quantization` serves them: int8, its prepared checkpoint, or the float one's
+    projections counted as int8 before it is prepared."""
+    if facts is None or quantization != "int8":
         return facts
     prepared = int8_dir(settings.model_path or MODEL_DIR)
     if not (prepared / "model.safetensors").exists():
         return facts.as_int8()
     return dataclasses.replace(load_model_facts(prepared), name=facts.name)  # messages name the model, not its folder
+
+
+def served_model_facts(settings: Settings, runtime: str, quantization: str) -> ModelFacts | None:
+    """What `runtime` serves with the plan's `quantization`: the sizing's and the record's facts."""
+    return served_facts(settings, model_facts_for(settings, runtime), quantization)

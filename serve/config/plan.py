@@ -14,12 +14,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from serve.config.machine import Machine
+from serve.config.model import served_facts
 from serve.config.settings import Settings
 from serve.config.sizing import (
     AUTO_CPU_BLOCK_SIZE,
     V1_CPU_BLOCK_SIZE,
     VLLM_CPU_OVERHEAD_BYTES,
     BatchSizing,
+    GiB,
     ModelFacts,
     auto_seqs,
     auto_seqs_reason,
@@ -57,11 +59,22 @@ class Plan:
     start_method_reason: str = "vLLM's own on CPU"
     zentorch: bool = False  # vLLM runs its linears through AMD's zentorch (serve/install/zentorch.py)
     zentorch_reason: str | None = None  # on an AMD CPU: why the engine runs with or without it
+    quantization: str = "none"  # QUANTIZATION as served: "int8" (the kit's W8A8 checkpoint), "none", or the GPU's
+    quantization_reason: str = "set in QUANTIZATION"
+    # SERVE_WHILE_COMPILING: whether up's start serves an eager engine while the compiled one builds (None: a start
+    # that never does, the benchmarks'); decided once the command line is known (resolve_serve_while_compiling)
+    serve_eager_first: bool | None = None
+    serve_eager_first_reason: str = ""
 
 
-def resolve_dtype(settings: Settings, machine: Machine) -> tuple[str, str]:
+def resolve_dtype(settings: Settings, machine: Machine, unseen_node: bool = False) -> tuple[str, str]:
     if settings.dtype != "auto":
         return settings.dtype, "set in DTYPE"
+    if unseen_node:
+        return "float32", (
+            "auto: float32, which every node's CPU runs (the cluster's CPUs are unknown here); "
+            "set DTYPE=bfloat16 for avx512_bf16 nodes"
+        )
     if machine.bf16_flag:
         return "bfloat16", f"auto: the CPU has {machine.bf16_flag}"
     return "float32", "auto: the CPU has no BF16 instructions (avx512_bf16/amx_bf16)"
@@ -151,6 +164,32 @@ def resolve_zentorch(
     )
 
 
+# QUANTIZATION=auto serves int8 natively where the CPU has this flag: there int8 W8A8 decoded faster than the float
+# weights at 1 and 16 users for under 1% perplexity; on an AVX2-only CPU it was slower than float32 (oneDNN's AVX2
+# int8 path is slower than its float one there), so auto keeps float. Measured: labs/measured/quantization-*.json.
+INT8_AUTO_FLAG = "avx512f"
+AMX_FLAG = "amx_tile"  # vLLM 0.32 then serves int8 with its AMX kernel (check_cpu_sgl_kernel): bfloat16 only
+
+
+def resolve_quantization(settings: Settings, machine: Machine, container: bool = False) -> tuple[str, str]:
+    """QUANTIZATION as the engine serves it, and why; `container`: a Docker track or a pod (which load MODEL_NAME
+    from the hub: the int8 checkpoint is the native runtime's)."""
+    if settings.quantization != "auto":
+        return settings.quantization, "set in QUANTIZATION"
+    if container:
+        return "none", "auto: the int8 checkpoint is prepared by the native runtime only"
+    if settings.model_path is not None:
+        return (
+            "none",
+            "auto: int8 is measured on the bundled model only; set QUANTIZATION=int8 to quantize MODEL_PATH's",
+        )
+    if settings.dtype == "float32" and AMX_FLAG in machine.cpu_flags:
+        return "none", "auto: the float weights, as DTYPE=float32 asks (the AMX int8 kernel takes bfloat16 only)"
+    if INT8_AUTO_FLAG in machine.cpu_flags:
+        return "int8", "auto: int8 W8A8 on a CPU with AVX-512 (faster, +0.9% perplexity: labs/quantization.md)"
+    return "none", "auto: the float weights on a CPU without AVX-512 (int8 is slower there: labs/quantization.md)"
+
+
 def resolve_multiprocessing(settings: Settings, machine: Machine, container: bool = False) -> tuple[bool, str]:
     """VLLM_ENABLE_V1_MULTIPROCESSING as vLLM gets it. False keeps vLLM's uni executor on CPU: the model runs in
     the engine core's process, no worker process, no hand-over queue between them, and no core left to a poller.
@@ -214,6 +253,7 @@ class RuntimeLimits:
     container: bool = False  # CPU_LIMIT caps CPU time, not CPUs: vLLM's binding would spread over the host's
     gpu: bool = False
     where: str = ""  # how the reasons name these limits: "CPU_LIMIT=2", "replica 1 of 2"
+    unseen_node: bool = False  # a pod: its node's CPU is unknown here (serve/kube/spec.py)
 
 
 def native_limits(machine: Machine) -> RuntimeLimits:
@@ -226,10 +266,11 @@ def native_limits(machine: Machine) -> RuntimeLimits:
     )
 
 
-def gpu_plan(settings: Settings, limits: RuntimeLimits) -> Plan:
+def gpu_plan(settings: Settings, machine: Machine, limits: RuntimeLimits) -> Plan:
     """On a GPU, DTYPE=auto stays auto (the checkpoint's), MAX_NUM_SEQS=auto is left to vLLM, and the KV pool is what
     GPU_MEMORY_UTILIZATION leaves (vLLM sizes it); the CPU threads only serve the API."""
     blocks, blocks_reason = resolve_block_size(settings, limits.engine_block_size)
+    quantization, quantization_reason = resolve_quantization(settings, machine, limits.container)
     return Plan(
         dtype=settings.dtype,
         dtype_reason="set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype",
@@ -244,6 +285,8 @@ def gpu_plan(settings: Settings, limits: RuntimeLimits) -> Plan:
         kv_block_size=blocks or limits.engine_block_size,
         kv_cache_space_gib=None,
         kv_cache_space_reason=f"GPU: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} sizes the KV pool",
+        quantization=quantization,
+        quantization_reason=quantization_reason,
     )
 
 
@@ -283,7 +326,10 @@ def resolve_cpu_use(settings: Settings, machine: Machine, seen: Machine, limits:
     multiprocessing, multiprocessing_reason = resolve_multiprocessing(settings, seen, limits.container)
     bind, bind_reason = resolve_binding(settings, seen, limits.container, multiprocessing)
     threads, threads_reason = resolve_thread_count(settings, seen, bind, bind_reason, multiprocessing)
-    if limits.container and settings.omp_threads is None:
+    if limits.unseen_node and settings.omp_threads is None:
+        left = ", one core left to the scheduler and API server" if threads < seen.usable_cores else ""
+        threads_reason = f"auto: {limits.where}{left}"
+    elif limits.container and settings.omp_threads is None:
         capped = f"auto: the host's {machine.usable_cores} cores, capped by {limits.where}"
         cores = seen.usable_cores
         threads_reason = capped + (f": {cores}, one left to the scheduler and API server" if threads < cores else "")
@@ -335,14 +381,17 @@ def resolve(
     settings: Settings, machine: Machine, facts: ModelFacts | None, limits: RuntimeLimits | None = None
 ) -> Plan:
     """The one resolver: every `auto` against this machine's CPU and the runtime's `limits` (default: a native engine
-    alone here, `native_limits`). `facts` is the served model (None: unknown, KV not sized)."""
+    alone here, `native_limits`). `facts` is the model's float checkpoint (None: unknown, KV not sized); the KV is
+    sized for the weights QUANTIZATION serves."""
     limits = limits or native_limits(machine)
     if limits.gpu:
-        return gpu_plan(settings, limits)
+        return gpu_plan(settings, machine, limits)
     # the machine as the engine sees it: its cores (a container's cap, a replica's share), the same CPU
     cores = max(1, min(machine.usable_cores, limits.cores))
     seen = dataclasses.replace(machine, usable_cores=cores, physical_cores=min(machine.cores, cores))
-    dtype, dtype_reason = resolve_dtype(settings, seen)
+    quantization, quantization_reason = resolve_quantization(settings, machine, limits.container)
+    facts = served_facts(settings, facts, quantization)
+    dtype, dtype_reason = resolve_dtype(settings, seen, limits.unseen_node)
     blocks, blocks_reason = resolve_block_size(settings, limits.engine_block_size)
     kv_block_size = blocks or limits.engine_block_size
     cpu = resolve_cpu_use(settings, machine, seen, limits)
@@ -373,7 +422,45 @@ def resolve(
         start_method_reason=start_method_reason,
         zentorch=zentorch,
         zentorch_reason=zentorch_reason,
+        quantization=quantization,
+        quantization_reason=quantization_reason,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ServingEarly:
+    """SERVE_WHILE_COMPILING resolved: whether an eager engine answers while the compiled one builds, and why."""
+
+    serve_eager_first: bool
+    reason: str  # in words, for the recap and the start's line
+
+
+def resolve_serve_while_compiling(
+    setting: bool | None, *, eager: bool, replica: bool, compiled_before: bool, engine_bytes: int, whole: Machine
+) -> ServingEarly:
+    """Whether up's native start serves an eager engine while the compiled one builds (SERVE_WHILE_COMPILING,
+    serve/engines/hand_over.py), recorded in its plan. The one `auto` that waits for the command line: whether these
+    exact flags compiled on this machine before (`compiled_before`) is known only once the plan made them."""
+    if setting is False:
+        return ServingEarly(False, "SERVE_WHILE_COMPILING=false")
+    if eager:
+        return ServingEarly(False, "ENFORCE_EAGER=true: this engine compiles nothing")
+    if replica:
+        return ServingEarly(False, "a replica: its router sends requests to the replicas that answer")
+    if setting is None and compiled_before:
+        return ServingEarly(
+            False, "these settings compiled on this machine before: this start loads the compiled model"
+        )
+    needed = 2 * engine_bytes
+    if needed > whole.memory_available_bytes:
+        return ServingEarly(
+            False,
+            f"two engines need {needed / GiB:.1f} GiB (weights + KV budget + runtime ~"
+            f"{VLLM_CPU_OVERHEAD_BYTES / GiB:.1f} GiB each) and {whole.memory_available_bytes / GiB:.1f} GiB is "
+            "available: the compiled engine starts alone",
+        )
+    why = "SERVE_WHILE_COMPILING=true" if setting else "these settings never started compiled on this machine"
+    return ServingEarly(True, f"{why}: an eager engine answers while the compiled one builds, then hands the port over")
 
 
 def resolve_thread_count(

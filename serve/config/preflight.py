@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass, field
 
 from serve.config.machine import Machine, detect
-from serve.config.model import AMX_FLAG, quantization_for, served_model_facts
-from serve.config.plan import Plan
+from serve.config.model import served_model_facts
+from serve.config.plan import AMX_FLAG, Plan
 from serve.config.settings import CPU_QUANTIZATIONS, Settings
 from serve.config.sizing import (
     V0_BLOCK_SIZE,
@@ -184,9 +184,11 @@ def _check_admission(verdict: Verdict, settings: Settings, resolved: Plan, facts
     )
 
 
-def quantization_problem(settings: Settings, dtype: str, runtime: str, machine: Machine) -> str | None:
-    """Why QUANTIZATION cannot be served by this runtime with this dtype on this CPU, with the fix; None if it can."""
-    quantization = quantization_for(settings, runtime, machine)[0]
+def quantization_problem(
+    settings: Settings, quantization: str, dtype: str, runtime: str, machine: Machine
+) -> str | None:
+    """Why QUANTIZATION (resolved: `quantization`) cannot be served by this runtime with this dtype on this CPU, with
+    the fix; None if it can."""
     wanted = f"QUANTIZATION={settings.quantization}"
     if runtime in GPU_RUNTIMES:
         if quantization == "int8":
@@ -219,10 +221,10 @@ def quantization_problem(settings: Settings, dtype: str, runtime: str, machine: 
 def run(settings: Settings, resolved: Plan, runtime: str) -> Verdict:
     """Check before starting: raise SettingsError (exit 2) on the first refusal; else the verdict, whose warnings and
     notes the caller shows."""
-    problem = quantization_problem(settings, resolved.dtype, runtime, detect())
+    problem = quantization_problem(settings, resolved.quantization, resolved.dtype, runtime, detect())
     if problem is not None:
         raise SettingsError(problem)
-    facts = served_model_facts(settings, runtime)
+    facts = served_model_facts(settings, runtime, resolved.quantization)
     verdict = check(settings, resolved, facts, runtime, detect().memory_available_bytes)
     if verdict.refusals:
         raise SettingsError(verdict.refusals[0].message)

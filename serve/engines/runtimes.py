@@ -10,9 +10,10 @@ guessing one would leave the other running (vllm_to_stop).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from serve.config.model import MODEL_DIR
@@ -21,7 +22,7 @@ from serve.engines import compose, llama_server, llamacpp, native, replicas, vll
 from serve.engines.docker import CPU, TRACKS, DockerRuntime
 from serve.engines.native import NativeRuntime
 from serve.engines.router import RouterRuntime
-from serve.engines.runtime import Engine, Job, Runtime
+from serve.engines.runtime import Engine, Job, Runtime, Started
 from serve.processes import run_record
 from ui.values import SettingsError
 
@@ -55,7 +56,9 @@ def recorded(settings: Settings) -> str | None:
 
 def select(settings: Settings) -> Runtime:
     """RUNTIME as set; `auto` is the runtime recorded as having started VLLM_PORT's vLLM, else decided now. With
-    `auto`, the runtime says why it was picked (`picked_because`: the start line and the recap show it)."""
+    `auto`, the runtime says why it was picked (`picked_because`: the start line and the recap show it, the record
+    keeps it beside the plan). RUNTIME is no field of the Plan: it is settled before the plan, which the chosen
+    runtime's preflight makes against its own limits."""
     choice, why = settings.runtime, ""
     previous = recorded(settings) if choice == "auto" else None
     if previous is not None:
@@ -211,16 +214,36 @@ def stop(runtime: Runtime, remove_volumes: bool = False) -> bool:
 
 
 @contextmanager
-def running(started: list[Runtime]) -> Iterator[list[Runtime]]:
+def exported(env: Mapping[str, str]) -> Iterator[None]:
+    """`env` in this process's environment while engines start (their processes inherit it), then as before."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextmanager
+def running(
+    started: list[Runtime], *, environ: Mapping[str, str] | None = None, serve_early: bool = False
+) -> Iterator[list[Started]]:
     """Start the runtimes in order, each after its preflight (a port in use, the memory, the model: refused in one
     line before it starts), and stop them all, the last first, whatever happens: the one way the benchmarks start
-    what settings describe (up.sh is the users' and the tour's)."""
+    what settings describe (up.sh is the users' and the tour's). `environ`: what the engines' processes get besides
+    the settings (exported while they start); `serve_early`: as Runtime.start. Yields what each start recorded."""
     up: list[Runtime] = []
+    records: list[Started] = []
     try:
         for runtime in started:
-            runtime.start(runtime.preflight())
+            with exported(environ or {}):
+                records.append(runtime.start(runtime.preflight(), serve_early=serve_early))
             up.append(runtime)
-        yield up
+        yield records
     finally:
         for runtime in reversed(up):
             runtime.stop(quiet=True)

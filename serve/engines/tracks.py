@@ -1,10 +1,10 @@
 """The Docker tracks and what compose gets for each: the service, its limits, and the settings as compose reads them.
 
-compose.yaml reads the same settings as the native runtime, as `${VAR:-default}`. Its flags are the one mapping's
-(serve/config/vllm_flags.py) rendered for the track's vLLM, and what a container cannot work out for itself reaches it
-as RESOLVED_* variables derived from that mapping (compose_env): the values behind `auto` (resolved by the one
-resolver against the container's caps, `container_limits`), the image's spelling of "no thread binding", and the
-flags that exist only when a knob is set (--swap-space only for an image's vLLM below 0.18, which removed it).
+compose.yaml reads the same settings as the native runtime, as `${VAR:-default}`. Its command line is the one
+mapping's (serve/config/vllm_flags.py) rendered for the track's vLLM (--swap-space only for an image's vLLM below 0.18,
+which removed it), exported whole as RESOLVED_ARGS, and what else a container cannot work out for itself reaches it as
+RESOLVED_* variables derived from that mapping (compose_env): the values behind `auto` (resolved by the one resolver
+against the container's caps, `container_limits`) and the image's spelling of "no thread binding".
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from serve.config.machine import Machine
-from serve.config.model import served_model_facts
+from serve.config.model import model_facts_for
 from serve.config.plan import Plan, RuntimeLimits, resolve
 from serve.config.preflight import block_size_for
 from serve.config.settings import KNOBS, VLLM_VERSION, Settings
@@ -42,7 +42,7 @@ GPU = Track("docker-gpu", "vllm-gpu", ("gpu",), builds_image=False, port_setting
 TRACKS = {track.runtime: track for track in (CPU, GPU)}
 
 
-def container_limits(settings: Settings, machine: Machine, track: Track) -> RuntimeLimits:
+def container_limits(settings: Settings, machine: Machine, track: Track, pod: bool = False) -> RuntimeLimits:
     """What a track's container may use. CPU: the host's cores capped by CPU_LIMIT, MEMORY_LIMIT, the image's vLLM's
     own block size (V0's 16 below 0.10). GPU: the GPU's memory, vLLM's 16-token blocks."""
     if track is GPU:
@@ -53,14 +53,15 @@ def container_limits(settings: Settings, machine: Machine, track: Track) -> Runt
         engine_block_size=block_size_for(settings, track.runtime),
         container=True,
         where=f"CPU_LIMIT={settings.cpu_limit:g}",
+        unseen_node=pod,
     )
 
 
-def plan_for_container(settings: Settings, machine: Machine, track: Track) -> Plan:
-    """The one resolver (serve/config/plan.py) for the track's container on `machine` (the host, or a pod's node)."""
-    return resolve(
-        settings, machine, served_model_facts(settings, track.runtime), container_limits(settings, machine, track)
-    )
+def plan_for_container(settings: Settings, machine: Machine, track: Track, pod: bool = False) -> Plan:
+    """The one resolver (serve/config/plan.py) for the track's container on `machine` (the host, or with `pod` a
+    cluster's node, unseen)."""
+    limits = container_limits(settings, machine, track, pod)
+    return resolve(settings, machine, model_facts_for(settings, track.runtime), limits)
 
 
 def target(settings: Settings, track: Track) -> Target:
@@ -71,8 +72,7 @@ def target(settings: Settings, track: Track) -> Target:
 
 
 def container_command(settings: Settings, plan: Plan, track: Track) -> list[str]:
-    """The argv the track's compose service must render to: the one mapping's (tests/test_compose.py holds compose
-    to it, flag by flag)."""
+    """The argv the track's compose service renders to: the one mapping's (RESOLVED_ARGS, then VLLM_EXTRA_ARGS)."""
     return vllm_args(settings, plan, target(settings, track))
 
 
@@ -98,11 +98,13 @@ def _export(value: object) -> str:
     return str(value)
 
 
+ARGS = "RESOLVED_ARGS"  # every flag of the mapping, in its order: compose.yaml's command
 OPTIONAL_ARGS = "RESOLVED_OPTIONAL_ARGS"  # every optional flag of the mapping, in its order
 
 
 def compose_env(settings: Settings, plan: Plan, track: Track) -> dict[str, str]:
-    """Every knob as compose reads it, and what compose cannot work out for itself, from the one mapping: for each
+    """Every knob as compose reads it, and what compose cannot work out for itself, from the one mapping: every flag
+    as RESOLVED_ARGS (compose.yaml's command: a flag added to FLAGS reaches compose with no edit there); for each
     flag, RESOLVED_<FLAG> (its value) and RESOLVED_<FLAG>_ARGS (the flag and its value, or nothing); the optional flags
     together as RESOLVED_OPTIONAL_ARGS; for each variable of the container's environment, RESOLVED_<NAME>."""
     env = {knob.env: _export(getattr(settings, knob.field)) for knob in KNOBS}
@@ -111,6 +113,7 @@ def compose_env(settings: Settings, plan: Plan, track: Track) -> dict[str, str]:
         value = rendered.get(flag)
         env[flag.compose_name] = value or ""
         env[f"{flag.compose_name}_ARGS"] = shlex.join(argv_of([(flag, value)])) if value is not None else ""
+    env[ARGS] = shlex.join(argv_of(list(rendered.items())))
     env[OPTIONAL_ARGS] = shlex.join(argv_of([(flag, value) for flag, value in rendered.items() if flag.optional]))
     env.update({f"RESOLVED_{name}": value for name, value in container_env(settings, plan, track).items()})
     return env

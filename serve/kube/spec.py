@@ -22,7 +22,7 @@ from serve.config.machine import Machine
 from serve.config.plan import Plan
 from serve.config.settings import Settings
 from serve.config.sizing import MemorySize
-from serve.config.vllm_flags import vllm_args, vllm_env
+from serve.config.vllm_flags import Flag, argv_of, vllm_env, vllm_flags
 from serve.engines.tracks import CONTAINER_PORT, CPU, GPU, Track, plan_for_container, target
 from ui.progress import console
 
@@ -50,12 +50,18 @@ class EngineSpec:
 
     track: Track
     image: str
-    args: tuple[str, ...]  # the image's entrypoint is vLLM's api_server (as in compose): arguments only
+    flags: tuple[tuple[Flag, str], ...]  # the one mapping's, rendered for the pod (serve/config/vllm_flags.py)
+    extra_args: tuple[str, ...]  # VLLM_EXTRA_ARGS, after them
     env: dict[str, str]  # never the API key: that comes from API_KEY_SECRET
     cpu: str  # Kubernetes quantities, from CPU_LIMIT and MEMORY_LIMIT
     memory: str
     resolved: Plan
     api_key_secret: bool
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """The api_server's arguments (the image's entrypoint is vLLM's api_server, as in compose)."""
+        return (*argv_of(list(self.flags)), *self.extra_args)
 
     @property
     def gpus(self) -> int:
@@ -105,19 +111,7 @@ def pod_machine(settings: Settings) -> Machine:
 
 
 def resolve_for_pod(settings: Settings, track: Track) -> Plan:
-    resolved = plan_for_container(settings, pod_machine(settings), track)
-    if track is CPU and settings.dtype == "auto":
-        resolved = dataclasses.replace(
-            resolved,
-            dtype_reason="auto: float32, which every node's CPU runs (the "
-            "cluster's CPUs are unknown here); set DTYPE=bfloat16 for avx512_bf16 nodes",
-        )
-    if track is CPU and settings.omp_threads is None:
-        reason = f"auto: CPU_LIMIT={settings.cpu_limit:g}"
-        if resolved.omp_threads < settings.cpu_limit:
-            reason += ", one core left to the scheduler and API server"
-        resolved = dataclasses.replace(resolved, omp_threads_reason=reason)
-    return resolved
+    return plan_for_container(settings, pod_machine(settings), track, pod=True)
 
 
 def default_image(settings: Settings, track: Track) -> str:
@@ -135,15 +129,16 @@ def engine_spec(settings: Settings, track: Track, image: str | None = None) -> E
     # makes that pay (before VLLM_EXTRA_ARGS, which stay last so that --no-enable-prefix-caching there still wins).
     pod = dataclasses.replace(target(settings, track), replica=True)
     if track is CPU:
-        args = vllm_args(settings, resolved, pod)  # the key middleware ships in the kit's CPU image
+        flags = vllm_flags(settings, resolved, pod)  # the key middleware ships in the kit's CPU image
         env = {name: value for name, value in vllm_env(settings, resolved, pod).items() if name != "VLLM_API_KEY"}
     else:  # vllm/vllm-openai lacks the kit's middleware: vLLM's own key check guards /v1
-        args = vllm_args(dataclasses.replace(settings, api_key=""), resolved, pod)
+        flags = vllm_flags(dataclasses.replace(settings, api_key=""), resolved, pod)
         env = {}
     return EngineSpec(
         track,
         image or default_image(settings, track),
-        tuple(args),
+        tuple(flags),
+        settings.extra_args,
         env,
         k8s_cpu(settings.cpu_limit),
         k8s_memory(settings.memory_limit),

@@ -10,7 +10,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import yaml
+
 from serve.config.settings import Settings
+from serve.config.vllm_flags import CHART_WRITES, SWITCH, Flag, argv_of
 from serve.engines.router import HEALTH_CHECK_INTERVAL_S, HEALTH_FAILURE_THRESHOLD
 from serve.engines.tracks import CONTAINER_PORT, GPU
 from serve.kube.spec import (
@@ -32,18 +35,6 @@ from ui.progress import warn
 ROUTING_LOGIC = {"cache_aware": "prefixaware", "consistent_hash": "session", "round_robin": "roundrobin"}
 FALLBACK_ROUTING_LOGIC = "roundrobin"
 SESSION_KEY = "x-session-id"
-# The args the chart writes itself from modelURL and vllmConfig (its `vllm serve MODEL --host --port ...`).
-CHART_OWNED_ARGS = {
-    "--model": 1,
-    "--served-model-name": 1,
-    "--host": 1,
-    "--port": 1,
-    "--dtype": 1,
-    "--max-model-len": 1,
-    "--max-num-seqs": 1,
-    "--gpu-memory-utilization": 1,
-    "--enable-prefix-caching": 0,
-}
 
 
 def routing_logic(policy: str) -> tuple[str, str]:
@@ -56,27 +47,36 @@ def routing_logic(policy: str) -> tuple[str, str]:
     )
 
 
-def extra_args(args: tuple[str, ...]) -> list[str]:
-    """The engine's arguments less those the chart writes from modelURL and vllmConfig."""
-    rest, skip = [], 0
-    for arg in args:
+def vllm_config(spec: EngineSpec) -> dict:
+    """vllmConfig from the one mapping's flags: each flag the chart has a key for (Flag.chart), its value as YAML
+    types it; the others, then VLLM_EXTRA_ARGS less what the chart owns, as extraArgs. The model, its name, host and
+    port the chart writes itself (CHART_WRITES: `vllm serve MODEL --host --port`)."""
+    config: dict = {}
+    rest: list[tuple[Flag, str]] = []
+    for flag, value in spec.flags:
+        if flag.chart == CHART_WRITES:
+            continue
+        if flag.chart:
+            config[flag.chart] = True if value == SWITCH else yaml.safe_load(value)
+        else:
+            rest.append((flag, value))
+    owned = {flag.name for flag, _ in spec.flags if flag.chart}
+    config["extraArgs"] = [*argv_of(rest), *without(spec.extra_args, owned)]
+    return config
+
+
+def without(args: tuple[str, ...], owned: set[str]) -> list[str]:
+    """VLLM_EXTRA_ARGS less the flags the chart was given (`owned`), each with its value when one follows."""
+    rest: list[str] = []
+    skip = False
+    for index, arg in enumerate(args):
         if skip:
-            skip -= 1
-        elif arg in CHART_OWNED_ARGS:
-            skip = CHART_OWNED_ARGS[arg]
+            skip = False
+        elif arg in owned:
+            skip = index + 1 < len(args) and not args[index + 1].startswith("--")
         else:
             rest.append(arg)
     return rest
-
-
-def vllm_config(settings: Settings, spec: EngineSpec) -> dict:
-    config: dict = {"enablePrefixCaching": True, "maxModelLen": settings.max_model_len, "dtype": spec.resolved.dtype}
-    if spec.resolved.max_num_seqs is not None:
-        config["maxNumSeqs"] = spec.resolved.max_num_seqs
-    if spec.track is GPU:
-        config["gpuMemoryUtilization"] = settings.gpu_memory_utilization
-    config["extraArgs"] = extra_args(spec.args)
-    return config
 
 
 def model_spec(settings: Settings, spec: EngineSpec, prometheus_url: str) -> dict:
@@ -91,7 +91,7 @@ def model_spec(settings: Settings, spec: EngineSpec, prometheus_url: str) -> dic
         "podAnnotations": dict(SCRAPE_ANNOTATIONS),
         # the key is not here: the chart sets VLLM_API_KEY itself from vllmApiKey (a second entry would hide it)
         "env": [{"name": name, "value": value} for name, value in spec.env.items()],
-        "vllmConfig": vllm_config(settings, spec),
+        "vllmConfig": vllm_config(spec),
         "keda": {"enabled": True, **keda_scaling(settings, prometheus_url)},
     }
     if spec.track is not GPU:

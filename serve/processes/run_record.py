@@ -66,6 +66,9 @@ class RunRecord:
     schema_version: int = SCHEMA_VERSION
     engine: str  # its name in ENGINES: "vllm", "llamacpp", "llamaserver"
     runtime: str  # how it runs: "native", "docker", "docker-gpu", "router" (in front of REPLICAS)
+    # why RUNTIME=auto picked it ("" when RUNTIME named it): beside the plan, not in it, because the runtime is
+    # chosen first and its own preflight then makes the plan (serve/engines/runtimes.select)
+    runtime_reason: str = ""
     label: str  # what users call it: "vLLM", "vLLM replica 1/2", "llama.cpp"
     port: int
     base_url: str  # without /v1

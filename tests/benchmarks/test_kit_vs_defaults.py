@@ -23,7 +23,6 @@ from benchmarks.arms import (
     Arm,
     arm_settings,
     engine_environ,
-    exported,
     parse_overrides,
     serving,
 )
@@ -31,7 +30,7 @@ from benchmarks.roofline import Bandwidth, ceiling, measure_bandwidth
 from benchmarks.throughput_report import comparisons
 from serve.config.settings import KNOBS, PORT_FIELDS, Settings
 from serve.engines import llamacpp
-from serve.engines.runtimes import ENGINES
+from serve.engines.runtimes import ENGINES, exported
 from serve.engines.vllm_log import compile_cache_state
 from serve.install.vllm_venv import PATCH_DIR, VENV
 from tests.conftest import ROOT, Server
@@ -149,7 +148,7 @@ def test_an_arm_runs_one_native_engine_on_fresh_ports_and_its_engine_answers_for
         {int(knob.default) for knob in KNOBS if knob.serves}
     )
     (runtime,) = ENGINES["vllm"].runtimes(settings)
-    step = ENGINES["vllm"].decode_step(settings)
+    step = ENGINES["vllm"].decode_step(settings, None)
     assert step.plan is not None and step.max_sequences == (step.plan.max_num_seqs or 1)
     assert step.weight_bytes > 0 and step.facts["dtype"] == step.plan.dtype
     assert runtime.base_url == settings.base_url and ENGINES["vllm"].compile_cache is not None
@@ -163,7 +162,7 @@ def test_the_gguf_engines_decode_step_reads_the_whole_file_for_one_or_each_slot(
     gguf.write_bytes(b"\0" * 1000)
     monkeypatch.setattr(llamacpp, "gguf_path", lambda: gguf)  # both llama.cpp engines serve the one GGUF
     settings = Settings.from_env({"LLAMA_SERVER_SLOTS": "3", "MAX_MODEL_LEN": "512"})
-    queue, slots = ENGINES["llamacpp"].decode_step(settings), ENGINES["llamaserver"].decode_step(settings)
+    queue, slots = ENGINES["llamacpp"].decode_step(settings, None), ENGINES["llamaserver"].decode_step(settings, None)
     assert (queue.weight_bytes, queue.max_sequences, queue.plan) == (1000, 1, None)
     assert (slots.weight_bytes, slots.max_sequences, slots.facts["ctx_size"]) == (1000, 3, 3 * 512)
 
@@ -234,7 +233,7 @@ def test_native_patch_applies_to_the_real_vllm_file_and_is_verified(patch: Path,
 def test_lab_page_benchmark_runs_in_its_smallest_configuration(vllm_server: Server, tmp_path: Path) -> None:
     commands = doc_commands("labs/throughput.md")
     # the page's commands: this one, the step profiler (tests/benchmarks/test_step_profile.py runs it) and the
-    # first-token benchmark (tests/serve/test_install.py runs that)
+    # first-token benchmark (tests/serve/install/test_vllm_venv.py runs that)
     assert commands == [
         ".venv/bin/python -m benchmarks.kit_vs_defaults",
         ".venv/bin/python -m benchmarks.step_profile",

@@ -1,7 +1,7 @@
 """benchmarks/replicas.py's pure parts: which round it reports, and the prefix-sharing workload.
 
 The benchmark itself starts three engines and runs for minutes; labs/scale.md and the README report its numbers.
-The routing it measures is tested for real in tests/serve/test_replicas.py.
+The routing it measures is tested for real in tests/serve/engines/test_replicas.py.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def test_the_record_holds_what_up_started_the_engine_with(eight: Server) -> None
     assert record.weights is not None and record.weights.num_bytes and record.model_facts is not None
     assert record.weights.path == argv[argv.index("--model") + 1]  # the checkpoint served, float or int8
     settings = Settings.from_env(eight.env)
-    assert record.model_facts == served_model_facts(settings, "native")
+    assert record.model_facts == served_model_facts(settings, "native", record.plan.quantization)
     assert record.env["VLLM_CPU_KVCACHE_SPACE"] == str(record.plan.kv_cache_space_gib)
     # what the settings of now would resolve to here is another number: the labs must not ask it again
     assert resolve(Settings.from_env(readers_env(eight)), detect(), record.model_facts).max_num_seqs != SEQS

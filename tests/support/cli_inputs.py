@@ -2,7 +2,7 @@
 
 Each case names a module, the arguments it needs anyway, and its numeric flags with what they accept.
 `outcome` returns what the parser did with a value: the parsed number, or the exit status and stderr.
-Shared by tests/test_cli_inputs.py (light venv) and tests/labs/engine/needs_torch/test_cli_inputs.py (torch's CLIs).
+Shared by tests/ui/test_cli.py (light venv) and tests/labs/engine/needs_torch/test_cli_inputs.py (torch's CLIs).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def retarget(command: str, ports: dict[int, int]) -> str:
 
 
 def is_docker_command(command: str) -> bool:
-    """The Docker tracks' commands: tests/serve/test_docker_runtime.py runs them against a stand-in docker."""
+    """The Docker tracks' commands: tests/serve/engines/test_docker_runtime.py runs them against a stand-in docker."""
     return "RUNTIME=docker" in command or command.startswith("docker ")
 
 

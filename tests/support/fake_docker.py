@@ -1,8 +1,8 @@
 """A stand-in `docker` (with the Compose v2 plugin) for what a real engine cannot do on the test machines:
 the GPU track's happy path (no GPU, no vllm/vllm-openai image) and the Ollama profile's (no ollama image),
 and the v2 plugin's argv (Debian packages only Compose v1). Everything else runs on the real engine
-(tests/serve/test_docker_cpu.py, tests/serve/test_docker_engine.py). It records every call (argv and the variables
-compose would interpolate) and plays the engine's part just enough for the kit's control flow:
+(tests/serve/engines/test_docker_cpu.py, tests/serve/engines/test_docker_engine.py). It records every call (argv and
+the variables compose would interpolate) and plays the engine's part just enough for the kit's control flow:
 
     info, compose version          answer like a working engine (info --format {{.NCPU}}: this machine's CPUs)
     ps -a --filter label=...       lists the stand-in container's service

@@ -1,5 +1,5 @@
 """The sizing command and its predictions checked against live vLLM servers
-(the arithmetic: tests/serve/test_sizing.py)."""
+(the arithmetic: tests/serve/config/test_sizing.py)."""
 
 from __future__ import annotations
 

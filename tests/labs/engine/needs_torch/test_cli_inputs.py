@@ -1,5 +1,5 @@
 """The teaching engine's command lines (they need torch, so they run here): any value of a numeric flag gives a
-result or one line on stderr with exit status 2, never a traceback. The light ones: tests/test_cli_inputs.py."""
+result or one line on stderr with exit status 2, never a traceback. The light ones: tests/ui/test_cli.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """START_METHOD: vLLM's worker starts as a fork of its engine core natively (serve/engine_plugins/kit_start_method.py),
 bound to the CPUs vLLM binds a spawned one to, with the kit's other plugins still loaded in it (a killed API server
-takes its engine with it: tests/serve/test_restarts.py, on the same default)."""
+takes its engine with it: tests/serve/processes/test_supervisor_restarts.py, on the same default)."""
 
 from __future__ import annotations
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from serve.config import preflight
 from serve.config.machine import Machine
-from serve.config.model import INT8_DIR, MODEL_DIR, int8_dir, quantization_for
-from serve.config.preflight import quantization_problem
+from serve.config.model import INT8_DIR, MODEL_DIR, int8_dir
+from serve.config.plan import resolve_quantization
 from serve.config.settings import Settings
 from serve.config.sizing import load_model_facts, model_facts
 from serve.install.checkpoints import int8_current
@@ -25,32 +26,37 @@ GiB_FREE = 16 << 30
 AVX512_BF16 = Machine(2, frozenset({"avx2", "avx512f", "avx512_bf16"}), GiB_FREE)
 AVX2 = Machine(2, frozenset({"avx2", "fma"}), GiB_FREE)
 AMX = Machine(2, frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}), GiB_FREE)
-CONFIG = json.loads((Path(__file__).resolve().parents[2] / "serve" / "bundled-model-config.json").read_text())
+CONFIG = json.loads((Path(__file__).resolve().parents[3] / "serve" / "bundled-model-config.json").read_text())
 
 
 def settings(**env: str) -> Settings:
     return Settings.from_env(env)
 
 
+def quantization_problem(settings: Settings, dtype: str, runtime: str, machine: Machine) -> str | None:
+    """The preflight's check of QUANTIZATION as the runtime's plan resolves it."""
+    quantization = resolve_quantization(settings, machine, container=runtime != "native")[0]
+    return preflight.quantization_problem(settings, quantization, dtype, runtime, machine)
+
+
 def test_auto_is_int8_natively_on_avx512_and_the_float_weights_elsewhere(tmp_path: Path) -> None:
     assert settings().quantization == "auto"
-    assert quantization_for(settings(), "native", AVX512_BF16)[0] == "int8"
-    assert quantization_for(settings(), "native", AMX)[0] == "int8"
-    assert quantization_for(settings(DTYPE="float32"), "native", AVX512_BF16)[0] == "int8"  # float32 activations
-    assert quantization_for(settings(DTYPE="float32"), "native", AMX) == (  # AMX's int8 kernel: bfloat16 only
+    assert resolve_quantization(settings(), AVX512_BF16)[0] == "int8"
+    assert resolve_quantization(settings(), AMX)[0] == "int8"
+    assert resolve_quantization(settings(DTYPE="float32"), AVX512_BF16)[0] == "int8"  # float32 activations
+    assert resolve_quantization(settings(DTYPE="float32"), AMX) == (  # AMX's int8 kernel: bfloat16 only
         "none",
         "auto: the float weights, as DTYPE=float32 asks (the AMX int8 kernel takes bfloat16 only)",
     )
-    assert quantization_for(settings(), "native", AVX2) == (
+    assert resolve_quantization(settings(), AVX2) == (
         "none",
         "auto: the float weights on a CPU without AVX-512 (int8 is slower there: labs/quantization.md)",
     )
-    for runtime in ("docker", "docker-gpu"):
-        assert quantization_for(settings(), runtime, AVX512_BF16)[0] == "none"
-    assert quantization_for(settings(QUANTIZATION="none"), "native", AVX512_BF16) == ("none", "set in QUANTIZATION")
+    assert resolve_quantization(settings(), AVX512_BF16, container=True)[0] == "none"  # docker, docker-gpu, a pod
+    assert resolve_quantization(settings(QUANTIZATION="none"), AVX512_BF16) == ("none", "set in QUANTIZATION")
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     own_model = settings(MODEL_PATH=str(tmp_path), MODEL_NAME="me/mine")
-    assert quantization_for(own_model, "native", AVX512_BF16)[0] == "none"  # a folder of one's own: float, unless asked
+    assert resolve_quantization(own_model, AVX512_BF16)[0] == "none"  # a folder of one's own: float, unless asked
     assert settings(QUANTIZATION="").quantization == "none"  # an empty value, as older .env files have it
 
 

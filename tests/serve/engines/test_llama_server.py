@@ -23,7 +23,7 @@ from serve.install.llamacpp_venv import XLLAMACPP_VERSION
 from serve.install.venv import Venv
 from serve.processes import process
 from tests.conftest import LLAMACPP_MODEL, ROOT, free_port, kit_env, run_script
-from tests.serve.test_system import path_without
+from tests.serve.install.test_system import path_without
 from ui.values import SettingsError
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from serve.config.machine import detect
+from serve.config.plan import ServingEarly, resolve_serve_while_compiling
 from serve.config.sizing import GiB
 from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.engines import hand_over
@@ -26,7 +27,7 @@ from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, run_script
 ENGINE_PLUGINS = ROOT / "serve" / "engine_plugins"
 
 
-def decision(setting: bool | None, **overrides: object) -> hand_over.Decision:
+def decision(setting: bool | None, **overrides: object) -> ServingEarly:
     facts: dict[str, object] = {
         "eager": False,
         "replica": False,
@@ -35,7 +36,7 @@ def decision(setting: bool | None, **overrides: object) -> hand_over.Decision:
         "whole": detect(),
     }
     facts.update(overrides)
-    return hand_over.decide(setting, **facts)  # type: ignore[arg-type]
+    return resolve_serve_while_compiling(setting, **facts)  # type: ignore[arg-type]
 
 
 def test_auto_serves_early_only_when_the_start_compiles_and_two_engines_fit() -> None:

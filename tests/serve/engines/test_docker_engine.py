@@ -1,6 +1,6 @@
 """The Docker tracks' control paths and faults, on a real Docker engine (started by the harness if none answers):
 which Compose drives it, RUNTIME=auto, a build or pull that fails, a container that dies at start, the CPU cap,
-the memory a capped container sees. The CPU track served end to end is tests/serve/test_docker_cpu.py.
+the memory a capped container sees. The CPU track served end to end is tests/serve/engines/test_docker_cpu.py.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from serve.kube import spec as kube_spec
 from tests.conftest import kit_env
 from tests.support.docs import BASH_BLOCK, doc_examples, run_doc, shows
 
-DATA = Path(__file__).parents[1] / "data"
+DATA = Path(__file__).parents[2] / "data"
 CHART_SCHEMA = json.loads((DATA / "production-stack" / "values.schema.json").read_text())
 KEDA_CRD = yaml.safe_load((DATA / "keda" / "keda.sh_scaledobjects.yaml").read_text())
 K8S_VERSIONS = (min(all_versions()), max(all_versions()))

@@ -4,7 +4,7 @@ Ollama profile's commands in serve/engines/README.md (no ollama image), and the 
 only v1).
 
 The CPU track, compose's errors, a crashing container, RUNTIME=auto and the stop paths run on a real engine:
-tests/serve/test_docker_cpu.py and tests/serve/test_docker_engine.py.
+tests/serve/engines/test_docker_cpu.py and tests/serve/engines/test_docker_engine.py.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_gpu_track_uses_its_profile_image_port_and_quantization(docker: FakeDock
 
 
 def test_readme_docker_commands_run_as_documented(docker: FakeDocker) -> None:
-    # The CPU track's commands run on the real engine (tests/serve/test_docker_cpu.py); these are the GPU's and
+    # The CPU track's commands run on the real engine (tests/serve/engines/test_docker_cpu.py); these are the GPU's and
     # Ollama's.
     commands = [
         command

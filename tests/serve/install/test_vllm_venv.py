@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.fresh_machine import fresh_clone, serve_index, stock_pip, user_env, write_index
-from serve.config.model import quantization_for
+from serve.config.machine import detect
+from serve.config.plan import resolve_quantization
 from serve.config.settings import Settings
 from serve.install.vllm_venv import TORCH_VERSION
 from serve.processes.process import free_port
@@ -86,7 +87,7 @@ def test_install_from_pypi_and_a_torch_index_serves_the_model(tmp_path: Path) ->
         prepared = list((clone.parent / "caches" / "xdg" / "vllm-lab-kit" / "models").glob("*/*/model.safetensors"))
         float_and_int8 = ["SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-int8-w8a8"]  # int8: auto with AVX-512
         assert sorted(path.parent.name for path in prepared) == float_and_int8[: len(prepared)], prepared
-        assert len(prepared) == (2 if quantization_for(Settings.from_env({}), "native")[0] == "int8" else 1)
+        assert len(prepared) == (2 if resolve_quantization(Settings.from_env({}), detect())[0] == "int8" else 1)
         assert "KV cache" in output, output  # the recap read vLLM's own line
         # the install's import check recorded what vLLM learns of the model's class, before the first start
         assert "vLLM's model registry knows LlamaForCausalLM" in log, log[-2000:]

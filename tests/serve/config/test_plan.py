@@ -17,7 +17,7 @@ from serve.config.vllm_flags import Target, vllm_args, vllm_env
 from serve.engines.replicas import shares
 from serve.engines.runtime import resolved_rows
 from serve.engines.tracks import CPU, GPU, compose_env, container_command, plan_for_container
-from tests.serve.test_preflight import LLAMA_8B
+from tests.serve.config.test_preflight import LLAMA_8B
 
 SMOL = bundled_model_facts()
 NATIVE = Target("m", "127.0.0.1", 8009, (0, 32))  # where the native runtime's flags go
