@@ -7,6 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from serve.config.chat_template import ChatTemplate, bundled_chat_template, model_chat_template
 from serve.config.machine import Machine, detect
 from serve.config.paths import CACHE_DIR, ROOT
 from serve.config.settings import BUNDLED_MODEL_NAME, Settings
@@ -109,3 +110,14 @@ def served_model_facts(settings: Settings, runtime: str) -> ModelFacts | None:
     if not (prepared / "model.safetensors").exists():
         return facts.as_int8()
     return dataclasses.replace(load_model_facts(prepared), name=facts.name)  # messages name the model, not its folder
+
+
+def served_chat_template(settings: Settings, runtime: str) -> ChatTemplate | None:
+    """The served model's own chat template: natively MODEL_PATH's, or the bundled model's (its copy before it is
+    prepared); a Docker track loads MODEL_NAME from the hub, whose template is known here only for the bundled
+    model."""
+    if runtime in NATIVE_RUNTIMES and settings.model_path is not None:
+        return model_chat_template(settings.model_path)
+    if settings.model_name != BUNDLED_MODEL_NAME:
+        return None
+    return bundled_chat_template()

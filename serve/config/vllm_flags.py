@@ -38,6 +38,7 @@ class Target:
     vllm_version: tuple[int, int]
     gpu: bool = False
     replica: bool = False  # one of REPLICAS behind the router: prefix caching on
+    chat_template: str | None = None  # the kit's composed chat template, where the engine reads it (natively)
 
 
 Render = Callable[[Settings, Plan, Target], str | None]  # the flag's value; None: not passed; SWITCH: no value
@@ -82,6 +83,17 @@ FLAGS: tuple[Flag, ...] = (
         "--gpu-memory-utilization",
         "GPU_MEMORY_UTILIZATION",
         lambda settings, plan, target: f"{settings.gpu_memory_utilization:g}" if target.gpu else None,
+    ),
+    Flag(
+        "--enable-auto-tool-choice",
+        "TOOL_CALL_PARSER",
+        lambda settings, plan, target: SWITCH if plan.tool_call_parser else None,
+    ),
+    Flag("--tool-call-parser", "TOOL_CALL_PARSER", lambda settings, plan, target: plan.tool_call_parser),
+    Flag(
+        "--chat-template",
+        "TOOL_CALL_PARSER",
+        lambda settings, plan, target: target.chat_template if plan.kit_tool_template else None,
     ),
     Flag(
         "--middleware",
