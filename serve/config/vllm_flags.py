@@ -26,6 +26,11 @@ PREFIX_CACHING_FLAG = "--enable-prefix-caching"
 # engine's PYTHONPATH natively and in the images) requires it on every route but probes and /metrics.
 AUTH_MIDDLEWARE = "kit_auth.RequireKeyEverywhere"
 SWITCH = ""  # a flag's value when it takes none (--enforce-eager)
+# vLLM 0.32 constrains a tool call's arguments to the tool's schema only for tools sent with `strict: true`, unless
+# --tool-strict-level parameter pins every tool's (named, required, and a call the model makes under auto; requests
+# without tools are untouched). 0.9.1 has no such flag (its named calls are guided by the schema already).
+TOOL_STRICT_LEVEL_ADDED_IN = (0, 32)  # the oldest vLLM the kit read it in; absent from 0.9.1's cli_args
+TOOL_STRICT_LEVEL = "parameter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,17 @@ FLAGS: tuple[Flag, ...] = (
         lambda settings, plan, target: SWITCH if plan.tool_call_parser else None,
     ),
     Flag("--tool-call-parser", "TOOL_CALL_PARSER", lambda settings, plan, target: plan.tool_call_parser),
+    Flag(
+        "--tool-strict-level",
+        "TOOL_CALL_PARSER",
+        lambda settings, plan, target: (
+            TOOL_STRICT_LEVEL
+            if plan.tool_call_parser
+            and target.vllm_version >= TOOL_STRICT_LEVEL_ADDED_IN
+            and "--tool-strict-level" not in {arg.split("=", 1)[0] for arg in settings.extra_args}
+            else None
+        ),
+    ),
     Flag(
         "--chat-template",
         "TOOL_CALL_PARSER",

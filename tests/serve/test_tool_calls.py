@@ -22,9 +22,12 @@ from serve.config.chat_template import (
     composed_template_file,
     model_chat_template,
 )
+from serve.config.machine import detect
 from serve.config.model import MODEL_DIR
 from serve.config.plan import resolve_tool_calls
 from serve.config.settings import Settings
+from serve.config.vllm_flags import TOOL_STRICT_LEVEL_ADDED_IN
+from serve.engines.tracks import CPU, GPU, container_command, plan_for_container
 from serve.processes import run_record
 from tests.conftest import MODEL, ROOT, Server
 from ui.values import SettingsError
@@ -232,3 +235,18 @@ def test_up_recaps_and_records_the_decision(vllm_server: Server) -> None:
     assert record is not None and record.plan is not None
     assert (record.plan.tool_call_parser, record.plan.kit_tool_template) == (HERMES, True)
     assert str(BUNDLED_TOOLS_TEMPLATE) in record.argv and "--enable-auto-tool-choice" in record.argv
+
+
+def test_arguments_are_pinned_to_the_schema_where_vllm_has_the_flag() -> None:
+    """vLLM 0.32 constrains a call's arguments only for `strict` tools unless --tool-strict-level parameter;
+    0.9.1 has no such flag (and the CPU image gets no tool flags for the bundled model anyway)."""
+    settings = Settings.from_env({"MODEL_NAME": "Qwen/Qwen2.5-0.5B-Instruct"})
+    for track, version in ((GPU, KIT_VERSION), (CPU, IMAGE_VERSION)):
+        argv = container_command(settings, plan_for_container(settings, detect(), track), track)
+        assert argv[argv.index("--tool-call-parser") + 1] == HERMES
+        assert ("--tool-strict-level" in argv) is (version >= TOOL_STRICT_LEVEL_ADDED_IN), argv
+    assert "--tool-strict-level" not in container_command(
+        Settings.from_env({"TOOL_CALL_PARSER": "none"}),
+        plan_for_container(Settings.from_env({"TOOL_CALL_PARSER": "none"}), detect(), GPU),
+        GPU,
+    )
