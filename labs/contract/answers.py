@@ -26,14 +26,6 @@ ANSWER_SCHEMA = {
     "required": ["answer"],
     "additionalProperties": False,
 }
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city now.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 def models(probe: Probe) -> Outcome:
@@ -222,24 +214,3 @@ def json_schema(probe: Probe) -> Outcome:
     )
     matches = isinstance(value, dict) and set(value) == {"answer"} and isinstance(value["answer"], str)
     return expect(matches, evidence if matches or value is None else f"does not match the schema: {evidence}")
-
-
-def tools(probe: Probe) -> Outcome:
-    answer = probe.chat(
-        "What is the weather in Paris?",
-        max_tokens=JSON_TOKENS,
-        tools=[WEATHER_TOOL],
-        tool_choice={"type": "function", "function": {"name": "get_weather"}},
-    )
-    message = answer.choices[0].message
-    if not message.tool_calls:
-        return differs(f"no tool call; answered text {short(message.content)}")
-    call = message.tool_calls[0].function
-    try:
-        arguments = json.loads(call.arguments)
-    except ValueError:
-        return differs(f"tool call {call.name} with arguments that are not JSON: {short(call.arguments)}")
-    return expect(
-        call.name == "get_weather" and isinstance(arguments, dict) and "city" in arguments,
-        f"tool call {call.name}({short(arguments)}), finish_reason {answer.choices[0].finish_reason}",
-    )

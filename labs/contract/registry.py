@@ -1,6 +1,6 @@
 """The checks, in one mapping (name -> check), and running them all against one engine.
 
-A new check is one function in answers.py or errors.py and one line here; the matrix, the results file, the
+A new check is one function in answers.py, tools.py or errors.py and one line here; the matrix, the results file, the
 HTML report and the tests all read this mapping. The runner turns what the SDK raises into verdicts once, so a
 check only says what the contract wants: a 4xx refusal is DIFFERS (the engine answered, honestly, that it
 does not do it), a 5xx, a timeout or no connection is FAIL.
@@ -14,7 +14,7 @@ from collections.abc import Callable
 import openai
 
 from client.endpoint import Endpoint
-from labs.contract import answers, errors
+from labs.contract import answers, errors, tools
 from labs.contract.probe import TRACEBACK, Check, CheckRecord, Outcome, Probe, Verdict, short
 
 CHECKS: dict[str, Check] = {
@@ -38,7 +38,11 @@ CHECKS: dict[str, Check] = {
     "echo": answers.echo,
     "json_object": answers.json_object,
     "json_schema": answers.json_schema,
-    "tools": answers.tools,
+    "tools_named": tools.tools_named,
+    "tools_required": tools.tools_required,
+    "tools_auto": tools.tools_auto,
+    "tools_stream": tools.tools_stream,
+    "tool_result": tools.tool_result,
     "error_unknown_model": errors.error_unknown_model,
     "error_malformed_body": errors.error_malformed_body,
     "error_bad_parameter": errors.error_bad_parameter,

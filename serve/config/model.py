@@ -7,6 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from serve.config.chat_template import ChatTemplate, bundled_chat_template, model_chat_template
 from serve.config.paths import CACHE_DIR, ROOT
 from serve.config.settings import BUNDLED_MODEL_NAME, Settings
 from serve.config.sizing import ModelFacts, load_model_facts, model_facts
@@ -91,3 +92,14 @@ def served_facts(settings: Settings, facts: ModelFacts | None, quantization: str
 def served_model_facts(settings: Settings, runtime: str, quantization: str) -> ModelFacts | None:
     """What `runtime` serves with the plan's `quantization`: the sizing's and the record's facts."""
     return served_facts(settings, model_facts_for(settings, runtime), quantization)
+
+
+def served_chat_template(settings: Settings, runtime: str) -> ChatTemplate | None:
+    """The served model's own chat template: natively MODEL_PATH's, or the bundled model's (its copy before it is
+    prepared); a Docker track loads MODEL_NAME from the hub, whose template is known here only for the bundled
+    model."""
+    if runtime in NATIVE_RUNTIMES and settings.model_path is not None:
+        return model_chat_template(settings.model_path)
+    if settings.model_name != BUNDLED_MODEL_NAME:
+        return None
+    return bundled_chat_template()

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from serve.config.chat_template import HERMES, KIT_TEMPLATES, ChatTemplate
 from serve.config.machine import Machine
 from serve.config.model import served_facts
-from serve.config.settings import Settings
+from serve.config.settings import VLLM_VERSION, Settings
 from serve.config.sizing import (
     AUTO_CPU_BLOCK_SIZE,
     V1_CPU_BLOCK_SIZE,
@@ -65,6 +66,9 @@ class Plan:
     # that never does, the benchmarks'); decided once the command line is known (resolve_serve_while_compiling)
     serve_eager_first: bool | None = None
     serve_eager_first_reason: str = ""
+    tool_call_parser: str | None = None  # vLLM's --tool-call-parser (with --enable-auto-tool-choice); None: off
+    kit_tool_template: bool = False  # the model's own template composed with the kit's turns for that parser
+    tool_calls_reason: str = "vLLM's own: off (a request with tools gets a 400)"
 
 
 def resolve_dtype(settings: Settings, machine: Machine, unseen_node: bool = False) -> tuple[str, str]:
@@ -240,6 +244,65 @@ def resolve_block_size(settings: Settings, engine_block_size: int) -> tuple[int 
     return None, f"auto: vLLM's own ({engine_block_size})"
 
 
+# vLLM 0.9.1's hermes parser refuses a tokenizer without <tool_call> in its vocabulary (checked in its wheel);
+# 0.32's reads the tags as text
+HERMES_TEXT_TAGS_IN = (0, 32)
+TOOL_FLAGS = ("--tool-call-parser", "--chat-template")  # set in VLLM_EXTRA_ARGS, those win: the kit sets neither
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCalls:
+    """How vLLM serves tool calls: its parser (None: off), whether the kit's turns teach the model that parser's
+    format, and why."""
+
+    parser: str | None
+    kit_template: bool
+    reason: str
+
+
+def resolve_tool_calls(settings: Settings, template: ChatTemplate | None, vllm_version: tuple[int, int]) -> ToolCalls:
+    """TOOL_CALL_PARSER. `template`: the served model's own (None: not readable here, a Docker track's hub model).
+
+    auto is the format the model's own template teaches, else Hermes (<tool_call>{json}</tool_call>, what ChatML
+    models are trained on), taught by the kit's turns where the model's template is ChatML without a tool format.
+    A named function and tool_choice=required work whatever the model was taught: vLLM constrains their arguments
+    to the schema; tool_choice=auto needs the model to write the parser's format by itself."""
+    given = {arg.split("=", 1)[0] for arg in settings.extra_args} & set(TOOL_FLAGS)
+    if "--tool-call-parser" in given:
+        return ToolCalls(None, False, "set in VLLM_EXTRA_ARGS")
+    if settings.tool_call_parser == "none":
+        return ToolCalls(None, False, "set in TOOL_CALL_PARSER: off (a request with tools gets a 400)")
+    own_format = template.tool_format if template is not None else None
+    parser = settings.tool_call_parser if settings.tool_call_parser != "auto" else own_format or HERMES
+    how = "set in TOOL_CALL_PARSER" if settings.tool_call_parser != "auto" else "auto"
+    model = settings.model_name
+    if parser == HERMES and own_format is None and template is not None and vllm_version < HERMES_TEXT_TAGS_IN:
+        version = ".".join(map(str, vllm_version))
+        return ToolCalls(
+            None,
+            False,
+            f"{how}: off; vLLM {version}'s hermes parser needs <tool_call> in the model's vocabulary, which "
+            f"{model}'s lacks (a request with tools gets an error; RUNTIME=native serves them)",
+        )
+    if own_format == parser:
+        return ToolCalls(parser, False, f"{how}: {parser}, the tool-call format {model}'s own template teaches")
+    teachable = template is not None and template.chatml and parser in KIT_TEMPLATES and "--chat-template" not in given
+    if teachable:
+        return ToolCalls(
+            parser,
+            True,
+            f"{how}: {parser}; {model}'s own template teaches no tool-call format, so a conversation with tools gets "
+            f"the kit's {parser} turns ({KIT_TEMPLATES[parser].name}), every other its own template",
+        )
+    why = "not readable here" if template is None else "teaching no format vLLM's parser reads"
+    return ToolCalls(
+        parser,
+        False,
+        f"{how}: {parser}, with {model}'s own template ({why}): a named function and tool_choice=required work "
+        "(vLLM constrains the arguments); with auto the model answers text unless it writes that format",
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeLimits:
     """What the engine may use where it runs: the resolver's input beside the settings, the CPU and the model.
@@ -254,6 +317,12 @@ class RuntimeLimits:
     gpu: bool = False
     where: str = ""  # how the reasons name these limits: "CPU_LIMIT=2", "replica 1 of 2"
     unseen_node: bool = False  # a pod: its node's CPU is unknown here (serve/kube/spec.py)
+    vllm_version: tuple[int, int] | None = None  # the engine's vLLM (the CPU image's); None: the kit's VLLM_VERSION
+
+    @property
+    def version(self) -> tuple[int, int]:
+        major, minor = VLLM_VERSION.split(".")[:2]
+        return self.vllm_version or (int(major), int(minor))
 
 
 def native_limits(machine: Machine) -> RuntimeLimits:
@@ -266,11 +335,12 @@ def native_limits(machine: Machine) -> RuntimeLimits:
     )
 
 
-def gpu_plan(settings: Settings, machine: Machine, limits: RuntimeLimits) -> Plan:
+def gpu_plan(settings: Settings, machine: Machine, limits: RuntimeLimits, template: ChatTemplate | None = None) -> Plan:
     """On a GPU, DTYPE=auto stays auto (the checkpoint's), MAX_NUM_SEQS=auto is left to vLLM, and the KV pool is what
     GPU_MEMORY_UTILIZATION leaves (vLLM sizes it); the CPU threads only serve the API."""
     blocks, blocks_reason = resolve_block_size(settings, limits.engine_block_size)
     quantization, quantization_reason = resolve_quantization(settings, machine, limits.container)
+    tools = resolve_tool_calls(settings, template, limits.version)
     return Plan(
         dtype=settings.dtype,
         dtype_reason="set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype",
@@ -287,6 +357,9 @@ def gpu_plan(settings: Settings, machine: Machine, limits: RuntimeLimits) -> Pla
         kv_cache_space_reason=f"GPU: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} sizes the KV pool",
         quantization=quantization,
         quantization_reason=quantization_reason,
+        tool_call_parser=tools.parser,
+        kit_tool_template=tools.kit_template,
+        tool_calls_reason=tools.reason,
     )
 
 
@@ -378,14 +451,18 @@ def cpu_list(cpus: tuple[int, ...]) -> str:
 
 
 def resolve(
-    settings: Settings, machine: Machine, facts: ModelFacts | None, limits: RuntimeLimits | None = None
+    settings: Settings,
+    machine: Machine,
+    facts: ModelFacts | None,
+    limits: RuntimeLimits | None = None,
+    template: ChatTemplate | None = None,
 ) -> Plan:
     """The one resolver: every `auto` against this machine's CPU and the runtime's `limits` (default: a native engine
     alone here, `native_limits`). `facts` is the model's float checkpoint (None: unknown, KV not sized); the KV is
-    sized for the weights QUANTIZATION serves."""
+    sized for the weights QUANTIZATION serves; `template` is its own chat template (None: not readable here)."""
     limits = limits or native_limits(machine)
     if limits.gpu:
-        return gpu_plan(settings, machine, limits)
+        return gpu_plan(settings, machine, limits, template)
     # the machine as the engine sees it: its cores (a container's cap, a replica's share), the same CPU
     cores = max(1, min(machine.usable_cores, limits.cores))
     seen = dataclasses.replace(machine, usable_cores=cores, physical_cores=min(machine.cores, cores))
@@ -400,6 +477,7 @@ def resolve(
     start_method, start_method_reason = resolve_start_method(settings, limits.container)
     int8 = facts is not None and facts.num_int8_params > 0
     zentorch, zentorch_reason = resolve_zentorch(settings, machine, limits.container, int8)
+    tools = resolve_tool_calls(settings, template, limits.version)
     return Plan(
         dtype=dtype,
         dtype_reason=dtype_reason,
@@ -424,6 +502,9 @@ def resolve(
         zentorch_reason=zentorch_reason,
         quantization=quantization,
         quantization_reason=quantization_reason,
+        tool_call_parser=tools.parser,
+        kit_tool_template=tools.kit_template,
+        tool_calls_reason=tools.reason,
     )
 
 

@@ -8,6 +8,7 @@ that know this kit's own lists (engines, quantizations, the api_server flags the
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -115,6 +116,21 @@ def api_server_flags(name: str, raw: str) -> tuple[str, ...]:
             setting, why = KIT_OWNED_FLAGS[flag]
             raise invalid(name, raw, f"remove {flag} and set {setting} instead ({why})")
     return args
+
+
+TOOL_CALL_PARSER_NAME = re.compile(r"[a-z][a-z0-9_]*")  # vLLM's parser names: hermes, llama3_json, mistral ...
+
+
+def tool_call_parser(name: str, raw: str) -> str:
+    """auto, none, or a vLLM tool-call parser's name (vLLM names every one it has when it refuses an unknown one)."""
+    if not TOOL_CALL_PARSER_NAME.fullmatch(raw):
+        raise invalid(
+            name,
+            raw,
+            "use auto (the model's own format, else hermes), none (no tool calls), or one of vLLM's "
+            "--tool-call-parser names, e.g. hermes, llama3_json, mistral",
+        )
+    return raw
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +298,13 @@ class Settings:
         "native, on an AMD Zen CPU with AVX-512: true installs AMD's zentorch (PyPI) beside vLLM, which then runs "
         "its linears through it (vLLM's ZenCpuPlatform); auto = as measured on this kind of CPU (the recap says "
         "why)",
+    )
+    tool_call_parser: str = setting(
+        "TOOL_CALL_PARSER",
+        "auto",
+        tool_call_parser,
+        "how vLLM reads the model's tool calls (--tool-call-parser, with --enable-auto-tool-choice); auto = the "
+        "format the model's chat template teaches, else hermes taught by the kit's ChatML turns; none = tools off",
     )
     extra_args: tuple[str, ...] = setting(
         "VLLM_EXTRA_ARGS", "", api_server_flags, "more api_server flags, appended as they are"

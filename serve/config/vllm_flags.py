@@ -27,6 +27,11 @@ PREFIX_CACHING_FLAG = "--enable-prefix-caching"
 AUTH_MIDDLEWARE = "kit_auth.RequireKeyEverywhere"
 SWITCH = ""  # a flag's value when it takes none (--enforce-eager)
 CHART_WRITES = "modelURL"  # Flag.chart of what the Helm chart's `vllm serve MODEL --host --port` writes itself
+# vLLM 0.32 constrains a tool call's arguments to the tool's schema only for tools sent with `strict: true`, unless
+# --tool-strict-level parameter pins every tool's (named, required, and a call the model makes under auto; requests
+# without tools are untouched). 0.9.1 has no such flag (its named calls are guided by the schema already).
+TOOL_STRICT_LEVEL_ADDED_IN = (0, 32)  # the oldest vLLM the kit read it in; absent from 0.9.1's cli_args
+TOOL_STRICT_LEVEL = "parameter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,7 @@ class Target:
     vllm_version: tuple[int, int]
     gpu: bool = False
     replica: bool = False  # one of REPLICAS behind the router: prefix caching on
+    chat_template: str | None = None  # the kit's composed chat template, where the engine reads it (natively)
 
 
 Render = Callable[[Settings, Plan, Target], str | None]  # the flag's value; None: not passed; SWITCH: no value
@@ -98,6 +104,28 @@ FLAGS: tuple[Flag, ...] = (
         "GPU_MEMORY_UTILIZATION",
         lambda settings, plan, target: f"{settings.gpu_memory_utilization:g}" if target.gpu else None,
         chart="gpuMemoryUtilization",
+    ),
+    Flag(
+        "--enable-auto-tool-choice",
+        "TOOL_CALL_PARSER",
+        lambda settings, plan, target: SWITCH if plan.tool_call_parser else None,
+    ),
+    Flag("--tool-call-parser", "TOOL_CALL_PARSER", lambda settings, plan, target: plan.tool_call_parser),
+    Flag(
+        "--tool-strict-level",
+        "TOOL_CALL_PARSER",
+        lambda settings, plan, target: (
+            TOOL_STRICT_LEVEL
+            if plan.tool_call_parser
+            and target.vllm_version >= TOOL_STRICT_LEVEL_ADDED_IN
+            and "--tool-strict-level" not in {arg.split("=", 1)[0] for arg in settings.extra_args}
+            else None
+        ),
+    ),
+    Flag(
+        "--chat-template",
+        "TOOL_CALL_PARSER",
+        lambda settings, plan, target: target.chat_template if plan.kit_tool_template else None,
     ),
     Flag(
         "--middleware",

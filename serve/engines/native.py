@@ -15,9 +15,16 @@ import dataclasses
 import os
 from pathlib import Path
 
+from serve.config.chat_template import composed_template_file
 from serve.config.env_check import vllm_passthrough
 from serve.config.machine import detect, isa_cap
-from serve.config.model import model_facts_for, native_model_dir, served_model_facts, served_weights_dir
+from serve.config.model import (
+    model_facts_for,
+    native_model_dir,
+    served_chat_template,
+    served_model_facts,
+    served_weights_dir,
+)
 from serve.config.paths import ROOT
 from serve.config.plan import Plan, resolve, resolve_serve_while_compiling
 from serve.config.settings import Settings
@@ -117,6 +124,9 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         with another api_server for a hand-over (serve/engine_plugins/kit_shared_port.py); `weights`: another
         checkpoint folder than the plan's."""
         target = self.target(plan, release, weights)
+        own = served_chat_template(self.settings, self.name)
+        if plan.kit_tool_template and plan.tool_call_parser and own is not None:  # the model's, with the kit's turns
+            target = dataclasses.replace(target, chat_template=str(composed_template_file(own, plan.tool_call_parser)))
         settings = dataclasses.replace(self.settings, enforce_eager=True) if eager else self.settings
         launcher = [hand_over.SHARED_PORT_MODULE] if shared else []
         argv = [str(vllm_venv.VENV.python), "-m", *launcher, API_SERVER_MODULE, *vllm_args(settings, plan, target)]
@@ -146,7 +156,8 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
         facts = model_facts_for(self.settings, self.name)
         whole = detect()
-        return resolve(self.settings, whole, facts, None if self.share is None else self.share.limits(whole))
+        limits = None if self.share is None else self.share.limits(whole)
+        return resolve(self.settings, whole, facts, limits, served_chat_template(self.settings, self.name))
 
     def preflight(self) -> Plan:
         """A replica also refuses a port in use and REPLICAS that the memory cannot hold, before any starts."""

@@ -259,6 +259,7 @@ def resolved_rows(resolved: Plan) -> list[tuple[str, str]]:
         rows.append(("compile", f"{resolved.compile_threads} processes ({resolved.compile_threads_reason})"))
     if resolved.zentorch_reason is not None:
         rows.append(("zentorch", resolved.zentorch_reason))
+    rows.append(("tool calls", resolved.tool_calls_reason))
     return rows
 
 

@@ -13,8 +13,9 @@ import math
 import shlex
 from dataclasses import dataclass
 
+from serve.config.chat_template import BUNDLED_TOOLS_TEMPLATE
 from serve.config.machine import Machine
-from serve.config.model import model_facts_for
+from serve.config.model import model_facts_for, served_chat_template
 from serve.config.plan import Plan, RuntimeLimits, resolve
 from serve.config.preflight import block_size_for
 from serve.config.settings import KNOBS, VLLM_VERSION, Settings
@@ -54,6 +55,7 @@ def container_limits(settings: Settings, machine: Machine, track: Track, pod: bo
         container=True,
         where=f"CPU_LIMIT={settings.cpu_limit:g}",
         unseen_node=pod,
+        vllm_version=settings.cpu_image_vllm_version,
     )
 
 
@@ -61,14 +63,22 @@ def plan_for_container(settings: Settings, machine: Machine, track: Track, pod: 
     """The one resolver (serve/config/plan.py) for the track's container on `machine` (the host, or with `pod` a
     cluster's node, unseen)."""
     limits = container_limits(settings, machine, track, pod)
-    return resolve(settings, machine, model_facts_for(settings, track.runtime), limits)
+    template = served_chat_template(settings, track.runtime)
+    return resolve(settings, machine, model_facts_for(settings, track.runtime), limits, template)
+
+
+PLUGINS_IN_CONTAINER = "/opt/vllm-lab-kit/plugins"  # serve/engine_plugins: copied by Dockerfile.cpu, mounted on GPU
 
 
 def target(settings: Settings, track: Track) -> Target:
     """Where the track's flags go: vLLM in the container on 0.0.0.0:8000, loading MODEL_NAME; the CPU image's vLLM
-    (CPU_IMAGE_TAG's) or the GPU image's (the kit's VLLM_VERSION, which GPU_IMAGE pins)."""
+    (CPU_IMAGE_TAG's) or the GPU image's (the kit's VLLM_VERSION, which GPU_IMAGE pins). The kit's tool-call template
+    there is the bundled model's (a hub model's own template is not known here, so the plan never composes one)."""
     version = settings.cpu_image_vllm_version if track is CPU else parse_version(VLLM_VERSION)
-    return Target(settings.model_name, CONTAINER_HOST, CONTAINER_PORT, version, gpu=track is GPU)
+    template = f"{PLUGINS_IN_CONTAINER}/{BUNDLED_TOOLS_TEMPLATE.name}"
+    return Target(
+        settings.model_name, CONTAINER_HOST, CONTAINER_PORT, version, gpu=track is GPU, chat_template=template
+    )
 
 
 def container_command(settings: Settings, plan: Plan, track: Track) -> list[str]:
@@ -76,14 +86,11 @@ def container_command(settings: Settings, plan: Plan, track: Track) -> list[str]
     return vllm_args(settings, plan, target(settings, track))
 
 
-GPU_PLUGINS_DIR = "/opt/vllm-lab-kit/plugins"  # where compose.yaml mounts serve/engine_plugins in the GPU container
-
-
 def container_env(settings: Settings, plan: Plan, track: Track) -> dict[str, str]:
     """The environment the track's container runs vLLM with, as compose.yaml's `environment:` renders it
     (compose always sets VLLM_API_KEY, empty for none; the GPU image finds the kit's key middleware on PYTHONPATH)."""
     env = {**vllm_env(settings, plan, target(settings, track)), "VLLM_API_KEY": settings.api_key}
-    return {**env, "PYTHONPATH": GPU_PLUGINS_DIR} if track is GPU else env
+    return {**env, "PYTHONPATH": PLUGINS_IN_CONTAINER} if track is GPU else env
 
 
 def _export(value: object) -> str:

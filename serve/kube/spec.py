@@ -131,7 +131,8 @@ def engine_spec(settings: Settings, track: Track, image: str | None = None) -> E
     if track is CPU:
         flags = vllm_flags(settings, resolved, pod)  # the key middleware ships in the kit's CPU image
         env = {name: value for name, value in vllm_env(settings, resolved, pod).items() if name != "VLLM_API_KEY"}
-    else:  # vllm/vllm-openai lacks the kit's middleware: vLLM's own key check guards /v1
+    else:  # vllm/vllm-openai lacks the kit's middleware and tool-call template: vLLM's own key check guards /v1
+        pod = dataclasses.replace(pod, chat_template=None)
         flags = vllm_flags(dataclasses.replace(settings, api_key=""), resolved, pod)
         env = {}
     return EngineSpec(

@@ -37,6 +37,34 @@ START_TIMEOUT_S = 600  # its first start creates its database and imports ~90 pa
 DATA_DIR = STATE_DIR / "open-webui-data"
 SECRET_KEY_FILE = DATA_DIR / "secret-key"  # signs its session tokens; made once, mode 600
 OLLAMA_DEFAULT_URL = "http://127.0.0.1:11434"  # where a learner's Ollama listens unless told otherwise
+# Open WebUI 0.12.4's built-in tool categories (open_webui/utils/tools.py, get_builtin_tools) but `time`
+OTHER_BUILTIN_TOOLS = (
+    "user_input",
+    "files",
+    "knowledge",
+    "chats",
+    "subagents",
+    "memory",
+    "web_search",
+    "image_generation",
+    "code_interpreter",
+    "notes",
+    "channels",
+    "skills",
+    "tasks",
+    "automations",
+    "calendar",
+    "notifications",
+)
+# Its built-in tools go to the model with each chat (as `tools`, tool_choice left to the engine: auto). The kit's
+# native vLLM serves tool calls (TOOL_CALL_PARSER); with all of them (files, knowledge, chats, notes, memory, ...) a
+# one-line question came to more than the kit's MAX_MODEL_LEN of 1024 tokens of prompt (vLLM answered a 400, shown
+# in the chat); with the time tools alone it fits, and they run offline. With a longer context, turn the others on
+# in Open WebUI's model settings.
+TIME_TOOLS_ONLY = json.dumps({"builtinTools": {"time": True, **dict.fromkeys(OTHER_BUILTIN_TOOLS, False)}})
+# Where the engine serves no tool calls (TOOL_CALL_PARSER=none; compose's webui profile, whose CPU image's vLLM 0.9.1
+# serves none for the bundled model) a chat with tools would get vLLM's 400: none are sent
+BUILTIN_TOOLS_OFF = json.dumps({"capabilities": {"builtin_tools": False}})
 # What the kit sets whatever the engines: offline, private, configured by the environment alone.
 FIXED_ENV = {
     "OFFLINE_MODE": "true",  # no version check, no Hugging Face downloads
@@ -55,10 +83,6 @@ FIXED_ENV = {
     "RAG_EMBEDDING_MODEL": "",
     "BYPASS_EMBEDDING_AND_RETRIEVAL": "true",
     "AUDIO_STT_ENGINE": "web",  # speech to text in the browser, not a Whisper model downloaded at the first use
-    # Its built-in tools go to the model with tool_choice "auto", which vLLM refuses unless it was started with
-    # --enable-auto-tool-choice and a tool-call parser for the model (400: '"auto" tool choice requires ...');
-    # the kit's SmolLM2 calls no tools. A model of yours that does can turn them back on in its settings.
-    "DEFAULT_MODEL_METADATA": '{"capabilities": {"builtin_tools": false}}',
     # After each answer it would ask the model for follow-up questions and tags too: two more requests of
     # hundreds of prompt tokens on a CPU the chat shares. The chat's title (one short request) stays.
     "ENABLE_FOLLOW_UP_GENERATION": "False",
@@ -129,6 +153,9 @@ class OpenWebUIRuntime(LocalRuntime):
         connections = self.engines()
         return {
             **FIXED_ENV,
+            "DEFAULT_MODEL_METADATA": BUILTIN_TOOLS_OFF
+            if self.settings.tool_call_parser == "none"
+            else TIME_TOOLS_ONLY,
             "DATA_DIR": str(DATA_DIR),
             "CORS_ALLOW_ORIGIN": self.base_url,  # its own page only (its default, *, lets any site's script in)
             "OPENAI_API_BASE_URLS": ";".join(connection.url for connection in connections),

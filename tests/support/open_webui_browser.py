@@ -28,6 +28,7 @@ CHAT_INPUT = "#chat-input"  # where a person types (a rich-text editor)
 ANSWER = "#response-content-container"  # an answer's text, as Open WebUI renders it while it streams in
 ANSWERED_BY = "#response-message-model-name"  # the model named above the answer
 DONE = ".copy-response-button"  # shown under an answer once it is complete
+TOOL_OUTPUT = "pre"  # a tool call's output, as its opened result shows it
 
 
 @dataclass
@@ -54,6 +55,26 @@ def chat(base_url: str, prompt: str) -> Reply:
             page.locator(CHAT_INPUT).press("Enter")
             answer, seen = read_answer(page)
             return Reply(page.locator(ANSWERED_BY).last.inner_text().strip(), answer, seen)
+        finally:
+            browser.close()
+
+
+def tool_result(base_url: str, prompt: str, tool: str) -> str:
+    """Open `base_url`, send `prompt`, and once the answer is complete open the call of `tool` the page shows and read
+    the result Open WebUI got from running it (the page's own "View Result from <tool>")."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=list(FLAGS))
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(PAGE_TIMEOUT_MS)
+            dismiss_whats_new(page)
+            page.goto(base_url)
+            page.locator(CHAT_INPUT).fill(prompt)
+            page.locator(CHAT_INPUT).press("Enter")
+            page.locator(DONE).last.wait_for(timeout=ANSWER_TIMEOUT_S * 1000)
+            page.get_by_text(tool).first.click()  # the calls, folded under "Exploring"
+            page.get_by_text(f"View Result from {tool}").first.click()
+            return page.locator(TOOL_OUTPUT).first.inner_text()
         finally:
             browser.close()
 

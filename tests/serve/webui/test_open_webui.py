@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -29,6 +30,7 @@ from ui.values import SettingsError
 DEFAULTS = {knob.env: knob.default for knob in KNOBS}
 PAGE = "labs/webui.md"
 PROMPT = "Say OK."
+TIME_TOOL = "get_current_timestamp"  # one of Open WebUI's built-in tools the kit leaves on: it runs offline
 INSTALL_AND_START_TIMEOUT_S = 1800  # a first install downloads ~90 packages; the first start creates the database
 
 
@@ -68,6 +70,17 @@ def test_it_runs_offline_private_and_configured_by_the_environment_alone() -> No
         assert env[name] == value, name
     runtime = open_webui.OpenWebUIRuntime(settings(VLLM_HOST="0.0.0.0", OPEN_WEBUI_PORT="3999"))
     assert runtime.server.host == "127.0.0.1" and runtime.base_url == "http://127.0.0.1:3999"  # whatever VLLM_HOST
+
+
+def test_its_built_in_tools_go_to_an_engine_that_serves_tool_calls_the_time_ones_only() -> None:
+    """The kit's vLLM serves tool calls: Open WebUI's time tools on (all of them overflow a 1024-token context);
+    with TOOL_CALL_PARSER=none none are sent (vLLM would answer each chat with a 400)."""
+    metadata = json.loads(open_webui.OpenWebUIRuntime(settings()).environment(None)["DEFAULT_MODEL_METADATA"])
+    assert metadata["builtinTools"]["time"] is True and "capabilities" not in metadata
+    assert set(metadata["builtinTools"]) == {"time", *open_webui.OTHER_BUILTIN_TOOLS}
+    assert not any(metadata["builtinTools"][name] for name in open_webui.OTHER_BUILTIN_TOOLS)
+    off = open_webui.OpenWebUIRuntime(settings(TOOL_CALL_PARSER="none")).environment(None)
+    assert json.loads(off["DEFAULT_MODEL_METADATA"]) == {"capabilities": {"builtin_tools": False}}
 
 
 def test_the_learners_ollama_becomes_a_connection_when_one_answers() -> None:
@@ -130,6 +143,7 @@ def test_the_compose_service_is_pinned_to_the_native_version_and_configured_as_t
     environment = {key: str(value) for key, value in service["environment"].items()}
     for name, value in open_webui.FIXED_ENV.items():
         assert environment.get(name) == value, f"compose's {name}={environment.get(name)}, the native one's {value}"
+    assert environment["DEFAULT_MODEL_METADATA"] == open_webui.BUILTIN_TOOLS_OFF  # the CPU image serves no tools
     assert environment["HOST"] == "127.0.0.1" and environment["PORT"] == "${OPEN_WEBUI_PORT:-3010}"
     assert environment["OPENAI_API_BASE_URL"] == "http://127.0.0.1:${VLLM_PORT:-8009}/v1"
     assert environment["OPENAI_API_KEY"] == "${VLLM_API_KEY:-}"
@@ -157,9 +171,11 @@ def test_the_page_starts_open_webui_and_a_browser_chats_with_the_kits_vllm(vllm_
     """labs/webui.md's commands, verbatim, beside the harness's vLLM (left running as it is) and a stand-in of the
     learner's Ollama: `OPEN_WEBUI=true bash up.sh` installs Open WebUI if needed and starts it; its API lists the
     kit's model and the Ollama's; headless Chromium opens the page, sends "Say OK." and reads the answer as it
-    streams in: vLLM's /metrics counts the request, and the answer is the one vLLM gives at temperature 0; down.sh
-    (run with ENGINES naming no engine of the session's) stops Open WebUI and frees its port."""
-    from tests.support.open_webui_browser import chat  # Playwright: the test extra, imported where it is used
+    streams in (Open WebUI's time tools sent with it): vLLM's /metrics counts the request; then a chat in which the
+    model's settings name a time tool: Open WebUI runs it and the page shows its result; down.sh (run with ENGINES
+    naming no engine of the session's) stops Open WebUI and frees its port."""
+    # Playwright: the test extra, imported where it is used
+    from tests.support.open_webui_browser import chat, tool_result
 
     up, version, down_command = page_commands()
     port, ollama_port = free_port(), free_port()
@@ -168,6 +184,7 @@ def test_the_page_starts_open_webui_and_a_browser_chats_with_the_kits_vllm(vllm_
         "OPEN_WEBUI_PORT": str(port),
         "LLAMACPP_PORT": str(ollama_port),
         "DEFAULT_MODEL_PARAMS": json.dumps({"temperature": 0}),
+        "CHAT_RESPONSE_MAX_TOOL_CALL_ITERATIONS": "1",
     }
     ports = {8009: vllm_server.port, 3010: port}
     base = f"http://127.0.0.1:{port}"
@@ -189,13 +206,6 @@ def test_the_page_starts_open_webui_and_a_browser_chats_with_the_kits_vllm(vllm_
             listed = httpx.get(f"{base}/api/models", headers=signed_in(base), timeout=60).json()["data"]
             assert {model["id"] for model in listed} >= {MODEL, "smollm2:135m"}, listed  # the kit's, the Ollama's
 
-            # what vLLM answers that question at temperature 0 (asked first, alone: the chat's title comes after the
-            # page's answer, and a batch of two could round differently)
-            same = httpx.post(
-                f"{vllm_server.api_url}/chat/completions",
-                json={"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "temperature": 0},
-                timeout=120,
-            ).json()["choices"][0]["message"]["content"]
             done_before = scrape(vllm_server.base_url).requests_done_total
             reply = chat(base, PROMPT)
             wait_until(
@@ -203,10 +213,33 @@ def test_the_page_starts_open_webui_and_a_browser_chats_with_the_kits_vllm(vllm_
                 30,
                 "vLLM's /metrics to count the page's request",
             )
-            # the answer streamed onto the page (it grew on the way) is vLLM's own: temperature 0 through
-            # DEFAULT_MODEL_PARAMS, Open WebUI's own variable, which the kit passes through
+            # the answer streamed onto the page (it grew on the way) from vLLM; Open WebUI sent its time tools with it
+            # (DEFAULT_MODEL_METADATA), so the prompt is not the bare question's: vLLM answered, no 400, no overflow
             assert reply.model == MODEL and len(reply.seen) > 1, reply
-            assert reply.answer.split() == same.split(), (reply, same)
+            assert reply.answer.strip() and "maximum context length" not in reply.answer, reply
+
+            # Open WebUI calls a tool: SmolLM2-135M picks none by itself (labs/contract.md), so the model's own
+            # settings name one, as a person sets them (Advanced Params, custom parameters: tool_choice); Open WebUI
+            # runs it and shows its result. CHAT_RESPONSE_MAX_TOOL_CALL_ITERATIONS=1 ends the turn there (named every
+            # time, the model would call it again and again)
+            forced = {"tool_choice": json.dumps({"type": "function", "function": {"name": TIME_TOOL}})}
+            model = {
+                "id": MODEL,
+                "name": MODEL,
+                "meta": json.loads(open_webui.TIME_TOOLS_ONLY),
+                "params": {"temperature": 0, "custom_params": forced},
+            }
+            created = httpx.post(f"{base}/api/v1/models/create", json=model, headers=signed_in(base), timeout=60)
+            assert created.status_code == 200, created.text
+            try:
+                before_s = time.time()
+                result = json.loads(tool_result(base, "What time is it now?", TIME_TOOL))
+            finally:  # the data folder outlives the test: the next run's chats must not be forced
+                forgotten = httpx.post(
+                    f"{base}/api/v1/models/model/delete", json={"id": MODEL}, headers=signed_in(base), timeout=60
+                )
+            assert forgotten.status_code == 200, forgotten.text
+            assert before_s - 60 <= result["current_timestamp"] <= time.time() + 60, result
     finally:
         keep_vllm = {**env, "ENGINES": "llamaserver", "LLAMA_SERVER_PORT": str(free_port())}
         down = run_doc(down_command, keep_vllm, timeout_s=120)
