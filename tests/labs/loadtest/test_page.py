@@ -62,4 +62,4 @@ def test_lab_page_commands_run(vllm_server: Server, llamacpp_server: Server, tmp
     assert [run["endpoint"]["name"] for run in runs_of(outputs[seqs])] == ["auto", "seqs4"]
     engines = runs_of(outputs[next(command for command in loadtests if "llamacpp=" in command)])
     assert [run["endpoint"]["name"] for run in engines] == ["vllm", "llamacpp"]
-    assert engines[0]["metrics_series"] and "no vLLM /metrics" in engines[1]["metrics_note"]
+    assert engines[0]["metrics_series"] and "not with vLLM's gauges" in engines[1]["metrics_note"]
