@@ -86,12 +86,6 @@ def running(name: str, argv: list[str], port: int, log: Path) -> Iterator[str]:
         server.wait(timeout=30)
 
 
-def system_info(log: Path) -> str:
-    """What a build reports of its CPU code at start (llama.cpp's "system info" line), from its log."""
-    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    return next((line.strip() for line in lines if "system" in line and "CPU :" in line), "not in its log")
-
-
 def measure_slots(args: argparse.Namespace, slots: int) -> dict[str, Any]:
     """Both builds up with `slots` slots, measured side by side by kit_vs_defaults (the source build the baseline)."""
     ports = {"source": free_port(), "wheel": free_port()}
@@ -122,7 +116,6 @@ def measure_slots(args: argparse.Namespace, slots: int) -> dict[str, Any]:
         inner = kit_vs_defaults.build_parser().parse_args([*(f"--attach={item}" for item in attach), *measured])
         report = kit_vs_defaults.run(inner)
     report["commands"] = commands
-    report["system_info"] = {name: system_info(args.out / f"{name}-{slots}.log") for name in commands}
     return report
 
 
