@@ -115,8 +115,13 @@ def measure_slots(args: argparse.Namespace, slots: int) -> dict[str, Any]:
         ]
         inner = kit_vs_defaults.build_parser().parse_args([*(f"--attach={item}" for item in attach), *measured])
         report = kit_vs_defaults.run(inner)
-    report["commands"] = commands
+    report["commands"] = {name: [portable(arg) for arg in argv] for name, argv in commands.items()}
     return report
+
+
+def portable(arg: str) -> str:
+    """An argument as a results file keeps it: the checkout's paths relative to it, the home folder as ~."""
+    return arg.replace(f"{ROOT}/", "").replace(str(Path.home()), "~")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
