@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.table import Table
@@ -175,7 +176,7 @@ def warm_restart_s(clone: Path, env: dict[str, str]) -> float:
     return lines[-1][0] if lines else 0.0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = KitArgumentParser(
         prog="python -m benchmarks.first_token",
         description=__doc__,
@@ -210,10 +211,33 @@ def main(argv: list[str] | None = None) -> int:
         help="the work tree to clone (e.g. a `git worktree` of an older commit, for a before/after)",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for results.json")
-    args = parser.parse_args(argv)
+    return parser
 
-    scratch = Path(tempfile.mkdtemp(prefix="kit-first-token-"))
-    clone = fresh_clone(scratch / "clone", args.source)
+
+@dataclass(frozen=True, slots=True)
+class FirstHour:
+    """What one fresh clone measured: its up.sh's step lines, the first token, and what came after it."""
+
+    lines: list[tuple[float, str]]  # up.sh's output, each line with its seconds since launch
+    token_s: float  # the client's launch to its first token
+    took_over_s: float | None  # up.sh's launch to the compiled engine taking the port over (None: none served early)
+    took_over: str
+    tour_s: dict[str, float] | None
+    tour_steps: list[tuple[str, float]]
+    warm_up_s: float | None
+
+    @property
+    def up_s(self) -> float:
+        return self.lines[-1][0] if self.lines else 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.up_s + self.token_s
+
+
+def measure(args: argparse.Namespace, scratch: Path, clone: Path) -> FirstHour | None:
+    """up.sh in the fresh clone with empty caches, the first token, then the tour and a warm restart where asked;
+    whatever ran is stopped. None when up.sh failed (said)."""
     env = empty_caches_env(scratch, free_port()) | ({"ENFORCE_EAGER": "true"} if args.eager else {})
     with ExitStack() as stack:
         if args.stock_pip:
@@ -223,67 +247,78 @@ def main(argv: list[str] | None = None) -> int:
         try:
             launched = time.monotonic()
             code, lines = timed_lines(["bash", "up.sh"], env, clone, UP_TIMEOUT_S)
-            up_s = lines[-1][0] if lines else 0.0
             if code != 0:
                 err_console.print(f"[bold red]error:[/bold red] up.sh failed ({code})")
-                return 1
+                return None
             token_s = first_token_s(clone, env)
             took_over_s, took_over = compiled_took_over(clone, int(env["VLLM_PORT"]), launched)
             tour_s, tour_steps = first_tour(clone, env, scratch / "tour") if args.tour else (None, [])
             warm_up_s = warm_restart_s(clone, env) if args.warm_restart else None
         finally:
             subprocess.run(["bash", "down.sh"], cwd=clone, env=env, capture_output=True, timeout=300)
-    steps = phases(lines)
-    total_s = up_s + token_s
+    return FirstHour(lines, token_s, took_over_s, took_over, tour_s, tour_steps, warm_up_s)
+
+
+def print_report(hour: FirstHour, eager: bool) -> None:
     table = Table(title="Fresh clone to first token (empty caches)")
     table.add_column("phase")
     table.add_column("seconds", justify="right")
-    for title, seconds in steps:
+    for title, seconds in phases(hour.lines):
         table.add_row(title, f"{seconds:.0f}")
-    table.add_row("bash up.sh, in all", f"{up_s:.0f}", style="bold")
-    table.add_row("client: launch to first token", f"{token_s:.1f}")
-    table.add_row("fresh clone to first token", f"{total_s:.0f}", style="bold")
-    if took_over_s is not None:
-        table.add_row(f"the compiled engine took the port over ({took_over})", f"{took_over_s:.0f}")
-    if tour_s is not None:
-        for part, seconds in tour_s.items():
+    table.add_row("bash up.sh, in all", f"{hour.up_s:.0f}", style="bold")
+    table.add_row("client: launch to first token", f"{hour.token_s:.1f}")
+    table.add_row("fresh clone to first token", f"{hour.total_s:.0f}", style="bold")
+    if hour.took_over_s is not None:
+        table.add_row(f"the compiled engine took the port over ({hour.took_over})", f"{hour.took_over_s:.0f}")
+    if hour.tour_s is not None:
+        for part, seconds in hour.tour_s.items():
             if part != "total":
                 shown = "its engines' start and stop" if part == TOUR_ENGINES else f"section {part}"
                 table.add_row(f"  labs.tour --quick: {shown}", f"{seconds:.0f}")
-        table.add_row("the first labs.tour --quick, in all", f"{tour_s['total']:.0f}", style="bold")
-    if warm_up_s is not None:
-        table.add_row("bash up.sh again, after bash down.sh (warm)", f"{warm_up_s:.0f}", style="bold")
+        table.add_row("the first labs.tour --quick, in all", f"{hour.tour_s['total']:.0f}", style="bold")
+    if hour.warm_up_s is not None:
+        table.add_row("bash up.sh again, after bash down.sh (warm)", f"{hour.warm_up_s:.0f}", style="bold")
     console.print(table)
-    if args.eager:
+    if eager:
         console.print(f"eager (no compile): not judged against the goal of {GOAL_S:.0f} s, which is on the defaults")
     else:
-        verdict = "meets" if total_s <= GOAL_S else "misses"
-        console.print(f"{verdict} the goal of {GOAL_S:.0f} s ({total_s / GOAL_S:.2f}x of it)")
-    if tour_s is not None:
-        verdict = "meets" if tour_s["total"] <= TOUR_GOAL_S else "misses"
-        console.print(f"the first quick tour {verdict} its goal of {TOUR_GOAL_S:.0f} s ({tour_s['total']:.0f} s)")
+        verdict = "meets" if hour.total_s <= GOAL_S else "misses"
+        console.print(f"{verdict} the goal of {GOAL_S:.0f} s ({hour.total_s / GOAL_S:.2f}x of it)")
+    if hour.tour_s is not None:
+        verdict = "meets" if hour.tour_s["total"] <= TOUR_GOAL_S else "misses"
+        console.print(f"the first quick tour {verdict} its goal of {TOUR_GOAL_S:.0f} s ({hour.tour_s['total']:.0f} s)")
+
+
+def results(hour: FirstHour, args: argparse.Namespace, clone: Path) -> dict[str, object]:
+    return {
+        "stock_pip": args.stock_pip,
+        "eager": args.eager,
+        "clone": str(clone) if args.keep else None,
+        "phases_s": dict(phases(hour.lines)),
+        "up_s": hour.up_s,
+        "client_first_token_s": hour.token_s,
+        "total_s": hour.total_s,
+        "compiled_took_over_s": hour.took_over_s,  # from up.sh's launch; None: no eager engine served first
+        "compiled_took_over": hour.took_over,
+        "warm_up_s": hour.warm_up_s,
+        "goal_s": GOAL_S,
+        "tour_quick_s": hour.tour_s,
+        "tour_steps_s": dict(hour.tour_steps) if args.tour else None,
+        "tour_goal_s": TOUR_GOAL_S if hour.tour_s is not None else None,
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    scratch = Path(tempfile.mkdtemp(prefix="kit-first-token-"))
+    clone = fresh_clone(scratch / "clone", args.source)
+    hour = measure(args, scratch, clone)
+    if hour is None:
+        return 1
+    print_report(hour, args.eager)
     command = command_line("python -m benchmarks.first_token", sys.argv[1:] if argv is None else argv)
-    write(
-        args.out / "results.json",
-        Envelope.now(command),
-        {
-            "stock_pip": args.stock_pip,
-            "eager": args.eager,
-            "clone": str(clone) if args.keep else None,
-            "phases_s": dict(steps),
-            "up_s": up_s,
-            "client_first_token_s": token_s,
-            "total_s": total_s,
-            "compiled_took_over_s": took_over_s,  # from up.sh's launch; None: no eager engine served first
-            "compiled_took_over": took_over,
-            "warm_up_s": warm_up_s,
-            "goal_s": GOAL_S,
-            "tour_quick_s": tour_s,
-            "tour_steps_s": dict(tour_steps) if args.tour else None,
-            "tour_goal_s": TOUR_GOAL_S if tour_s is not None else None,
-            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        },
-    )
+    write(args.out / "results.json", Envelope.now(command), results(hour, args, clone))
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
