@@ -33,9 +33,9 @@ from ui.cli import (
     positive_int,
     positive_ints,
 )
-from ui.environment import load_env
+from ui.environment import ROOT, load_env
 
-DEFAULT_OUT = Path("results/loadtest")
+DEFAULT_OUT = ROOT / "results" / "loadtest"  # the one results folder, wherever it is run from
 URL_SOURCE = "--base-url/OPENAI_BASE_URL"
 
 
@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="untimed requests per endpoint before its first load point (default 1)",
     )
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report folder (default results/loadtest)")
     parser.add_argument(
         "--scrape-interval-s",
         type=non_negative_float,

@@ -16,10 +16,10 @@ from labs import results
 from labs.quantization.lab import Quality, score
 from serve.config.settings import Settings
 from ui.cli import KitArgumentParser, positive_int
-from ui.environment import load_env
+from ui.environment import ROOT, load_env
 from ui.progress import fail
 
-DEFAULT_OUT = Path("results") / "quantization.json"
+DEFAULT_OUT = ROOT / "results" / "quantization.json"  # the one results folder, wherever it is run from
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model", help="the model name (default: MODEL_NAME)")
     parser.add_argument("--windows", type=positive_int, help="score only the text's first N windows of 1,000 tokens")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results file (default: {DEFAULT_OUT})")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="results file (default: results/quantization.json)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = Settings.load()
