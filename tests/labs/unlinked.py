@@ -253,5 +253,5 @@ UNLINKED: tuple[Unlinked, ...] = (
         SETTING,
         "compose.yaml's RESOLVED_* defaults",
     ),
-    Unlinked("tests/README.md", "the budget of 45 minutes", GOAL, "tests/support/run_report.py BUDGET_S"),
+    Unlinked("tests/README.md", "the budget of 35 minutes", GOAL, "tests/support/run_report.py BUDGET_S"),
 )
