@@ -66,8 +66,21 @@ def looks_like_the_kits(name: str) -> bool:
     return near is not None and near[:COMMON_PREFIX_CHARS] == name[:COMMON_PREFIX_CHARS]
 
 
+# Settings an earlier kit had, and what became of them: a .env written then still holds them
+RETIRED = {
+    "LLAMACPP_BUILD_AHEAD": "llama.cpp comes prebuilt from PyPI (xllamacpp) now, so there is nothing to build ahead",
+    "LLAMACPP_INTERRUPT_REQUESTS": (
+        "the llama.cpp engines run llama.cpp's own server, which queues as Ollama does; LLAMACPP_NUM_PARALLEL sets how "
+        "many requests it decodes together"
+    ),
+}
+
+
 def problem(name: str, where: str) -> str:
-    """The one line for a name that is no setting: the closest setting, else where the settings are listed."""
+    """The one line for a name that is no setting: what became of a retired one, else the closest setting, else
+    where the settings are listed."""
+    if name in RETIRED:
+        return f"{name} ({where}) is a retired setting, which the kit ignores: {RETIRED[name]}; delete the line"
     suggestion = closest(name)
     if suggestion is not None:
         return f"{name} ({where}) is not a setting of the kit, which ignores it; did you mean {suggestion}?"

@@ -95,3 +95,9 @@ def test_the_committed_list_is_the_installed_vllms() -> None:
     result = subprocess.run([str(VLLM_VENV.python), "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert set(result.stdout.split()) == env_check.vllm_names()
+
+
+def test_a_retired_setting_says_what_became_of_it() -> None:
+    (line,) = env_check.unknown_names(["LLAMACPP_INTERRUPT_REQUESTS"], {}, ".env")
+    assert line.startswith("LLAMACPP_INTERRUPT_REQUESTS (in .env) is a retired setting, which the kit ignores")
+    assert "LLAMACPP_NUM_PARALLEL" in line and line.endswith("delete the line")
