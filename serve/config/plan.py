@@ -66,6 +66,8 @@ class Plan:
     # that never does, the benchmarks'); decided once the command line is known (resolve_serve_while_compiling)
     serve_eager_first: bool | None = None
     serve_eager_first_reason: str = ""
+    cpp_wrapper: bool = False  # inductor's C++ wrapper runs the compiled step (CPP_WRAPPER)
+    cpp_wrapper_reason: str = "vLLM's own: inductor's Python wrapper calls the compiled step's ops"
     tool_call_parser: str | None = None  # vLLM's --tool-call-parser (with --enable-auto-tool-choice); None: off
     kit_tool_template: bool = False  # the model's own template composed with the kit's turns for that parser
     tool_calls_reason: str = "vLLM's own: off (a request with tools gets a 400)"
@@ -244,6 +246,47 @@ def resolve_block_size(settings: Settings, engine_block_size: int) -> tuple[int 
     return None, f"auto: vLLM's own ({engine_block_size})"
 
 
+CPP_WRAPPER_MEASURED = "labs/measured/cpp-wrapper-avx512-2026-12-07.json"
+# vLLM's own switches that decide the compiled step's ops (VLLM_EXTRA_ARGS setting one of them wins over CPP_WRAPPER):
+# --compilation-config JSON, -cc JSON, -O3, -O.level=3, -O 3
+COMPILATION_FLAGS = ("--compilation-config", "-cc", "-O")
+
+
+def sets_compilation(arg: str) -> bool:
+    name = arg.split("=", 1)[0]
+    return name in COMPILATION_FLAGS or (name.startswith("-O") and not name.startswith("--"))
+
+
+CPP_WRAPPER_SINCE = (0, 32)  # the oldest vLLM measured with it: its VLLM_USE_LAYERNAME=0 passes layer names as str
+
+
+def resolve_cpp_wrapper(settings: Settings, limits: RuntimeLimits) -> tuple[bool, str]:
+    """CPP_WRAPPER: whether inductor writes the compiled step's wrapper in C++ rather than Python.
+
+    The Python wrapper calls each of the step's ops from the interpreter, one at a time; the C++ one calls them
+    from compiled code. vLLM 0.32 passes its attention ops the layer's name as an opaque LayerName object, which
+    the C++ wrapper cannot pass (NotImplementedError: arg type PyObject is not yet supported by custom_op_wrapper);
+    vLLM's own VLLM_USE_LAYERNAME=0 passes it as a str, which it can (serve/config/vllm_flags.py sets both)."""
+    if settings.enforce_eager:
+        return False, "ENFORCE_EAGER=true: nothing is compiled"
+    if any(sets_compilation(arg) for arg in settings.extra_args):
+        return False, "VLLM_EXTRA_ARGS sets vLLM's compilation config itself"
+    if settings.cpp_wrapper is False:
+        return False, "set in CPP_WRAPPER: inductor's Python wrapper calls the compiled step's ops"
+    if limits.container or limits.gpu or limits.version < CPP_WRAPPER_SINCE:
+        if settings.cpp_wrapper:
+            raise SettingsError(
+                "CPP_WRAPPER=true is for the native CPU engine (vLLM "
+                f"{'.'.join(map(str, CPP_WRAPPER_SINCE))}+), where it was measured; set CPP_WRAPPER=auto"
+            )
+        return False, "auto: vLLM's own (the Python wrapper) in a container, where it was not measured"
+    how = "set in CPP_WRAPPER" if settings.cpp_wrapper else "auto"
+    return True, (
+        f"{how}: inductor's C++ wrapper calls the compiled step's ops, no Python between them "
+        f"(faster at 1, 4 and 16 users: {CPP_WRAPPER_MEASURED})"
+    )
+
+
 # vLLM 0.9.1's hermes parser refuses a tokenizer without <tool_call> in its vocabulary (checked in its wheel);
 # 0.32's reads the tags as text
 HERMES_TEXT_TAGS_IN = (0, 32)
@@ -341,6 +384,7 @@ def gpu_plan(settings: Settings, machine: Machine, limits: RuntimeLimits, templa
     blocks, blocks_reason = resolve_block_size(settings, limits.engine_block_size)
     quantization, quantization_reason = resolve_quantization(settings, machine, limits.container)
     tools = resolve_tool_calls(settings, template, limits.version)
+    cpp_wrapper, cpp_wrapper_reason = resolve_cpp_wrapper(settings, limits)
     return Plan(
         dtype=settings.dtype,
         dtype_reason="set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype",
@@ -357,6 +401,8 @@ def gpu_plan(settings: Settings, machine: Machine, limits: RuntimeLimits, templa
         kv_cache_space_reason=f"GPU: GPU_MEMORY_UTILIZATION={settings.gpu_memory_utilization:g} sizes the KV pool",
         quantization=quantization,
         quantization_reason=quantization_reason,
+        cpp_wrapper=cpp_wrapper,
+        cpp_wrapper_reason=cpp_wrapper_reason,
         tool_call_parser=tools.parser,
         kit_tool_template=tools.kit_template,
         tool_calls_reason=tools.reason,
@@ -478,6 +524,7 @@ def resolve(
     int8 = facts is not None and facts.num_int8_params > 0
     zentorch, zentorch_reason = resolve_zentorch(settings, machine, limits.container, int8)
     tools = resolve_tool_calls(settings, template, limits.version)
+    cpp_wrapper, cpp_wrapper_reason = resolve_cpp_wrapper(settings, limits)
     return Plan(
         dtype=dtype,
         dtype_reason=dtype_reason,
@@ -502,6 +549,8 @@ def resolve(
         zentorch_reason=zentorch_reason,
         quantization=quantization,
         quantization_reason=quantization_reason,
+        cpp_wrapper=cpp_wrapper,
+        cpp_wrapper_reason=cpp_wrapper_reason,
         tool_call_parser=tools.parser,
         kit_tool_template=tools.kit_template,
         tool_calls_reason=tools.reason,

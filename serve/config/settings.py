@@ -262,6 +262,13 @@ class Settings:
     enforce_eager: bool = setting(
         "ENFORCE_EAGER", "false", boolean, "true skips torch.compile: starts faster, decodes slower"
     )
+    cpp_wrapper: bool | None = setting(  # None: auto
+        "CPP_WRAPPER",
+        "auto",
+        auto_or_boolean,
+        "how the compiled decode step calls its ops: true = inductor's C++ wrapper (no Python between them), false = "
+        "its Python wrapper (vLLM's own); auto = the C++ wrapper on the native CPU engine (measured faster there)",
+    )
     serve_while_compiling: bool | None = setting(  # None: auto
         "SERVE_WHILE_COMPILING",
         "auto",

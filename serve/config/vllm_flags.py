@@ -32,6 +32,14 @@ CHART_WRITES = "modelURL"  # Flag.chart of what the Helm chart's `vllm serve MOD
 # without tools are untouched). 0.9.1 has no such flag (its named calls are guided by the schema already).
 TOOL_STRICT_LEVEL_ADDED_IN = (0, 32)  # the oldest vLLM the kit read it in; absent from 0.9.1's cli_args
 TOOL_STRICT_LEVEL = "parameter"
+# CPP_WRAPPER (serve/config/plan.py): inductor writes the compiled step's wrapper in C++, and vLLM passes its attention
+# ops the layer's name as a str, which that wrapper can pass (vLLM 0.32's default, an opaque LayerName, it cannot)
+CPP_WRAPPER_CONFIG = '{"inductor_compile_config":{"cpp_wrapper":true}}'
+
+
+def compiles_cpp(settings: Settings, plan: Plan) -> bool:
+    """The compiled engine with the C++ wrapper (an eager one of the same plan compiles nothing)."""
+    return plan.cpp_wrapper and not settings.enforce_eager
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +148,12 @@ FLAGS: tuple[Flag, ...] = (
         optional=True,
     ),
     Flag(
+        "--compilation-config",
+        "CPP_WRAPPER",
+        lambda settings, plan, target: CPP_WRAPPER_CONFIG if compiles_cpp(settings, plan) else None,
+        optional=True,
+    ),
+    Flag(
         "--quantization",
         "QUANTIZATION",
         lambda settings, plan, target: settings.quantization if settings.quantization in FLAG_QUANTIZATIONS else None,
@@ -215,6 +229,7 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar("KIT_COMPILE_THREADS", "COMPILE_THREADS", lambda s, plan, t: str(plan.compile_threads)),
     # and makes vLLM's engine core start its worker this way (vLLM's CPU platform spawns it whatever it is told)
     EnvVar("KIT_START_METHOD", "START_METHOD", lambda s, plan, t: plan.start_method),
+    EnvVar("VLLM_USE_LAYERNAME", "CPP_WRAPPER", lambda s, plan, t: "0" if compiles_cpp(s, plan) else None),
     # the key travels here, never on the command line (`ps` shows argv)
     EnvVar("VLLM_API_KEY", "VLLM_API_KEY", lambda s, plan, t: s.api_key or None),
 )

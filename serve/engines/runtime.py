@@ -259,6 +259,8 @@ def resolved_rows(resolved: Plan) -> list[tuple[str, str]]:
         rows.append(("compile", f"{resolved.compile_threads} processes ({resolved.compile_threads_reason})"))
     if resolved.zentorch_reason is not None:
         rows.append(("zentorch", resolved.zentorch_reason))
+    wrapper = "C++" if resolved.cpp_wrapper else "Python"
+    rows.append(("step wrapper", f"{wrapper} ({resolved.cpp_wrapper_reason})"))
     rows.append(("tool calls", resolved.tool_calls_reason))
     return rows
 

@@ -18,6 +18,7 @@ from serve.engines.replicas import shares
 from serve.engines.runtime import resolved_rows
 from serve.engines.tracks import CPU, GPU, compose_env, container_command, plan_for_container
 from tests.serve.config.test_preflight import LLAMA_8B
+from ui.values import SettingsError
 
 SMOL = bundled_model_facts()
 NATIVE = Target("m", "127.0.0.1", 8009, (0, 32))  # where the native runtime's flags go
@@ -246,3 +247,32 @@ def test_docker_and_replicas_keep_the_worker_process_that_vllm_binds() -> None:
     share = shares(two, [0, 1, 2, 3])[0]
     replica = resolve(two, avx2_host, SMOL, share.limits(avx2_host))
     assert (replica.multiprocessing, replica.omp_threads_bind) == (True, "0-1")
+
+
+def test_the_native_compiled_engine_gets_inductors_cpp_wrapper_and_layer_names_it_can_pass() -> None:
+    """CPP_WRAPPER=auto natively: the C++ wrapper, with vLLM's own switch that passes its attention ops the layer's
+    name as a str (its opaque LayerName is what the C++ wrapper cannot pass); the eager engine of the same plan,
+    which compiles nothing, gets neither."""
+    resolved = resolve(settings(), machine(), SMOL)
+    assert resolved.cpp_wrapper
+    assert resolved.cpp_wrapper_reason.startswith("auto: inductor's C++ wrapper calls the compiled step's ops")
+    args = vllm_args(settings(), resolved, NATIVE)
+    assert args[args.index("--compilation-config") + 1] == '{"inductor_compile_config":{"cpp_wrapper":true}}'
+    assert vllm_env(settings(), resolved, NATIVE)["VLLM_USE_LAYERNAME"] == "0"
+    assert dict(resolved_rows(resolved))["step wrapper"].startswith("C++ (auto: ")
+    eager = settings(ENFORCE_EAGER="true")
+    assert "--compilation-config" not in vllm_args(eager, resolved, NATIVE)
+    assert "VLLM_USE_LAYERNAME" not in vllm_env(eager, resolved, NATIVE)
+    assert resolve(eager, machine(), SMOL).cpp_wrapper_reason == "ENFORCE_EAGER=true: nothing is compiled"
+
+
+def test_the_cpp_wrapper_is_left_to_vllm_where_it_was_not_measured_or_the_user_sets_it() -> None:
+    off = settings(CPP_WRAPPER="false")
+    assert not resolve(off, machine(), SMOL).cpp_wrapper
+    assert "--compilation-config" not in vllm_args(off, resolve(off, machine(), SMOL), NATIVE)
+    own = settings(VLLM_EXTRA_ARGS="-O3")
+    assert resolve(own, machine(), SMOL).cpp_wrapper_reason == "VLLM_EXTRA_ARGS sets vLLM's compilation config itself"
+    assert not plan_for_container(settings(), machine(), CPU).cpp_wrapper
+    assert not plan_for_container(settings(), machine(), GPU).cpp_wrapper
+    with pytest.raises(SettingsError, match="CPP_WRAPPER=true is for the native CPU engine"):
+        plan_for_container(settings(CPP_WRAPPER="true"), machine(), CPU)
