@@ -72,9 +72,10 @@ BUILTIN_ARMS = {
             ("OMP_THREADS", "auto"),
             ("BLOCK_SIZE", str(V1_CPU_BLOCK_SIZE)),
             ("ZENTORCH", "false"),
+            ("CPP_WRAPPER", "false"),
         ),
         "vLLM out of the box: float32 weights, its worker process, its own thread binding (one core computes, one "
-        f"reserved), {V1_CPU_BLOCK_SIZE}-token blocks, no zentorch",
+        f"reserved), {V1_CPU_BLOCK_SIZE}-token blocks, no zentorch, inductor's Python wrapper",
     ),
     "float": Arm("float", "vllm", (("QUANTIZATION", "none"),), "the kit's defaults with the float weights"),
     "int8": Arm(
