@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from client.endpoint import EndpointError
@@ -155,6 +156,7 @@ class RunningArm:
     resolved: dict[str, Any]
     starts: list[Start] = field(default_factory=list)
     pid: int | None = None  # the server's process, where this benchmark started it
+    log_path: Path | None = None  # its log, where this benchmark started it
 
 
 # Environment an arm may hand the engine's processes besides vLLM's own (VLLM_...): the OpenMP runtimes'
@@ -209,7 +211,14 @@ def serving(arm: Arm, restarts: int = 0) -> Iterator[RunningArm]:
                 step = engine.decode_step(settings, started.plan)
                 url = f"{runtime.base_url}/v1"
                 yield RunningArm(
-                    url, runtime.served_model, step.weight_bytes, step.max_sequences, step.facts, starts, started.pid
+                    url,
+                    runtime.served_model,
+                    step.weight_bytes,
+                    step.max_sequences,
+                    step.facts,
+                    starts,
+                    started.pid,
+                    runtime.log_path,
                 )
 
 

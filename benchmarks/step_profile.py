@@ -17,7 +17,8 @@ the model's layers, which the compiled graph hides) on free ports, keeps a close
 vLLM runs the three processes concurrently (the API server on the other core), so their rows add up per
 process, not across processes: the worker's rows are the step; the others say what runs beside it and
 what the worker waits for. It writes results.json (the tables, with the envelope of labs/results.py) and the
-folded stacks of every window (`*.folded`, for flamegraph.pl or speedscope).
+folded stacks of every window (`*.folded`, for flamegraph.pl or speedscope), and the op calls of the compiled step
+the engine runs (benchmarks/step_ops.py: inductor's wrapper, Python or C++, counted).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 import httpx
 import psutil
 
+from benchmarks import step_ops
 from benchmarks.arms import Arm, RunningArm, add_cpu_isa_argument, parse_overrides, serving, use_cpu_isa
 from benchmarks.roofline import Bandwidth, measure_bandwidth
 from client.endpoint import Endpoint, EndpointError
@@ -44,6 +46,7 @@ from client.stream import RequestRecord, chat_payload, closed_loop, stream_chat
 from labs.results import Envelope, MeasuredEngine, ResultsError, command_line, load, write
 from serve.config.machine import detect
 from serve.config.paths import ROOT
+from serve.engines.vllm_log import compiled_artifact
 from serve.processes.metrics import scrape
 from ui.cli import KitArgumentParser, positive_float, positive_int, positive_ints
 from ui.progress import StepFailed, console, fail
@@ -439,6 +442,7 @@ def profile(args: argparse.Namespace, arm: Arm, served: RunningArm) -> dict[str,
     points = [profile_point(endpoint, pids, count, args) for count in args.users]
     for point in points:
         point["weights"] = weights_floor(served.weight_bytes, bandwidth, point["plain"]["step_ms"])
+    ops = step_ops_of(served)
     envelope = Envelope.now(
         command_line("python -m benchmarks.step_profile", args.argv),
         [MeasuredEngine(served.model, endpoint.root_url, "vllm")],
@@ -450,8 +454,22 @@ def profile(args: argparse.Namespace, arm: Arm, served: RunningArm) -> dict[str,
             "resolved": served.resolved,
             "machine": {"isa": detect().isa, "isa_stand_in": args.cpu_isa is not None, "usable_cores": threads},
             "points": points,
+            "step_ops": None if ops is None else step_ops.as_dict(ops),
         },
     }
+
+
+def step_ops_of(served: RunningArm) -> step_ops.StepOps | None:
+    """The op calls of the compiled step the profiled engine runs, counted in inductor's wrapper (None: an eager
+    engine, or one this benchmark did not start)."""
+    if served.log_path is None:
+        return None
+    artifact = compiled_artifact(served.log_path.read_text(errors="replace"))
+    if artifact is None:
+        return None
+    ops = step_ops.of_artifact(Path(artifact))
+    console.print(f"  the compiled step: {ops.total_op_calls} op calls through inductor's {ops.wrapper} wrapper")
+    return ops
 
 
 def main(argv: list[str] | None = None) -> None:

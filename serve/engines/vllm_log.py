@@ -102,3 +102,13 @@ def compile_cache_state(log_text: str, settings: Settings) -> str:
     if settings.enforce_eager:
         return "eager: nothing compiled"
     return next((state for marker, state in COMPILE_CACHE_LOG if marker in log_text), "unknown")
+
+
+# Where vLLM 0.32 keeps the compiled model a start saved or loaded (benchmarks/step_ops.py counts its ops)
+COMPILED_AT = re.compile(r"(?:Directly load AOT compilation from path|saved AOT compiled function to) (\S+)")
+
+
+def compiled_artifact(log_text: str) -> str | None:
+    """The compiled model's path, as the start's log names it; None for a start that compiled nothing."""
+    found = COMPILED_AT.findall(log_text)
+    return found[-1] if found else None

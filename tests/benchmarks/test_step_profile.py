@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import step_ops
 from benchmarks.step_profile import CATEGORIES, MODEL_IN_ENGINE_CORE, OTHER, ROLES, categorize, read_folded
+from serve.engines.vllm_log import compiled_artifact
+from serve.processes import run_record
 from tests.conftest import ROOT, Server
 from tests.support.docs import doc_commands, run_doc
 
@@ -99,3 +102,19 @@ def test_lab_page_profile_runs_against_the_session_server(vllm_server: Server, t
     assert sorted(path.name for path in tmp_path.glob("*.folded")) == sorted(
         f"2-users-{role.replace(' ', '-')}.folded" for role in point["processes"]
     )
+
+
+@pytest.mark.server
+def test_the_session_servers_compiled_step_is_counted_in_its_cpp_wrapper(vllm_server: Server) -> None:
+    """The kit's default engine (CPP_WRAPPER=auto) runs its step through inductor's C++ wrapper: the compiled model its
+    log names holds it, and the count finds each layer's four linears and two vLLM ops in it, no Python between."""
+    record = run_record.live(vllm_server.port)
+    assert record is not None and record.log_path
+    artifact = compiled_artifact(Path(record.log_path).read_text(errors="replace"))
+    assert artifact is not None, "the session's engine names no compiled model in its log"
+    ops = step_ops.of_artifact(Path(artifact))
+    layers = json.loads((Path(record.weights.path) / "config.json").read_text())["num_hidden_layers"]
+    assert ops.wrapper == "c++" and ops.python_bookkeeping == 0
+    counts = list(ops.op_calls.values())
+    assert counts[1:] == [4 * layers, 2 * layers], ops  # qkv, o, gate_up, down; attention and the KV-cache write
+    assert counts[0] >= 2 * layers, ops  # at least a norm and an activation a layer, fused by inductor
