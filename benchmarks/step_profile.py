@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import subprocess
 import sys
 import threading
@@ -68,6 +69,7 @@ class Rule:
     name: str
     any_of: tuple[str, ...]
     within: tuple[str, ...] = ()
+    key: str = ""  # its short name in results.json where key_of(name) would repeat another's in its process
 
     def matches(self, functions: list[str]) -> bool:
         def found(markers: tuple[str, ...]) -> bool:
@@ -84,10 +86,10 @@ CATEGORIES: dict[str, tuple[Rule, ...]] = {
         Rule("sampling", ("Sampler.", "TopKTopPSampler")),
         Rule("lm head (logits)", ("compute_logits", "LogitsProcessor")),
         Rule("attention: the paged-attention kernel", ("unified_attention", "cpu_attention", "BackendImpl.forward")),
-        Rule("attention: QKV and output projections", LINEAR, within=("LlamaAttention.",)),
+        Rule("attention: QKV and output projections", LINEAR, within=("LlamaAttention.",), key="qkv-out"),
         Rule("MLP: gate/up and down projections", LINEAR, within=("LlamaMLP.",)),
         Rule("RMSNorm", ("RMSNorm", "rms_norm")),
-        Rule("MLP: SiLU and multiply", ("SiluAndMul", "silu")),
+        Rule("MLP: SiLU and multiply", ("SiluAndMul", "silu"), key="silu"),
         Rule("rotary embedding", ("RotaryEmbedding", "rotary")),
         Rule(
             "model forward, the rest (compiled graph, embedding, residuals)",
@@ -105,7 +107,7 @@ CATEGORIES: dict[str, tuple[Rule, ...]] = {
             ("execute_model", "collective_rpc", "FutureWrapper", "get_response", "dequeue", "sample_tokens"),
         ),
         Rule("taking in requests", ("_handle_client_request", "add_request")),
-        Rule("idle (waiting for requests)", ("_process_input_queue", "Queue.get")),
+        Rule("idle (waiting for requests)", ("_process_input_queue", "Queue.get"), key="idle-requests"),
     ),
     "api server": (
         Rule(
@@ -313,8 +315,14 @@ def per_step(profile: Profile, window: Window) -> list[dict[str, Any]]:
     rows = []
     for name, count in profile.by_category.most_common():
         share = count / profile.samples
-        rows.append({"category": name, "share": share, "ms_per_step": share * window.step_ms})
+        rows.append({"category": name, "key": key_of(name), "share": share, "ms_per_step": share * window.step_ms})
     return rows
+
+
+def key_of(category: str) -> str:
+    """A category's short name, for a page's pointer into results.json: 'lm head (logits)' -> 'lm-head'."""
+    keys = {rule.name: rule.key for rules in CATEGORIES.values() for rule in rules if rule.key}
+    return keys.get(category) or re.split(r"[:,(]", category)[0].strip().replace("'", "").replace(" ", "-").lower()
 
 
 def profile_point(endpoint: Endpoint, pids: dict[str, int], users: int, args: argparse.Namespace) -> dict[str, Any]:

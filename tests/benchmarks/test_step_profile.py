@@ -7,6 +7,7 @@ runs verbatim against the session server, in its smallest configuration.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,17 @@ from pathlib import Path
 import pytest
 
 from benchmarks import step_ops
-from benchmarks.step_profile import CATEGORIES, MODEL_IN_ENGINE_CORE, OTHER, ROLES, categorize, read_folded
+from benchmarks.step_profile import (
+    CATEGORIES,
+    IDLE,
+    MODEL_IN_ENGINE_CORE,
+    NATIVE,
+    OTHER,
+    ROLES,
+    categorize,
+    key_of,
+    read_folded,
+)
 from serve.engines.vllm_log import compiled_artifact
 from serve.processes import run_record
 from tests.conftest import ROOT, Server
@@ -118,3 +129,12 @@ def test_the_session_servers_compiled_step_is_counted_in_its_cpp_wrapper(vllm_se
     counts = list(ops.op_calls.values())
     assert counts[1:] == [4 * layers, 2 * layers], ops  # qkv, o, gate_up, down; attention and the KV-cache write
     assert counts[0] >= 2 * layers, ops  # at least a norm and an activation a layer, fused by inductor
+
+
+def test_each_category_has_a_short_key_of_its_own_in_its_process() -> None:
+    """A page points into results.json by these keys (`/points/users=1/processes/worker/rows/key=lm-head/...`)."""
+    for rules in CATEGORIES.values():
+        keys = [key_of(rule.name) for rule in rules] + [key_of(name) for name in (IDLE, NATIVE, OTHER)]
+        assert len(set(keys)) == len(keys), keys
+        assert all(re.fullmatch(r"[a-z0-9-]+", key) for key in keys), keys
+    assert key_of("lm head (logits)") == "lm-head"
