@@ -22,24 +22,24 @@ from pathlib import Path
 
 ATTENTION_OP = "unified_attention_with_output"  # in every decode step's wrapper, whichever kind
 
-# (what, Python wrapper pattern, C++ wrapper pattern): a call of that kind, one per match
-KINDS = (
-    (
+# kind: (what it is, a call of it in the Python wrapper, in the C++ wrapper), one call per match
+KINDS = {
+    "fused_kernels": (
         "fused kernels inductor generated (norms, activations, rotary, residuals)",
         r"^\s+cpp_fused_\w+\(",
         r"^\s+cpp_fused_\w+\(",
     ),
-    (
+    "linears": (
         "linears (matmuls outside inductor: zentorch, oneDNN, aten)",
         r"^\s+(?:buf\d+ = )?(?:torch\.ops\.(?:zentorch|_C|aten|onednn)\.\w+|extern_kernels\.\w+)",
         r"aoti_torch_cpu_\w+\(",
     ),
-    (
+    "vllm_ops": (
         "vLLM's own ops (attention, KV-cache write)",
         r"^\s+(?:buf\d+ = )?torch\.ops\.vllm\.\w+\.default\(",
         r'findSchemaOrThrow\("vllm::\w+"',
     ),
-)
+}
 PYTHON_BOOKKEEPING = r"^\s+(?:buf\d+ = (?:empty_strided_cpu|reinterpret_tensor)\(|del |assert_\w+\()"
 
 
@@ -49,7 +49,7 @@ class StepOps:
 
     wrapper: str  # "python" or "c++"
     source: str  # the generated file counted, relative to the cache folder
-    op_calls: dict[str, int]
+    op_calls: dict[str, int]  # by KINDS' key
     python_bookkeeping: int  # buffer allocations, views, `del`s and asserts the Python wrapper runs; 0 in C++
 
     @property
@@ -68,12 +68,12 @@ def count(inductor_cache: Path) -> StepOps:
     for path in sorted(inductor_cache.rglob("*.main.cpp")):
         text = path.read_text(errors="replace")
         if ATTENTION_OP in text:
-            calls = {what: len(re.findall(cpp, text, re.MULTILINE)) for what, _, cpp in KINDS}
+            calls = {kind: len(re.findall(cpp, text, re.MULTILINE)) for kind, (_, _, cpp) in KINDS.items()}
             return StepOps("c++", str(path.relative_to(inductor_cache)), calls, 0)
     for path in sorted(inductor_cache.rglob("*.py")):
         body = call_body(path.read_text(errors="replace"))
         if ATTENTION_OP in body:
-            calls = {what: len(re.findall(python, body, re.MULTILINE)) for what, python, _ in KINDS}
+            calls = {kind: len(re.findall(python, body, re.MULTILINE)) for kind, (_, python, _) in KINDS.items()}
             bookkeeping = len(re.findall(PYTHON_BOOKKEEPING, body, re.MULTILINE))
             return StepOps("python", str(path.relative_to(inductor_cache)), calls, bookkeeping)
     raise FileNotFoundError(f"no compiled decode step (a wrapper calling {ATTENTION_OP}) under {inductor_cache}")
@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"{ops.wrapper} wrapper ({ops.source}): {ops.total_op_calls} op calls a step")
-    for what, calls in ops.op_calls.items():
-        print(f"  {calls:5d}  {what}")
+    for kind, calls in ops.op_calls.items():
+        print(f"  {calls:5d}  {KINDS[kind][0]}")
     if ops.python_bookkeeping:
         print(f"  {ops.python_bookkeeping:5d}  Python statements around them (buffers allocated and viewed, dels)")
     return 0

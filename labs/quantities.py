@@ -105,6 +105,7 @@ AMX_WAITED = "the kit of 2026-12-06, whose first up.sh waited for the compiled e
 STAND_IN = "on the kit's AVX2 stand-in (`--cpu-isa avx2`)"
 LLAMA_SERVER_BUILT = "against a llama-server compiled on that machine"
 RATIO = "/comparisons/output_tokens_per_s_ratio"
+CPP_WRAPPER_DEFAULT = "cpp-wrapper-default-avx512-2026-12-07.json"  # the kit's llama.cpp engine beside it
 
 QUANTITIES: tuple[Quantity, ...] = (
     Quantity(
@@ -240,9 +241,7 @@ QUANTITIES: tuple[Quantity, ...] = (
         "{:.2f}x",
         (f"*#{RATIO}/llamaserver-n/1", "quantization-speed-*#/*_over_llamaserver/1"),
         {
-            Isa.AVX512: Measured(
-                f"one-user-zentorch-avx512-2026-12-06.json#{RATIO}/llamaserver-n/1", LLAMA_SERVER_BUILT
-            ),
+            Isa.AVX512: Measured(f"{CPP_WRAPPER_DEFAULT}#{RATIO}/llamaserver-n/1"),
             Isa.AVX2: Measured(f"{AVX2_STAND_IN}#{RATIO}/llamaserver-n/1", f"{STAND_IN}, {LLAMA_SERVER_BUILT}"),
         },
     ),
@@ -252,9 +251,7 @@ QUANTITIES: tuple[Quantity, ...] = (
         "{:.2f}x",
         (f"*#{RATIO}/llamaserver-n/16", "quantization-speed-*#/*_over_llamaserver/16"),
         {
-            Isa.AVX512: Measured(
-                f"one-user-zentorch-avx512-2026-12-06.json#{RATIO}/llamaserver-n/16", LLAMA_SERVER_BUILT
-            ),
+            Isa.AVX512: Measured(f"{CPP_WRAPPER_DEFAULT}#{RATIO}/llamaserver-n/16"),
             Isa.AVX2: Measured(f"{AVX2_STAND_IN}#{RATIO}/llamaserver-n/16", f"{STAND_IN}, {LLAMA_SERVER_BUILT}"),
         },
     ),

@@ -246,7 +246,7 @@ def resolve_block_size(settings: Settings, engine_block_size: int) -> tuple[int 
     return None, f"auto: vLLM's own ({engine_block_size})"
 
 
-CPP_WRAPPER_MEASURED = "labs/measured/cpp-wrapper-avx512-2026-12-07.json"
+CPP_WRAPPER_MEASURED = "labs/measured/cpp-wrapper-default-avx512-2026-12-07.json"
 # vLLM's own switches that decide the compiled step's ops (VLLM_EXTRA_ARGS setting one of them wins over CPP_WRAPPER):
 # --compilation-config JSON, -cc JSON, -O3, -O.level=3, -O 3
 COMPILATION_FLAGS = ("--compilation-config", "-cc", "-O")
