@@ -247,6 +247,7 @@ def resolve_block_size(settings: Settings, engine_block_size: int) -> tuple[int 
 
 
 CPP_WRAPPER_MEASURED = "labs/measured/cpp-wrapper-default-avx512-2026-12-07.json"
+CPP_WRAPPER_AVX2 = "labs/measured/cpp-wrapper-avx2-stand-in-2026-12-07.json"
 # vLLM's own switches that decide the compiled step's ops (VLLM_EXTRA_ARGS setting one of them wins over CPP_WRAPPER):
 # --compilation-config JSON, -cc JSON, -O3, -O.level=3, -O 3
 COMPILATION_FLAGS = ("--compilation-config", "-cc", "-O")
@@ -260,7 +261,7 @@ def sets_compilation(arg: str) -> bool:
 CPP_WRAPPER_SINCE = (0, 32)  # the oldest vLLM measured with it: its VLLM_USE_LAYERNAME=0 passes layer names as str
 
 
-def resolve_cpp_wrapper(settings: Settings, limits: RuntimeLimits) -> tuple[bool, str]:
+def resolve_cpp_wrapper(settings: Settings, machine: Machine, limits: RuntimeLimits) -> tuple[bool, str]:
     """CPP_WRAPPER: whether inductor writes the compiled step's wrapper in C++ rather than Python.
 
     The Python wrapper calls each of the step's ops from the interpreter, one at a time; the C++ one calls them
@@ -280,10 +281,16 @@ def resolve_cpp_wrapper(settings: Settings, limits: RuntimeLimits) -> tuple[bool
                 f"{'.'.join(map(str, CPP_WRAPPER_SINCE))}+), where it was measured; set CPP_WRAPPER=auto"
             )
         return False, "auto: vLLM's own (the Python wrapper) in a container, where it was not measured"
-    how = "set in CPP_WRAPPER" if settings.cpp_wrapper else "auto"
+    if settings.cpp_wrapper:
+        return True, "set in CPP_WRAPPER: inductor's C++ wrapper calls the compiled step's ops, no Python between them"
+    if "avx512f" not in machine.cpu_flags:
+        return False, (
+            "auto: inductor's Python wrapper on a CPU without AVX-512, where the C++ one decoded at a tie and compiled "
+            f"longer ({CPP_WRAPPER_AVX2})"
+        )
     return True, (
-        f"{how}: inductor's C++ wrapper calls the compiled step's ops, no Python between them "
-        f"(faster at 1, 4 and 16 users: {CPP_WRAPPER_MEASURED})"
+        "auto: inductor's C++ wrapper calls the compiled step's ops, no Python between them "
+        f"(faster at 1, 4 and 16 users on AVX-512: {CPP_WRAPPER_MEASURED})"
     )
 
 
@@ -384,7 +391,7 @@ def gpu_plan(settings: Settings, machine: Machine, limits: RuntimeLimits, templa
     blocks, blocks_reason = resolve_block_size(settings, limits.engine_block_size)
     quantization, quantization_reason = resolve_quantization(settings, machine, limits.container)
     tools = resolve_tool_calls(settings, template, limits.version)
-    cpp_wrapper, cpp_wrapper_reason = resolve_cpp_wrapper(settings, limits)
+    cpp_wrapper, cpp_wrapper_reason = resolve_cpp_wrapper(settings, machine, limits)
     return Plan(
         dtype=settings.dtype,
         dtype_reason="set in DTYPE" if settings.dtype != "auto" else "auto: vLLM on GPU uses the checkpoint's dtype",
@@ -524,7 +531,7 @@ def resolve(
     int8 = facts is not None and facts.num_int8_params > 0
     zentorch, zentorch_reason = resolve_zentorch(settings, machine, limits.container, int8)
     tools = resolve_tool_calls(settings, template, limits.version)
-    cpp_wrapper, cpp_wrapper_reason = resolve_cpp_wrapper(settings, limits)
+    cpp_wrapper, cpp_wrapper_reason = resolve_cpp_wrapper(settings, seen, limits)
     return Plan(
         dtype=dtype,
         dtype_reason=dtype_reason,

@@ -21,6 +21,7 @@ from tests.serve.config.test_preflight import LLAMA_8B
 from ui.values import SettingsError
 
 SMOL = bundled_model_facts()
+ZEN4 = Machine(2, frozenset({"avx512f", "avx512_bf16"}), 20 * GiB)
 NATIVE = Target("m", "127.0.0.1", 8009, (0, 32))  # where the native runtime's flags go
 
 
@@ -253,7 +254,7 @@ def test_the_native_compiled_engine_gets_inductors_cpp_wrapper_and_layer_names_i
     """CPP_WRAPPER=auto natively: the C++ wrapper, with vLLM's own switch that passes its attention ops the layer's
     name as a str (its opaque LayerName is what the C++ wrapper cannot pass); the eager engine of the same plan,
     which compiles nothing, gets neither."""
-    resolved = resolve(settings(), machine(), SMOL)
+    resolved = resolve(settings(), ZEN4, SMOL)
     assert resolved.cpp_wrapper
     assert resolved.cpp_wrapper_reason.startswith("auto: inductor's C++ wrapper calls the compiled step's ops")
     args = vllm_args(settings(), resolved, NATIVE)
@@ -263,16 +264,23 @@ def test_the_native_compiled_engine_gets_inductors_cpp_wrapper_and_layer_names_i
     eager = settings(ENFORCE_EAGER="true")
     assert "--compilation-config" not in vllm_args(eager, resolved, NATIVE)
     assert "VLLM_USE_LAYERNAME" not in vllm_env(eager, resolved, NATIVE)
-    assert resolve(eager, machine(), SMOL).cpp_wrapper_reason == "ENFORCE_EAGER=true: nothing is compiled"
+    assert resolve(eager, ZEN4, SMOL).cpp_wrapper_reason == "ENFORCE_EAGER=true: nothing is compiled"
 
 
 def test_the_cpp_wrapper_is_left_to_vllm_where_it_was_not_measured_or_the_user_sets_it() -> None:
     off = settings(CPP_WRAPPER="false")
-    assert not resolve(off, machine(), SMOL).cpp_wrapper
-    assert "--compilation-config" not in vllm_args(off, resolve(off, machine(), SMOL), NATIVE)
+    assert not resolve(off, ZEN4, SMOL).cpp_wrapper
+    assert "--compilation-config" not in vllm_args(off, resolve(off, ZEN4, SMOL), NATIVE)
     own = settings(VLLM_EXTRA_ARGS="-O3")
-    assert resolve(own, machine(), SMOL).cpp_wrapper_reason == "VLLM_EXTRA_ARGS sets vLLM's compilation config itself"
+    assert resolve(own, ZEN4, SMOL).cpp_wrapper_reason == "VLLM_EXTRA_ARGS sets vLLM's compilation config itself"
     assert not plan_for_container(settings(), machine(), CPU).cpp_wrapper
     assert not plan_for_container(settings(), machine(), GPU).cpp_wrapper
     with pytest.raises(SettingsError, match="CPP_WRAPPER=true is for the native CPU engine"):
         plan_for_container(settings(CPP_WRAPPER="true"), machine(), CPU)
+
+
+def test_a_cpu_without_avx512_keeps_the_python_wrapper_which_tied_there() -> None:
+    avx2 = Machine(2, frozenset({"avx2"}), 20 * GiB)
+    resolved = resolve(settings(), avx2, SMOL)
+    assert not resolved.cpp_wrapper and "without AVX-512" in resolved.cpp_wrapper_reason
+    assert resolve(settings(CPP_WRAPPER="true"), avx2, SMOL).cpp_wrapper
