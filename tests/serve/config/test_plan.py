@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from serve.config.env_check import VLLM_NAMES_FILE
 from serve.config.machine import Machine
 from serve.config.model import bundled_model_facts
 from serve.config.plan import RuntimeLimits, resolve
@@ -260,6 +261,7 @@ def test_the_native_compiled_engine_gets_inductors_cpp_wrapper_and_layer_names_i
     args = vllm_args(settings(), resolved, NATIVE)
     assert args[args.index("--compilation-config") + 1] == '{"inductor_compile_config":{"cpp_wrapper":true}}'
     assert vllm_env(settings(), resolved, NATIVE)["VLLM_USE_LAYERNAME"] == "0"
+    assert "VLLM_USE_LAYERNAME" in VLLM_NAMES_FILE.read_text().split()  # the native vLLM's own switch (vllm.envs)
     assert dict(resolved_rows(resolved))["step wrapper"].startswith("C++ (auto: ")
     eager = settings(ENFORCE_EAGER="true")
     assert "--compilation-config" not in vllm_args(eager, resolved, NATIVE)
