@@ -125,6 +125,7 @@ UNLINKED: tuple[Unlinked, ...] = (
     Unlinked("labs/loadtest.md", "1 GiB of KV", SETTING, "the run's VLLM_CPU_KVCACHE_SPACE"),
     Unlinked("labs/loadtest.md", "25 req/s of ~61 tokens each", SETTING, "the default scenario's seeded draw"),
     Unlinked("labs/loadtest.md", "(goal: within 10%)", GOAL, "benchmarks/loadtest_agreement.py's verdict"),
+    Unlinked("labs/throughput.md", "(the goals: 0.8x and 3x)", GOAL, "issue 56's, for one user and for 16"),
     Unlinked("labs/loadtest.md", "32 requests at 2 req/s", SETTING, "benchmarks/loadtest_agreement.py's workload"),
     Unlinked(
         "labs/loadtest.md",
