@@ -11,7 +11,6 @@ import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, TypeVar
 
 from serve.config.sizing import MemorySize
@@ -32,7 +31,7 @@ from ui.values import (
     image_vllm_version,
     index_url,
     invalid,
-    model_folder,
+    model_location,
     non_negative_int,
     pinned_image,
     positive_int,
@@ -179,11 +178,12 @@ class Settings:
         text,
         "the name clients ask for (--served-model-name); Docker tracks load it from the hub",
     )
-    model_path: Path | None = setting(  # None: the bundled model
+    model_path: str | None = setting(  # None: the bundled model, or MODEL_NAME from the hub (model_source.py)
         "MODEL_PATH",
         "",
-        model_folder,
-        "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)",
+        model_location,
+        "native: your model, as a Hugging Face folder, a .gguf file or ollama:<name>[:<tag>] (from your Ollama); "
+        "empty = the bundled SmolLM2, or MODEL_NAME from the hub",
     )
     host: str = setting(
         "VLLM_HOST", "127.0.0.1", bind_host, "bind address; 127.0.0.1 keeps the engine private to this machine"
