@@ -162,6 +162,15 @@ def model_location(name: str, raw: str) -> str | None:
     return str(path.resolve())
 
 
+def own_model_name(location: str) -> str:
+    """The name a learner's model is served under when MODEL_NAME is left at the bundled model's: the Ollama name
+    (clients of their Ollama keep asking for it), else the .gguf file's or the folder's name."""
+    if location.startswith(OLLAMA_PREFIX):
+        return location.removeprefix(OLLAMA_PREFIX)
+    path = Path(location)
+    return path.stem if path.suffix == ".gguf" else path.name
+
+
 def text(name: str, raw: str) -> str:
     if not raw.strip():
         raise invalid(name, raw, "it must not be empty")

@@ -22,6 +22,7 @@ from serve.config.model_source import (
 from serve.config.paths import ROOT
 from serve.config.settings import BUNDLED_MODEL_NAME, Settings
 from serve.config.sizing import ModelFacts, load_model_facts, model_facts
+from ui.values import SettingsError
 
 __all__ = ["GGUF_NAME", "MODEL_DIR", "MODEL_PACKAGE", "BUNDLED_MODEL_NAME"]  # the bundled model's, for their users
 
@@ -44,6 +45,17 @@ def native_model_dir(settings: Settings) -> Path:
     """The checkpoint folder the native runtime serves as the source's name (model_source.py): MODEL_PATH's folder,
     the one prepared from its GGUF or the hub's snapshot, or the bundled model's."""
     return model_source(settings).folder
+
+
+def checked_source(settings: Settings) -> ModelSource:
+    """The source (model_source.py), refused in one line when vLLM cannot serve it: an Ollama model not in the store,
+    a GGUF whose architecture transformers cannot turn into a checkpoint."""
+    source = model_source(settings)
+    header = source_gguf(source)
+    refusal = None if header is None else header.refusal(f"MODEL_PATH={source.origin}")
+    if refusal is not None:
+        raise SettingsError(refusal)
+    return source
 
 
 def source_gguf(source: ModelSource) -> GgufFile | None:

@@ -161,21 +161,19 @@ def find_ollama_model(name: str, store: Path | None = None) -> OllamaModel:
 
 
 def model_source(settings: Settings) -> ModelSource:
-    """The model the native runtime serves, from MODEL_PATH and MODEL_NAME. A learner's model left under the bundled
-    model's name (MODEL_NAME at its default) is served under its own: the Ollama name, the file's or folder's name,
-    so that no engine answers as SmolLM2 with other weights."""
-    raw = settings.model_path
-    named = settings.model_name if settings.model_name != BUNDLED_MODEL_NAME else None
+    """The model the native runtime serves, from MODEL_PATH and MODEL_NAME (the name it is served under: a learner's
+    model left under the bundled model's name got its own in Settings.from_env)."""
+    raw, named = settings.model_path, settings.model_name
     if raw is None:
-        if named is None:
-            return ModelSource(ModelKind.BUNDLED, BUNDLED_MODEL_NAME, BUNDLED_MODEL_NAME, MODEL_DIR)
+        if named == BUNDLED_MODEL_NAME:
+            return ModelSource(ModelKind.BUNDLED, named, named, MODEL_DIR)
         return ModelSource(ModelKind.HUB, named, named, PREPARED_DIR / "hub" / named.replace("/", "--"))
     if raw.startswith(OLLAMA_PREFIX):
         ollama = find_ollama_model(raw.removeprefix(OLLAMA_PREFIX))
         folder = PREPARED_DIR / "ollama" / f"{ollama.name.replace('/', '--').replace(':', '-')}-{ollama.digest[7:19]}"
-        return ModelSource(ModelKind.OLLAMA, named or ollama.name, raw, folder, ollama.blob)
+        return ModelSource(ModelKind.OLLAMA, named, raw, folder, ollama.blob)
     path = Path(raw)
     if path.suffix == ".gguf":
         folder = PREPARED_DIR / "gguf" / f"{path.stem}-{file_key(path)}"
-        return ModelSource(ModelKind.GGUF, named or path.stem, raw, folder, path)
-    return ModelSource(ModelKind.FOLDER, named or path.name, raw, path)
+        return ModelSource(ModelKind.GGUF, named, raw, folder, path)
+    return ModelSource(ModelKind.FOLDER, named, raw, path)

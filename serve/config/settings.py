@@ -33,6 +33,7 @@ from ui.values import (
     invalid,
     model_location,
     non_negative_int,
+    own_model_name,
     pinned_image,
     positive_int,
     positive_number,
@@ -176,7 +177,8 @@ class Settings:
         "MODEL_NAME",
         BUNDLED_MODEL_NAME,
         text,
-        "the name clients ask for (--served-model-name); Docker tracks load it from the hub",
+        "the name clients ask for (--served-model-name); Docker tracks load it from the hub, and so does the native "
+        "runtime when MODEL_PATH is empty; with MODEL_PATH set and this left as is, the model's own name",
     )
     model_path: str | None = setting(  # None: the bundled model, or MODEL_NAME from the hub (model_source.py)
         "MODEL_PATH",
@@ -480,6 +482,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Parse every knob; the first bad value raises SettingsError naming it."""
         values = {knob.field: knob.parse(knob.env, env.get(knob.env, knob.default).strip()) for knob in KNOBS}
+        if values["model_path"] is not None and values["model_name"] == BUNDLED_MODEL_NAME:
+            values["model_name"] = own_model_name(values["model_path"])  # not SmolLM2's name on other weights
         if ":" in values["cpu_base_image"].rsplit("/", 1)[-1]:  # repository:tag pins the tag too
             values["cpu_base_image"], values["cpu_image_tag"] = values["cpu_base_image"].rsplit(":", 1)
         if values["keda_max_replicas"] < values["keda_min_replicas"]:

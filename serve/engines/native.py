@@ -19,12 +19,14 @@ from serve.config.chat_template import composed_template_file
 from serve.config.env_check import vllm_passthrough
 from serve.config.machine import detect, isa_cap
 from serve.config.model import (
+    checked_source,
     model_facts_for,
     native_model_dir,
     served_chat_template,
     served_model_facts,
     served_weights_dir,
 )
+from serve.config.model_source import ModelKind
 from serve.config.paths import ROOT
 from serve.config.plan import Plan, resolve, resolve_serve_while_compiling
 from serve.config.settings import Settings
@@ -82,11 +84,15 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         self.install_int8()
 
     def install_float(self) -> None:
-        """The venv (preparing the bundled model meanwhile) and the bundled model unless MODEL_PATH names another:
-        what an eager engine needs to answer."""
+        """The venv (preparing the bundled model meanwhile) and the served model's checkpoint (model_source.py: the
+        bundled one, or a learner's prepared from their GGUF or downloaded from the hub): what an eager engine needs to
+        answer."""
         vllm_venv.install(self.settings.torch_index_url, alongside=checkpoints.prepare_model)
-        if self.settings.model_path is None:
+        source = checked_source(self.settings)
+        if source.kind is ModelKind.BUNDLED:
             checkpoints.prepare_model()
+        else:
+            checkpoints.prepare_source(source)
 
     def install_int8(self, plan: Plan | None = None) -> None:
         """The int8 checkpoint when the plan's QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to
@@ -153,7 +159,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         return argv, env
 
     def resolve(self) -> Plan:
-        native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
+        checked_source(self.settings)  # refuses a model it cannot serve, before anything starts
         facts = model_facts_for(self.settings, self.name)
         whole = detect()
         limits = None if self.share is None else self.share.limits(whole)
@@ -161,6 +167,10 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
 
     def preflight(self) -> Plan:
         """A replica also refuses a port in use and REPLICAS that the memory cannot hold, before any starts."""
+        source = checked_source(self.settings)
+        if source.kind is ModelKind.HUB and not (source.folder / "config.json").is_file():
+            console.print(f"{source.origin} is downloaded first: the preflight sizes it from its config")
+            self.install_float()
         resolved = super().preflight()
         if self.share is not None:
             self.server.ensure_port_free()
