@@ -151,7 +151,7 @@ def model_location(name: str, raw: str) -> str | None:
         return raw
     path = Path(raw).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return str(path.resolve())
+        return str(path.absolute())  # not resolved: a link's own name is the name it is served under
     if not (path / "config.json").is_file():
         raise invalid(
             name,

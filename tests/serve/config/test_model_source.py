@@ -1,0 +1,172 @@
+"""Which model the kit serves and from where (serve/config/model_source.py, serve/config/model.py): the four forms
+of MODEL_PATH and the hub's MODEL_NAME, their names, their facts before anything is prepared, and their refusals.
+
+No engine: the forms served for real by both engines are tests/serve/test_your_model.py.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from client.endpoint import Endpoint
+from serve.config import gguf_file
+from serve.config.model import MODEL_DIR, checked_source, model_facts_for, served_chat_template
+from serve.config.model_source import ModelKind, model_source
+from serve.config.settings import BUNDLED_MODEL_NAME, Settings
+from serve.config.sizing import load_model_facts
+from serve.install.llamacpp_venv import gguf_path
+from tests.support.learner_models import OLLAMA_TEMPLATE, ollama_store
+from ui.values import SettingsError
+
+
+@pytest.fixture(autouse=True)
+def facts_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GGUF's header is kept under the test's own folder, not the machine's cache."""
+    monkeypatch.setattr(gguf_file, "FACTS_DIR", tmp_path / "facts")
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in Ollama store holding smollm2:135m (the bundled GGUF as its blob), found through OLLAMA_MODELS."""
+    folder = tmp_path / "ollama-models"
+    ollama_store(folder, gguf_path())
+    monkeypatch.setenv("OLLAMA_MODELS", str(folder))
+    return folder
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_env(env)
+
+
+def test_empty_is_the_bundled_model_under_its_own_name() -> None:
+    source = model_source(settings())
+    assert (source.kind, source.served_name, source.folder, source.served_gguf) == (
+        ModelKind.BUNDLED,
+        BUNDLED_MODEL_NAME,
+        MODEL_DIR,
+        None,
+    )
+
+
+def test_an_ollama_model_is_its_blob_served_under_its_ollama_name(store: Path) -> None:
+    """MODEL_NAME left at SmolLM2's: the Ollama name, so a client of their Ollama asks both engines the same."""
+    chosen = settings(MODEL_PATH="ollama:smollm2:135m")
+    source = model_source(chosen)
+    assert chosen.model_name == source.served_name == "smollm2:135m"
+    assert source.kind is ModelKind.OLLAMA
+    assert source.served_gguf == source.gguf and source.gguf is not None
+    assert source.gguf.parent == store / "blobs" and source.gguf.read_bytes() == gguf_path().read_bytes()
+    assert not source.folder.is_relative_to(store)  # vLLM's checkpoint is prepared outside the store
+
+
+def test_an_explicit_model_name_wins_over_the_ollama_name(store: Path) -> None:
+    assert model_source(settings(MODEL_PATH="ollama:smollm2:135m", MODEL_NAME="mine")).served_name == "mine"
+
+
+def test_a_gguf_file_and_a_folder_are_served_under_their_own_names(tmp_path: Path) -> None:
+    gguf = tmp_path / "my-model.Q4_1.gguf"
+    gguf.symlink_to(gguf_path())
+    from_gguf = model_source(settings(MODEL_PATH=str(gguf)))
+    assert (from_gguf.kind, from_gguf.served_name, from_gguf.served_gguf) == (ModelKind.GGUF, "my-model.Q4_1", gguf)
+    from_folder = model_source(settings(MODEL_PATH=str(MODEL_DIR)))
+    assert (from_folder.kind, from_folder.served_name, from_folder.folder) == (
+        ModelKind.FOLDER,
+        MODEL_DIR.name,
+        MODEL_DIR,
+    )
+    converted = from_folder.served_gguf
+    assert converted is not None and converted.suffix == ".gguf" and not converted.is_relative_to(MODEL_DIR)
+
+
+def test_another_model_name_without_model_path_is_the_hubs() -> None:
+    source = model_source(settings(MODEL_NAME="Qwen/Qwen2.5-0.5B-Instruct"))
+    assert (source.kind, source.served_name, source.origin) == (
+        ModelKind.HUB,
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+    )
+    assert source.folder.name == "Qwen--Qwen2.5-0.5B-Instruct"
+
+
+def test_a_model_missing_from_the_store_is_one_line_naming_the_pull_and_the_store(store: Path) -> None:
+    with pytest.raises(SettingsError) as refused:
+        model_source(settings(MODEL_PATH="ollama:llama3.2:1b"))
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("MODEL_PATH=ollama:llama3.2:1b is invalid")
+    assert "`ollama pull llama3.2:1b`" in line and str(store) in line and "OLLAMA_MODELS" in line
+
+
+@pytest.mark.parametrize("raw", ["ollama:", "ollama:Bad Name", "ollama:a:b:c"])
+def test_a_malformed_ollama_name_is_refused_by_the_setting(raw: str) -> None:
+    with pytest.raises(SettingsError, match="ollama:llama3.2:1b"):
+        settings(MODEL_PATH=raw)
+
+
+def test_the_tag_defaults_to_latest_and_a_namespace_is_its_folder(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    ollama_store(store, gguf_path(), name="smollm2", tag="latest")
+    os.environ["OLLAMA_MODELS"] = str(store)
+    try:
+        assert model_source(settings(MODEL_PATH="ollama:smollm2")).served_name == "smollm2"
+        with pytest.raises(SettingsError, match=r"library/llama3.2/1b|someone/mine/latest"):
+            model_source(settings(MODEL_PATH="ollama:someone/mine"))
+    finally:
+        del os.environ["OLLAMA_MODELS"]
+
+
+def test_nothing_is_written_into_the_store(store: Path) -> None:
+    """The facts, the template: all read, none written beside the learner's files."""
+    before = {path: path.stat().st_mtime_ns for path in store.rglob("*")}
+    chosen = settings(MODEL_PATH="ollama:smollm2:135m")
+    checked_source(chosen)
+    model_facts_for(chosen, "native")
+    served_chat_template(chosen, "native")
+    assert {path: path.stat().st_mtime_ns for path in store.rglob("*")} == before
+
+
+def test_a_gguf_is_sized_before_it_is_prepared_as_after(store: Path) -> None:
+    """The preflight sizes a learner's GGUF from its header: the counts the prepared checkpoint has (the bundled
+    model's checkpoint is the one prepared from the same GGUF)."""
+    facts = model_facts_for(settings(MODEL_PATH="ollama:smollm2:135m"), "native")
+    prepared = load_model_facts(MODEL_DIR)
+    assert facts is not None and facts.name == "smollm2:135m"
+    assert (facts.num_layers, facts.num_kv_heads, facts.head_dim, facts.num_params) == (
+        prepared.num_layers,
+        prepared.num_kv_heads,
+        prepared.head_dim,
+        prepared.num_params,
+    )
+    assert facts.num_projection_params == prepared.num_projection_params  # what int8 would narrow
+
+
+def test_the_chat_template_served_is_the_gguf_s_jinja_not_ollama_s_go_template(store: Path) -> None:
+    template = served_chat_template(settings(MODEL_PATH="ollama:smollm2:135m"), "native")
+    assert template is not None and template.chatml and "{%" in template.text
+    assert template.text != OLLAMA_TEMPLATE
+
+
+def test_a_gguf_transformers_cannot_load_is_refused_in_one_line_saying_what_works(tmp_path: Path) -> None:
+    import gguf
+    import numpy
+
+    path = tmp_path / "rwkv.gguf"
+    writer = gguf.GGUFWriter(str(path), "rwkv6")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", numpy.zeros((4, 8), dtype=numpy.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(SettingsError) as refused:
+        checked_source(settings(MODEL_PATH=str(path)))
+    line = str(refused.value)
+    assert "\n" not in line and "'rwkv6'" in line and "ENGINES=llamacpp" in line and "Hugging Face folder" in line
+
+
+def test_the_client_asks_for_the_one_model_served_when_model_path_names_it() -> None:
+    """MODEL_NAME in .env may still be SmolLM2's while the engine serves the learner's model under its own name."""
+    assert Endpoint.from_env({"MODEL_PATH": "ollama:smollm2:135m", "MODEL_NAME": BUNDLED_MODEL_NAME}).model == ""
+    assert Endpoint.from_env({"MODEL_PATH": "x", "MODEL": "smollm2:135m"}).model == "smollm2:135m"
