@@ -70,7 +70,7 @@ class GgufRuntime(LocalRuntime):
         vllm_venv.install(self.settings.torch_index_url, alongside=lambda: None)
         if source.kind is ModelKind.HUB:
             checkpoints.download_hub(source)
-        checkpoints.converted_gguf(source)
+        checkpoints.converted_gguf(model_source(self.settings))  # after a download: the snapshot names its GGUF
 
     def system_needs(self) -> list[system.Tool]:
         return []  # a prebuilt wheel: no compiler, no CMake

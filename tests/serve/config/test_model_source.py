@@ -6,6 +6,7 @@ No engine: the forms served for real by both engines are tests/serve/test_your_m
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from serve.config.model_source import ModelKind, model_source
 from serve.config.settings import BUNDLED_MODEL_NAME, Settings
 from serve.config.sizing import load_model_facts
 from serve.install.llamacpp_venv import gguf_path
+from tests.conftest import ROOT, free_port, kit_env, run_script
 from tests.support.learner_models import OLLAMA_TEMPLATE, ollama_store
 from ui.values import SettingsError
 
@@ -170,3 +172,19 @@ def test_the_client_asks_for_the_one_model_served_when_model_path_names_it() -> 
     """MODEL_NAME in .env may still be SmolLM2's while the engine serves the learner's model under its own name."""
     assert Endpoint.from_env({"MODEL_PATH": "ollama:smollm2:135m", "MODEL_NAME": BUNDLED_MODEL_NAME}).model == ""
     assert Endpoint.from_env({"MODEL_PATH": "x", "MODEL": "smollm2:135m"}).model == "smollm2:135m"
+
+
+def test_a_learners_model_that_does_not_fit_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """A 70B-parameter folder (its config.json alone: the preflight counts its parameters from it) on this machine:
+    up.sh refuses with the numbers before installing or starting anything."""
+    config = json.loads((ROOT / "labs" / "sizing" / "examples" / "llama-3.1-8b-config.json").read_text())
+    config |= {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64}
+    folder = tmp_path / "llama-70b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    up = run_script("up.sh", kit_env(MODEL_PATH=str(folder), VLLM_PORT=str(free_port())), timeout_s=120)
+    errors = [line for line in up.stderr.splitlines() if line.strip()]
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert len(errors) == 1 and errors[0].startswith("error: "), errors
+    assert "weights 131" in errors[0] and "(llama-70b, bfloat16)" in errors[0], errors[0]
+    assert "Starting" not in up.stdout and "Installing" not in up.stdout
