@@ -30,13 +30,15 @@ from serve.config.sizing import GiB, kv_pool
 from serve.install.llamacpp_venv import gguf_path
 from serve.processes.health import kv_cache_report
 from serve.processes.local_server import LOG_DIR
-from tests.conftest import ROOT, Server, bring_up, free_port, kit_env, run_bounded, stop_server
+from tests.conftest import Server, bring_up, free_port, kit_env, stop_server
+from tests.support.docs import doc_commands, retarget, run_doc
 from tests.support.hub_standin import hub_standin
 from tests.support.learner_models import ollama_store, tiny_model
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 PROMPT = "The capital of France is"
+PAGE = "labs/your-model.md"
 
 
 def both_engines(what: str, **env: str) -> tuple[Server, Server]:
@@ -100,35 +102,37 @@ def ollama_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return store
 
 
-def test_an_ollama_model_serves_on_both_engines_under_its_ollama_name(ollama_models: Path, tmp_path: Path) -> None:
-    """MODEL_PATH=ollama:smollm2:135m ENGINES=vllm,llamacpp bash up.sh: the learner's client keeps MODEL=smollm2:135m
-    and changes the base URL alone; the compare lab runs on it; their store is left as it was."""
+def test_the_pages_ollama_commands_serve_it_on_both_engines_under_its_ollama_name(ollama_models: Path) -> None:
+    """labs/your-model.md's commands as written (ports retargeted): MODEL_PATH=ollama:smollm2:135m ENGINES=vllm,llamacpp
+    bash up.sh; the client keeps MODEL=smollm2:135m and changes the base URL alone; the compare lab runs on it; their
+    store is left as it was."""
     before = {path: path.stat().st_mtime_ns for path in ollama_models.rglob("*")}
-    vllm, llamacpp = both_engines("ollama", MODEL_PATH="ollama:smollm2:135m", OLLAMA_MODELS=str(ollama_models))
+    vllm_port, llamacpp_port = free_port(), free_port()
+    env = kit_env(
+        VLLM_PORT=str(vllm_port),
+        LLAMACPP_PORT=str(llamacpp_port),
+        OLLAMA_MODELS=str(ollama_models),
+        ENFORCE_EAGER="true",
+    )
+    up, *talks, compare, down = [
+        retarget(line, {8009: vllm_port, 11434: llamacpp_port}) for line in doc_commands(PAGE)[:5]
+    ]
+    started = run_doc(up, env)
+    served = {**env, "MODEL_PATH": "ollama:smollm2:135m", "ENGINES": "vllm,llamacpp"}
+    vllm, llamacpp = Server(vllm_port, served, started.stdout), Server(llamacpp_port, served, started.stdout)
     try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        for talk in talks:
+            said = run_doc(talk, env, timeout_s=120)
+            assert said.returncode == 0 and said.stdout.strip(), said.stdout + said.stderr
         check_served_alike(vllm, llamacpp, "smollm2:135m")
         assert first_tokens(vllm, "smollm2:135m") == first_tokens(llamacpp, "smollm2:135m")
-        compare = run_bounded(
-            [
-                str(ROOT / ".venv" / "bin" / "python"),
-                "-m",
-                "labs.compare",
-                "--engines",
-                "vllm,llamacpp",
-                "--n",
-                "2",
-                "--max-tokens",
-                "16",
-                "--results",
-                str(tmp_path / "compare"),
-            ],
-            vllm.env,
-            600,
-        )
+        compared = run_doc(compare, env, timeout_s=600)
     finally:
-        stop(vllm)
-    assert compare.returncode == 0, compare.stdout + compare.stderr
-    assert "smollm2:135m" in compare.stdout and "HuggingFaceTB/SmolLM2-135M-Instruct" not in compare.stdout
+        stopped = run_doc(down, env, timeout_s=120)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert "smollm2:135m" in compared.stdout and "HuggingFaceTB/SmolLM2-135M-Instruct" not in compared.stdout
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert {path: path.stat().st_mtime_ns for path in ollama_models.rglob("*")} == before
 
 

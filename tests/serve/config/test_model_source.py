@@ -20,6 +20,7 @@ from serve.config.settings import BUNDLED_MODEL_NAME, Settings
 from serve.config.sizing import load_model_facts
 from serve.install.llamacpp_venv import gguf_path
 from tests.conftest import ROOT, free_port, kit_env, run_script
+from tests.support.docs import doc_commands, run_doc
 from tests.support.learner_models import OLLAMA_TEMPLATE, ollama_store
 from ui.values import SettingsError
 
@@ -188,3 +189,10 @@ def test_a_learners_model_that_does_not_fit_is_one_line_before_anything_starts(t
     assert len(errors) == 1 and errors[0].startswith("error: "), errors
     assert "weights 131" in errors[0] and "(llama-70b, bfloat16)" in errors[0], errors[0]
     assert "Starting" not in up.stdout and "Installing" not in up.stdout
+
+
+def test_the_pages_sizing_commands_run_as_written() -> None:
+    """labs/your-model.md's "Will it fit?": the sizing from a config.json alone, per dtype."""
+    for command in doc_commands("labs/your-model.md")[5:]:
+        ran = run_doc(command, kit_env(), timeout_s=60)
+        assert ran.returncode == 0 and "Under a 24g memory cap: weights" in ran.stdout, ran.stdout + ran.stderr
