@@ -21,13 +21,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serve.config.machine import detect
 from serve.config.model import model_facts_for
 from serve.config.model_source import model_source
-from serve.config.plan import resolve
 from serve.config.settings import Settings
 from serve.config.sizing import GiB, kv_pool
 from serve.install.llamacpp_venv import gguf_path
+from serve.processes import run_record
 from serve.processes.health import kv_cache_report
 from serve.processes.local_server import LOG_DIR
 from tests.conftest import Server, bring_up, free_port, kit_env, stop_server
@@ -81,10 +80,11 @@ def check_served_alike(vllm: Server, llamacpp: Server, name: str) -> None:
     assert vllm_models[0]["max_model_len"] == settings.max_model_len
     assert [model["id"] for model in llamacpp_models] == [name]
     assert llamacpp_models[0]["meta"]["n_params"] == facts.num_params
-    plan = resolve(settings, detect(), facts)
+    record = run_record.read(vllm.port)
+    plan = record.plan if record is not None else None  # what up resolved and started vLLM with
     log = (LOG_DIR / f"vllm-{vllm.port}.log").read_text(errors="replace")
     report = kv_cache_report(log)
-    assert plan.kv_cache_space_gib is not None and report is not None
+    assert plan is not None and plan.kv_cache_space_gib is not None and report is not None
     assert report.tokens == kv_pool(facts, plan.dtype, plan.kv_cache_space_gib * GiB, plan.kv_block_size).num_tokens
     for server in (vllm, llamacpp):
         assert first_tokens(server, name, 4)
@@ -102,11 +102,14 @@ def ollama_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return store
 
 
-def test_the_pages_ollama_commands_serve_it_on_both_engines_under_its_ollama_name(ollama_models: Path) -> None:
+def test_the_pages_ollama_commands_serve_it_on_both_engines_under_its_ollama_name(
+    ollama_models: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """labs/your-model.md's commands as written (ports retargeted): MODEL_PATH=ollama:smollm2:135m ENGINES=vllm,llamacpp
     bash up.sh; the client keeps MODEL=smollm2:135m and changes the base URL alone; the compare lab runs on it; their
     store is left as it was."""
     before = {path: path.stat().st_mtime_ns for path in ollama_models.rglob("*")}
+    monkeypatch.setenv("OLLAMA_MODELS", str(ollama_models))  # where this process, too, finds the store
     vllm_port, llamacpp_port = free_port(), free_port()
     env = kit_env(
         VLLM_PORT=str(vllm_port),
