@@ -187,7 +187,8 @@ def test_a_learners_model_that_does_not_fit_is_one_line_before_anything_starts(t
     errors = [line for line in up.stderr.splitlines() if line.strip()]
     assert up.returncode == 2, up.stdout + up.stderr
     assert len(errors) == 1 and errors[0].startswith("error: "), errors
-    assert "weights 131" in errors[0] and "(llama-70b, bfloat16)" in errors[0], errors[0]
+    assert errors[0].startswith("error: llama-70b does not fit this machine: the available RAM"), errors[0]
+    assert "weights 131" in errors[0] and "(llama-70b, bfloat16)" in errors[0] and "smaller model" in errors[0]
     assert "Starting" not in up.stdout and "Installing" not in up.stdout
 
 
