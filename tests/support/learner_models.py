@@ -66,7 +66,7 @@ import sys, torch
 from transformers import AutoTokenizer, StableLmConfig, StableLmForCausalLM
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
 config = StableLmConfig(
-    vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    vocab_size=len(tokenizer), hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, max_position_embeddings=2048, bos_token_id=tokenizer.bos_token_id,
     eos_token_id=tokenizer.eos_token_id,
 )
@@ -77,7 +77,7 @@ tokenizer.save_pretrained(sys.argv[2])
 
 
 def tiny_model(folder: Path) -> Path:
-    """A random-weight 2-layer StableLM (6.4M parameters) in `folder`, with the bundled model's tokenizer and chat
-    template (a ChatML one)."""
+    """A random-weight 2-layer StableLM in `folder` (head_dim 64, a size vLLM's CPU attention takes), with the bundled
+    model's tokenizer and chat template (a ChatML one)."""
     subprocess.run([str(VENV.python), "-c", TINY_MODEL, str(MODEL_DIR), str(folder)], check=True, capture_output=True)
     return folder
