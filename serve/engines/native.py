@@ -87,12 +87,15 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         """The venv (preparing the bundled model meanwhile) and the served model's checkpoint (model_source.py: the
         bundled one, or a learner's prepared from their GGUF or downloaded from the hub): what an eager engine needs to
         answer."""
-        vllm_venv.install(self.settings.torch_index_url, alongside=checkpoints.prepare_model)
         source = checked_source(self.settings)
-        if source.kind is ModelKind.BUNDLED:
-            checkpoints.prepare_model()
-        else:
-            checkpoints.prepare_source(source)
+
+        def prepare() -> bool:
+            if source.kind is ModelKind.BUNDLED:
+                return checkpoints.prepare_model()
+            return checkpoints.prepare_source(source)
+
+        vllm_venv.install(self.settings.torch_index_url, alongside=prepare)  # beside the import check on a bare machine
+        prepare()
 
     def install_int8(self, plan: Plan | None = None) -> None:
         """The int8 checkpoint when the plan's QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to
