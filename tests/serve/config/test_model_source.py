@@ -197,3 +197,13 @@ def test_the_pages_sizing_commands_run_as_written() -> None:
     for command in doc_commands("labs/your-model.md")[5:]:
         ran = run_doc(command, kit_env(), timeout_s=60)
         assert ran.returncode == 0 and "Under a 24g memory cap: weights" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_runtime_auto_serves_a_learners_model_natively_without_asking_docker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Docker tracks load MODEL_NAME from the hub: with MODEL_PATH set, auto is the native runtime."""
+    from serve.engines import runtimes
+
+    monkeypatch.setattr(runtimes, "recorded", lambda settings: None)
+    monkeypatch.setattr(runtimes, "find_docker", lambda: pytest.fail("Docker was asked"))
+    picked = runtimes.select(settings(RUNTIME="auto", MODEL_PATH=str(MODEL_DIR)))
+    assert picked.name == "native" and "MODEL_PATH" in picked.picked_because
