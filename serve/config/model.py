@@ -89,8 +89,7 @@ def model_facts_for(settings: Settings, runtime: str) -> ModelFacts | None:
     source = model_source(settings)
     if source.kind is ModelKind.BUNDLED:
         return bundled_model_facts()
-    weighed = source.kind is ModelKind.FOLDER or any(source.folder.glob("*.safetensors"))  # a prepared one: whole
-    if (source.folder / "config.json").is_file() and weighed:
+    if (source.folder / "config.json").is_file():  # counted from its safetensors, else from the config (a hub's)
         return dataclasses.replace(load_model_facts(source.folder), name=source.served_name)
     header = source_gguf(source)
     return None if header is None else header.facts(source.served_name)

@@ -172,8 +172,8 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         """A replica also refuses a port in use and REPLICAS that the memory cannot hold, before any starts."""
         source = checked_source(self.settings)
         if source.kind is ModelKind.HUB and not (source.folder / "config.json").is_file():
-            console.print(f"{source.origin} is downloaded first: the preflight sizes it from its config")
-            self.install_float()
+            vllm_venv.install(self.settings.torch_index_url, alongside=lambda: None)  # huggingface_hub is in it
+            checkpoints.download_hub(source, config_only=True)  # the preflight sizes it before the weights come
         resolved = super().preflight()
         if self.share is not None:
             self.server.ensure_port_free()

@@ -92,17 +92,24 @@ def hub_downloaded(source: ModelSource) -> bool:
     return (source.folder / DONE_MARKER).is_file()
 
 
-def download_hub(source: ModelSource) -> bool:
-    """MODEL_NAME's checkpoint from the hub (HF_ENDPOINT, HF_TOKEN honoured by huggingface_hub), once; a hub that does
-    not answer is one line (SettingsError) saying what to set."""
-    if hub_downloaded(source):
+def download_hub(source: ModelSource, config_only: bool = False) -> bool:
+    """MODEL_NAME's checkpoint from the hub (HF_ENDPOINT, HF_TOKEN honoured by huggingface_hub), once, or its
+    config.json alone (`config_only`: what the preflight sizes before the weights come); a hub that does not answer
+    is one line (SettingsError) saying what to set."""
+    if hub_downloaded(source) or (config_only and (source.folder / "config.json").is_file()):
         return False
     log = LOG_DIR / "download-model.log"
+    what = "its config.json, to size it" if config_only else "config, safetensors, tokenizer; once per machine"
     try:
         run_logged(
-            f"Downloading {source.origin} from the hub with huggingface_hub (config, safetensors, tokenizer; once per "
-            f"machine, into {source.folder})",
-            [str(VENV.python), str(DOWNLOAD_SCRIPT), source.origin, str(source.folder)],
+            f"Downloading {source.origin} from the hub with huggingface_hub ({what}) into {source.folder}",
+            [
+                str(VENV.python),
+                str(DOWNLOAD_SCRIPT),
+                source.origin,
+                str(source.folder),
+                *(["--config-only"] if config_only else []),
+            ],
             log,
             env={**bytecode_env(), "HF_HUB_DISABLE_PROGRESS_BARS": "1"},
         )
