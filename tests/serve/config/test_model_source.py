@@ -21,6 +21,7 @@ from serve.config.sizing import load_model_facts
 from serve.install.llamacpp_venv import gguf_path
 from tests.conftest import ROOT, free_port, kit_env, run_script
 from tests.support.docs import doc_commands, run_doc
+from tests.support.hub_standin import hub_standin
 from tests.support.learner_models import OLLAMA_TEMPLATE, ollama_store
 from ui.values import SettingsError
 
@@ -207,3 +208,25 @@ def test_runtime_auto_serves_a_learners_model_natively_without_asking_docker(mon
     monkeypatch.setattr(runtimes, "find_docker", lambda: pytest.fail("Docker was asked"))
     picked = runtimes.select(settings(RUNTIME="auto", MODEL_PATH=str(MODEL_DIR)))
     assert picked.name == "native" and "MODEL_PATH" in picked.picked_because
+
+
+def test_a_hub_model_that_does_not_fit_is_refused_from_its_config_before_its_weights_come(tmp_path: Path) -> None:
+    """MODEL_NAME from a stand-in hub (HF_ENDPOINT): the preflight fetches config.json alone and refuses in one line."""
+    config = json.loads((ROOT / "labs" / "sizing" / "examples" / "llama-3.1-8b-config.json").read_text())
+    config |= {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "config.json").write_text(json.dumps(config))
+    (repo / "model.safetensors").write_bytes(b"never asked for")
+    cache = tmp_path / "cache"
+    with hub_standin("learner/big", repo) as (url, requests):
+        up = run_script(
+            "up.sh",
+            kit_env(MODEL_NAME="learner/big", HF_ENDPOINT=url, XDG_CACHE_HOME=str(cache), VLLM_PORT=str(free_port())),
+            timeout_s=300,
+        )
+    errors = [line for line in up.stderr.splitlines() if line.strip()]
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert len(errors) == 1 and errors[0].startswith("error: learner/big does not fit this machine"), errors
+    assert not any("model.safetensors" in request for request in requests), requests
+    assert "Starting" not in up.stdout
