@@ -65,11 +65,6 @@ class ModelSource:
     gguf: Path | None = None
 
     @property
-    def prepared(self) -> bool:
-        """Whether vLLM's checkpoint is one the kit writes (from a GGUF, from the hub), not the learner's folder."""
-        return self.kind in (ModelKind.BUNDLED, ModelKind.GGUF, ModelKind.OLLAMA, ModelKind.HUB)
-
-    @property
     def served_gguf(self) -> Path | None:
         """The GGUF llama.cpp serves: the learner's own, or the one converted from the checkpoint folder (None: the
         bundled model's, which the llama.cpp venv installs)."""

@@ -143,7 +143,11 @@ class GgufRuntime(LocalRuntime):
         raise NotImplementedError
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
-        return [("threads", str(self.threads())), ("slots", self.slots_row()), ("engine", ENGINE_VERSION)]
+        rows = [("threads", str(self.threads())), ("slots", self.slots_row()), ("engine", ENGINE_VERSION)]
+        source = model_source(self.settings)
+        if source.kind is not ModelKind.BUNDLED:
+            rows.insert(0, ("model from", f"{source.label}; llama.cpp serves {served_gguf(self.settings)}"))
+        return rows
 
 
 class LlamaCppRuntime(GgufRuntime):

@@ -26,7 +26,7 @@ from serve.config.model import (
     served_model_facts,
     served_weights_dir,
 )
-from serve.config.model_source import ModelKind
+from serve.config.model_source import ModelKind, model_source
 from serve.config.paths import ROOT
 from serve.config.plan import Plan, resolve, resolve_serve_while_compiling
 from serve.config.settings import Settings
@@ -217,6 +217,9 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         """Up's recap, with whether an eager engine answers until the compiled one takes over, and why."""
         rows = super().recap_rows(started)
+        source = model_source(self.settings)
+        if source.kind is not ModelKind.BUNDLED:
+            rows.insert(0, ("model from", f"{source.label}; vLLM serves {source.folder}"))
         if started is not None and started.plan is not None and started.plan.serve_eager_first is not None:
             rows.append(("serving early", started.plan.serve_eager_first_reason))
         return rows
