@@ -6,8 +6,8 @@ tests/support/hub_standin.py): no other real weights and no model hub are reacha
 by `bash up.sh` as a learner starts them, eager (ENFORCE_EAGER=true: the compile is tested elsewhere, and each form
 would compile a model of its own).
 
-What "the same model on both engines" is checked as: the same name on both; llama.cpp's parameter count (its
-/v1/models `meta.n_params`, counted from the GGUF it loaded) equal to the sizing's count of the checkpoint vLLM loaded;
+What "the same model on both engines" is checked as: the same name on both; llama.cpp's parameter count and trained
+context (its /v1/models `meta`, from the GGUF it loaded) equal to the sizing's of the checkpoint vLLM loaded;
 and for SmolLM2 from the Ollama store, the same greedy first token on both. A random-weight model's top logits are
 too close for a 16-bit and a float32 copy to be held to the same token, so the tiny model is held to the first two.
 """
@@ -79,7 +79,12 @@ def check_served_alike(vllm: Server, llamacpp: Server, name: str) -> None:
     assert vllm_models[0]["root"] == str(model_source(settings).folder)  # the source's checkpoint, not SmolLM2's
     assert vllm_models[0]["max_model_len"] == settings.max_model_len
     assert [model["id"] for model in llamacpp_models] == [name]
-    assert llamacpp_models[0]["meta"]["n_params"] == facts.num_params
+    meta = llamacpp_models[0]["meta"]
+    assert meta["n_params"] == facts.num_params
+    assert meta["n_ctx_train"] == facts.max_position_embeddings  # the model's own context, as vLLM's sizing reads it
+    assert meta["n_ctx"] == settings.max_model_len  # one slot: a sequence of MAX_MODEL_LEN, as vLLM serves
+    served_gguf = httpx.get(f"{llamacpp.base_url}/props", timeout=10).json()["model_path"]
+    assert served_gguf == str(model_source(settings).served_gguf)
     record = run_record.read(vllm.port)
     plan = record.plan if record is not None else None  # what up resolved and started vLLM with
     log = (LOG_DIR / f"vllm-{vllm.port}.log").read_text(errors="replace")
