@@ -54,6 +54,7 @@ def test_fit_sizes_a_model_of_the_learners_ollama_before_anything_is_prepared(
     """--model ollama:<name>: the GGUF blob's header, as the preflight reads MODEL_PATH's (a stand-in store)."""
     ollama_store(tmp_path / "store", gguf_path())
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "store"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing prepared from it on this machine yet
     result = sizing("fit", "--model", "ollama:smollm2:135m", "--memory", "8g", "--weights", "bf16")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(

@@ -14,6 +14,7 @@ import pytest
 
 from client.endpoint import Endpoint
 from serve.config import gguf_file
+from serve.config import model_source as model_source_module
 from serve.config.model import MODEL_DIR, checked_source, model_facts_for, served_chat_template
 from serve.config.model_source import ModelKind, model_source
 from serve.config.settings import BUNDLED_MODEL_NAME, Settings
@@ -28,8 +29,10 @@ from ui.values import SettingsError
 
 @pytest.fixture(autouse=True)
 def facts_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A GGUF's header is kept under the test's own folder, not the machine's cache."""
+    """A GGUF's header is kept, and its checkpoint looked for, under the test's own folder, not the machine's cache
+    (where an earlier run may have prepared it)."""
     monkeypatch.setattr(gguf_file, "FACTS_DIR", tmp_path / "facts")
+    monkeypatch.setattr(model_source_module, "PREPARED_DIR", tmp_path / "models")
 
 
 @pytest.fixture
