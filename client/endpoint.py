@@ -60,13 +60,16 @@ class Endpoint:
     def from_env(
         cls, env: Mapping[str, str] | None = None, base_url: str | None = None, model: str | None = None, **sources: str
     ) -> Endpoint:
-        """The configured engine: OPENAI_BASE_URL and MODEL (else MODEL_NAME) from the environment or `.env`,
+        """The configured engine: OPENAI_BASE_URL and MODEL (else MODEL_NAME, else with MODEL_PATH the model it lists)
+        from the environment or `.env`,
         unless a flag gave `base_url` or `model`."""
         env = load_env() if env is None else env
         return cls.at(
             "engine",
             base_url or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-            model or env.get("MODEL") or env.get("MODEL_NAME", ""),
+            # with MODEL_PATH, MODEL_NAME may be left at the bundled model's while the engine serves the model under
+            # its own name (serve/config/settings.py): the one model the engine lists is the one
+            model or env.get("MODEL") or ("" if env.get("MODEL_PATH") else env.get("MODEL_NAME", "")),
             env,
             **sources,
         )

@@ -135,19 +135,40 @@ def index_url(name: str, raw: str) -> str:
     return raw.rstrip("/")
 
 
-def model_folder(name: str, raw: str) -> Path | None:
-    """A local Hugging Face model folder (config.json, weights, tokenizer), or None for the bundled model."""
+OLLAMA_PREFIX = "ollama:"  # MODEL_PATH=ollama:<name>[:<tag>]: a model of the learner's own Ollama store
+OLLAMA_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*)?(:[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def model_location(name: str, raw: str) -> str | None:
+    """MODEL_PATH: a Hugging Face model folder (config.json, weights, tokenizer), a .gguf file, or
+    ollama:<name>[:<tag>]; None for the bundled model. Files and folders come back as absolute paths; which model an
+    Ollama name is, is serve/config/model_source.py's to find."""
     if not raw:
         return None
-    folder = Path(raw).expanduser()
-    if not (folder / "config.json").is_file():
+    if raw.startswith(OLLAMA_PREFIX):
+        if not OLLAMA_NAME.match(raw.removeprefix(OLLAMA_PREFIX)):
+            raise invalid(name, raw, "write an Ollama model as `ollama list` names it: ollama:llama3.2:1b")
+        return raw
+    path = Path(raw).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path.absolute())  # not resolved: a link's own name is the name it is served under
+    if not (path / "config.json").is_file():
         raise invalid(
             name,
             raw,
-            "no config.json there: point it at a Hugging Face model folder (config.json, "
-            "*.safetensors, tokenizer files), or leave it empty for the bundled SmolLM2",
+            "no config.json there: point it at a Hugging Face model folder (config.json, *.safetensors, tokenizer "
+            "files), a .gguf file, or ollama:<name>[:<tag>] from your Ollama; leave it empty for the bundled SmolLM2",
         )
-    return folder.resolve()
+    return str(path.resolve())
+
+
+def own_model_name(location: str) -> str:
+    """The name a learner's model is served under when MODEL_NAME is left at the bundled model's: the Ollama name
+    (clients of their Ollama keep asking for it), else the .gguf file's or the folder's name."""
+    if location.startswith(OLLAMA_PREFIX):
+        return location.removeprefix(OLLAMA_PREFIX)
+    path = Path(location)
+    return path.stem if path.suffix == ".gguf" else path.name
 
 
 def text(name: str, raw: str) -> str:

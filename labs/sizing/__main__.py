@@ -12,7 +12,7 @@ from rich.table import Table
 from client.endpoint import EndpointError
 from labs.served import served
 from labs.sizing.verify import compare, inputs
-from serve.config.model import bundled_model_facts
+from serve.config.model import bundled_model_facts, model_facts_for
 from serve.config.settings import Settings
 from serve.config.sizing import (
     KV_DTYPE_BYTES,
@@ -34,13 +34,19 @@ from serve.engines.runtimes import VLLM
 from serve.processes.metrics import NoMetrics
 from ui.cli import KitArgumentParser, fraction, non_negative_float, positive_float, positive_int
 from ui.progress import console, fail
-from ui.values import SettingsError
+from ui.values import OLLAMA_PREFIX, SettingsError
 
 FIRST_LENGTH_TOKENS = 512  # the fit table's shortest max_model_len; each next row doubles it
 SHOWN_LENGTHS = 9
 
 
 def facts_for(model: str | None) -> ModelFacts:
+    """--model's facts: a folder or config.json; a .gguf file or ollama:<name>[:<tag>] from its header, as the
+    preflight reads MODEL_PATH's (nothing downloaded or prepared); else the kit's model."""
+    if model and (model.startswith(OLLAMA_PREFIX) or model.endswith(".gguf")):
+        facts = model_facts_for(Settings.from_env({"MODEL_PATH": model}), "native")
+        if facts is not None:
+            return facts
     return load_model_facts(model) if model else bundled_model_facts()
 
 
@@ -134,7 +140,7 @@ def verify(args: argparse.Namespace) -> int:
         engine = served(url, log_path=Path(args.log) if args.log else None)
     except NoMetrics:
         fail(f"{url} exposes no vLLM /metrics: this engine exposes no metrics to verify against", code=1)
-    model = load_model_facts(args.model) if args.model else None
+    model = facts_for(args.model) if args.model else None
     given = inputs(engine, model, args.dtype, args.kv_gib)
     facts, dtype, budget = given.facts, given.dtype, given.kv_budget_bytes
     seqs = "unknown (vLLM does not report it)" if engine.max_num_seqs is None else engine.max_num_seqs
@@ -160,7 +166,10 @@ def verify(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     top = KitArgumentParser(prog="python -m labs.sizing", description=__doc__)
     sub = top.add_subparsers(dest="command", required=True)
-    model_help = "a model directory or config.json (default: the kit's SmolLM2-135M-Instruct)"
+    model_help = (
+        "a model directory or config.json, a .gguf file, or ollama:<name>[:<tag>] from your Ollama (default: the kit's "
+        "SmolLM2-135M-Instruct)"
+    )
 
     forward = sub.add_parser("kv", help="bytes per token, blocks, tokens and concurrency of a KV budget")
     forward.add_argument("--model", help=model_help)

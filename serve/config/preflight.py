@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from serve.config.machine import Machine, detect
 from serve.config.model import served_model_facts
 from serve.config.plan import AMX_FLAG, Plan
-from serve.config.settings import CPU_QUANTIZATIONS, Settings
+from serve.config.settings import BUNDLED_MODEL_NAME, CPU_QUANTIZATIONS, Settings
 from serve.config.sizing import (
     V0_BLOCK_SIZE,
     V1_CPU_BLOCK_SIZE,
@@ -161,6 +161,11 @@ def _check_memory(
         fixes.append(f"set VLLM_CPU_KVCACHE_SPACE={room_gib}")
     if runtime in CONTAINER_RUNTIMES:
         fixes.append(f"set MEMORY_LIMIT={math.ceil(needed / GiB)}g")
+    elif weights + overhead_bytes > cap and settings.model_name != BUNDLED_MODEL_NAME:  # the learner's model itself
+        variable = "MODEL_PATH" if settings.model_path is not None else "MODEL_NAME"
+        problem = f"{facts.name} does not fit this machine: the available RAM ({_gib(cap)})"
+        outcome = "no KV budget makes room for it"
+        fixes += ["serve a smaller model (labs/your-model.md sizes one before you download it)", "free memory"]
     else:
         fixes.append("free memory")
     advice = " or ".join(fixes)

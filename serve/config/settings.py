@@ -11,7 +11,6 @@ import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, TypeVar
 
 from serve.config.sizing import MemorySize
@@ -32,8 +31,9 @@ from ui.values import (
     image_vllm_version,
     index_url,
     invalid,
-    model_folder,
+    model_location,
     non_negative_int,
+    own_model_name,
     pinned_image,
     positive_int,
     positive_number,
@@ -177,13 +177,15 @@ class Settings:
         "MODEL_NAME",
         BUNDLED_MODEL_NAME,
         text,
-        "the name clients ask for (--served-model-name); Docker tracks load it from the hub",
+        "the name clients ask for (--served-model-name); Docker tracks load it from the hub, and so does the native "
+        "runtime when MODEL_PATH is empty; with MODEL_PATH set and this left as is, the model's own name",
     )
-    model_path: Path | None = setting(  # None: the bundled model
+    model_path: str | None = setting(  # None: the bundled model, or MODEL_NAME from the hub (model_source.py)
         "MODEL_PATH",
         "",
-        model_folder,
-        "native: a local model folder to serve as MODEL_NAME; empty = the bundled SmolLM2 (offline)",
+        model_location,
+        "native: your model, as a Hugging Face folder, a .gguf file or ollama:<name>[:<tag>] (from your Ollama); "
+        "empty = the bundled SmolLM2, or MODEL_NAME from the hub",
     )
     host: str = setting(
         "VLLM_HOST", "127.0.0.1", bind_host, "bind address; 127.0.0.1 keeps the engine private to this machine"
@@ -488,6 +490,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Parse every knob; the first bad value raises SettingsError naming it."""
         values = {knob.field: knob.parse(knob.env, env.get(knob.env, knob.default).strip()) for knob in KNOBS}
+        if values["model_path"] is not None and values["model_name"] == BUNDLED_MODEL_NAME:
+            values["model_name"] = own_model_name(values["model_path"])  # not SmolLM2's name on other weights
         if ":" in values["cpu_base_image"].rsplit("/", 1)[-1]:  # repository:tag pins the tag too
             values["cpu_base_image"], values["cpu_image_tag"] = values["cpu_base_image"].rsplit(":", 1)
         if values["keda_max_replicas"] < values["keda_min_replicas"]:

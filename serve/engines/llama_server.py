@@ -3,15 +3,15 @@ Ollama's defaults runs.
 
 Ollama answers one request at a time by default; this decodes LLAMA_SERVER_SLOTS requests together, batched
 continuously, so the comparison with vLLM is not only with a queue. It is the same llama.cpp server as the
-Ollama-class engine (serve/engines/llamacpp.py: PyPI's xllamacpp, nothing compiled), serving the same Q4_1 GGUF
-under the same Ollama name, on its own port.
+Ollama-class engine (serve/engines/llamacpp.py: PyPI's xllamacpp, nothing compiled), serving the same GGUF
+under the same name, on its own port.
     .kit/run/llamaserver-PORT.pid, .kit/logs/llamaserver-PORT.log
 """
 
 from __future__ import annotations
 
 from serve.config.settings import Settings
-from serve.engines.llamacpp import ENGINE_VERSION, MODEL_ALIAS, GgufRuntime, gguf_decode_step
+from serve.engines.llamacpp import ENGINE_VERSION, GgufRuntime, gguf_decode_step, gguf_format, served_name
 from serve.engines.runtime import Engine
 
 
@@ -36,8 +36,10 @@ class LlamaServerRuntime(GgufRuntime):
 ENGINE = Engine(
     "llamaserver",
     port_setting=lambda settings: LlamaServerRuntime.port_setting,
-    served_model=lambda settings: MODEL_ALIAS,
-    configured=lambda settings: f"{ENGINE_VERSION}, Q4_1 GGUF, LLAMA_SERVER_SLOTS={settings.llama_server_slots}",
+    served_model=served_name,
+    configured=lambda settings: (
+        f"{ENGINE_VERSION}, {gguf_format(settings)}, LLAMA_SERVER_SLOTS={settings.llama_server_slots}"
+    ),
     runtimes=lambda settings: [LlamaServerRuntime(settings)],
     decode_step=lambda settings, plan: gguf_decode_step(settings, settings.llama_server_slots),
 )

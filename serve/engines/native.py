@@ -19,12 +19,14 @@ from serve.config.chat_template import composed_template_file
 from serve.config.env_check import vllm_passthrough
 from serve.config.machine import detect, isa_cap
 from serve.config.model import (
+    checked_source,
     model_facts_for,
     native_model_dir,
     served_chat_template,
     served_model_facts,
     served_weights_dir,
 )
+from serve.config.model_source import ModelKind, model_source
 from serve.config.paths import ROOT
 from serve.config.plan import Plan, resolve, resolve_serve_while_compiling
 from serve.config.settings import Settings
@@ -82,11 +84,18 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         self.install_int8()
 
     def install_float(self) -> None:
-        """The venv (preparing the bundled model meanwhile) and the bundled model unless MODEL_PATH names another:
-        what an eager engine needs to answer."""
-        vllm_venv.install(self.settings.torch_index_url, alongside=checkpoints.prepare_model)
-        if self.settings.model_path is None:
-            checkpoints.prepare_model()
+        """The venv (preparing the bundled model meanwhile) and the served model's checkpoint (model_source.py: the
+        bundled one, or a learner's prepared from their GGUF or downloaded from the hub): what an eager engine needs to
+        answer."""
+        source = checked_source(self.settings)
+
+        def prepare() -> bool:
+            if source.kind is ModelKind.BUNDLED:
+                return checkpoints.prepare_model()
+            return checkpoints.prepare_source(source)
+
+        vllm_venv.install(self.settings.torch_index_url, alongside=prepare)  # beside the import check on a bare machine
+        prepare()
 
     def install_int8(self, plan: Plan | None = None) -> None:
         """The int8 checkpoint when the plan's QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to
@@ -153,7 +162,7 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         return argv, env
 
     def resolve(self) -> Plan:
-        native_model_dir(self.settings)  # refuses a MODEL_NAME it cannot serve, before anything starts
+        checked_source(self.settings)  # refuses a model it cannot serve, before anything starts
         facts = model_facts_for(self.settings, self.name)
         whole = detect()
         limits = None if self.share is None else self.share.limits(whole)
@@ -161,6 +170,10 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
 
     def preflight(self) -> Plan:
         """A replica also refuses a port in use and REPLICAS that the memory cannot hold, before any starts."""
+        source = checked_source(self.settings)
+        if source.kind is ModelKind.HUB and not (source.folder / "config.json").is_file():
+            vllm_venv.install(self.settings.torch_index_url, alongside=lambda: None)  # huggingface_hub is in it
+            checkpoints.download_hub(source, config_only=True)  # the preflight sizes it before the weights come
         resolved = super().preflight()
         if self.share is not None:
             self.server.ensure_port_free()
@@ -204,6 +217,9 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
     def recap_rows(self, started: Started | None) -> list[tuple[str, str]]:
         """Up's recap, with whether an eager engine answers until the compiled one takes over, and why."""
         rows = super().recap_rows(started)
+        source = model_source(self.settings)
+        if source.kind is not ModelKind.BUNDLED:
+            rows.insert(0, ("model from", f"{source.label}; vLLM serves {source.folder}"))
         if started is not None and started.plan is not None and started.plan.serve_eager_first is not None:
             rows.append(("serving early", started.plan.serve_eager_first_reason))
         return rows

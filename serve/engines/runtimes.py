@@ -63,6 +63,8 @@ def select(settings: Settings) -> Runtime:
     previous = recorded(settings) if choice == "auto" else None
     if previous is not None:
         choice, why = previous, f"the runtime the last up started on port {settings.port} (.kit/run/)"
+    elif choice == "auto" and settings.model_path is not None:  # the Docker tracks load MODEL_NAME from the hub
+        choice, why = "native", "MODEL_PATH names your own model, which the native runtime serves"
     runtime: Runtime
     if choice == "native":
         runtime = NativeRuntime(settings)

@@ -184,4 +184,4 @@ def test_model_path_must_be_a_model_folder(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="no config.json there"):
         settings(MODEL_PATH=str(tmp_path))
     (tmp_path / "config.json").write_text("{}")
-    assert settings(MODEL_PATH=str(tmp_path)).model_path == tmp_path.resolve()
+    assert settings(MODEL_PATH=str(tmp_path)).model_path == str(tmp_path.resolve())

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,11 +19,13 @@ from labs.sizing.verify import compare
 from serve.config.model import bundled_model_facts
 from serve.config.plan import Plan
 from serve.config.sizing import GiB
+from serve.install.llamacpp_venv import gguf_path
 from serve.processes import run_record
 from serve.processes.local_server import LOG_DIR
 from serve.processes.metrics import MetricsSnapshot, scrape
 from tests.conftest import ROOT, Server, free_port, kit_env, start_server, stop_server
 from tests.support.docs import doc_commands, doc_examples, retarget, run_doc, shows
+from tests.support.learner_models import ollama_store
 from tests.support.load import closed_loop
 
 
@@ -43,6 +46,21 @@ def test_command_refuses_a_bad_size_in_one_line() -> None:
     result = sizing("fit", "--memory", "lots")
     assert result.returncode == 2
     assert "is not a memory size" in result.stderr and "Traceback" not in result.stdout + result.stderr
+
+
+def test_fit_sizes_a_model_of_the_learners_ollama_before_anything_is_prepared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--model ollama:<name>: the GGUF blob's header, as the preflight reads MODEL_PATH's (a stand-in store)."""
+    ollama_store(tmp_path / "store", gguf_path())
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "store"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing prepared from it on this machine yet
+    result = sizing("fit", "--model", "ollama:smollm2:135m", "--memory", "8g", "--weights", "bf16")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(
+        f"smollm2:135m: 30 layers, 3 KV heads x head_dim 64, context 8192 tokens, "
+        f"{bundled_model_facts().num_params:,} parameters (GGUF tensors)"
+    ), result.stdout
 
 
 # --- Proof against the real engine: three configurations -----------------------------------------------
