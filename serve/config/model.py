@@ -32,6 +32,17 @@ NATIVE_RUNTIMES = ("native", "auto")
 # source folder: beside the bundled model, or under CACHE_DIR/models/int8 for a MODEL_PATH folder.
 INT8_SUFFIX = "-int8-w8a8"
 INT8_DIR = MODEL_DIR.with_name(MODEL_DIR.name + INT8_SUFFIX)
+# beside an int8 checkpoint: its perplexity against the float model's on the kit's calibration text (quantize.py's
+# CHECK_FILE), what QUANTIZATION=auto decides a learner's model by (serve/config/plan.py)
+INT8_CHECK_FILE = "kit-perplexity-check.json"
+# the layers serve/install/quantize.py's SmoothQuant folds into: q/k/v/o and gate/up/down projections after a norm
+INT8_RECIPE_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "StableLmForCausalLM",
+)
 
 
 def bundled_model_facts() -> ModelFacts:
@@ -126,3 +137,26 @@ def served_chat_template(settings: Settings, runtime: str) -> ChatTemplate | Non
     if settings.model_name != BUNDLED_MODEL_NAME:
         return None
     return bundled_chat_template()
+
+
+def learners_model(settings: Settings) -> bool:
+    """A model of the learner's own (MODEL_PATH, or a hub MODEL_NAME), not the bundled one."""
+    return settings.model_path is not None or settings.model_name != BUNDLED_MODEL_NAME
+
+
+def unknown_to_int8_recipe(settings: Settings) -> str | None:
+    """The architecture of the served checkpoint when the kit's int8 recipe does not know its layers (None: it does,
+    or the checkpoint is not prepared yet)."""
+    config = native_model_dir(settings) / "config.json"
+    if not config.is_file():
+        return None
+    architectures = json.loads(config.read_text()).get("architectures") or ["an unnamed architecture"]
+    return None if architectures[0] in INT8_RECIPE_ARCHITECTURES else architectures[0]
+
+
+def int8_check(settings: Settings) -> dict[str, float] | None:
+    """The served model's int8 check (INT8_CHECK_FILE), once its int8 checkpoint is made; None before."""
+    try:
+        return json.loads((int8_dir(native_model_dir(settings)) / INT8_CHECK_FILE).read_text())
+    except (OSError, ValueError):
+        return None

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from serve.config.chat_template import HERMES, KIT_TEMPLATES, ChatTemplate
 from serve.config.machine import Machine
-from serve.config.model import served_facts
-from serve.config.settings import BUNDLED_MODEL_NAME, VLLM_VERSION, Settings
+from serve.config.model import int8_check, learners_model, served_facts, unknown_to_int8_recipe
+from serve.config.settings import VLLM_VERSION, Settings
 from serve.config.sizing import (
     AUTO_CPU_BLOCK_SIZE,
     V1_CPU_BLOCK_SIZE,
@@ -184,16 +184,44 @@ def resolve_quantization(settings: Settings, machine: Machine, container: bool =
         return settings.quantization, "set in QUANTIZATION"
     if container:
         return "none", "auto: the int8 checkpoint is prepared by the native runtime only"
-    if settings.model_path is not None or settings.model_name != BUNDLED_MODEL_NAME:
-        return (
-            "none",
-            "auto: int8 is measured on the bundled model only; set QUANTIZATION=int8 to quantize your model",
-        )
     if settings.dtype == "float32" and AMX_FLAG in machine.cpu_flags:
         return "none", "auto: the float weights, as DTYPE=float32 asks (the AMX int8 kernel takes bfloat16 only)"
-    if INT8_AUTO_FLAG in machine.cpu_flags:
+    if INT8_AUTO_FLAG not in machine.cpu_flags:
+        return "none", "auto: the float weights on a CPU without AVX-512 (int8 is slower there: labs/quantization.md)"
+    if not learners_model(settings):
         return "int8", "auto: int8 W8A8 on a CPU with AVX-512 (faster, +0.9% perplexity: labs/quantization.md)"
-    return "none", "auto: the float weights on a CPU without AVX-512 (int8 is slower there: labs/quantization.md)"
+    return learners_int8(settings)
+
+
+INT8_TOLERANCE = 0.01  # the perplexity a learner's model may lose to int8 under QUANTIZATION=auto
+
+
+def learners_int8(settings: Settings) -> tuple[str, str]:
+    """QUANTIZATION=auto for a learner's model on a CPU where int8 is faster: int8 where its own check (perplexity on
+    the kit's calibration text, float against int8, serve/install/quantize.py) held within INT8_TOLERANCE."""
+    unknown = unknown_to_int8_recipe(settings)
+    if unknown is not None:
+        return "none", f"auto: the float weights; the kit's int8 recipe does not know {unknown}'s layers"
+    check = int8_check(settings)
+    if check is None:
+        return "none", "auto: the float weights until this model's int8 check has run (its first start runs it)"
+    measured = (
+        f"perplexity on the kit's calibration text {check['change']:+.2%} as int8 ({check['float_perplexity']:.3f} "
+        f"-> {check['int8_perplexity']:.3f})"
+    )
+    if abs(check["change"]) <= INT8_TOLERANCE:
+        return "int8", f"auto: int8 W8A8 on a CPU with AVX-512, {measured}, within {INT8_TOLERANCE:.0%}"
+    return "none", (
+        f"auto: the float weights: {measured}, beyond {INT8_TOLERANCE:.0%}; QUANTIZATION=int8 serves it anyway"
+    )
+
+
+def int8_check_due(settings: Settings, machine: Machine) -> bool:
+    """Whether a start must first make a learner's int8 checkpoint and its check, for QUANTIZATION=auto to decide."""
+    if settings.quantization != "auto" or not learners_model(settings) or int8_check(settings) is not None:
+        return False
+    reached = resolve_quantization(settings, machine) == learners_int8(settings)  # a CPU where int8 may win
+    return reached and unknown_to_int8_recipe(settings) is None
 
 
 def resolve_multiprocessing(settings: Settings, machine: Machine, container: bool = False) -> tuple[bool, str]:

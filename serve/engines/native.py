@@ -28,7 +28,7 @@ from serve.config.model import (
 )
 from serve.config.model_source import ModelKind, model_source
 from serve.config.paths import ROOT
-from serve.config.plan import Plan, resolve, resolve_serve_while_compiling
+from serve.config.plan import Plan, int8_check_due, resolve, resolve_serve_while_compiling
 from serve.config.settings import Settings
 from serve.config.sizing import VLLM_CPU_OVERHEAD_BYTES, GiB
 from serve.config.vllm_flags import API_SERVER_MODULE, Target, engine_base_env, parse_version, vllm_args, vllm_env
@@ -83,10 +83,11 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         self.install_float()
         self.install_int8()
 
-    def install_float(self) -> None:
+    def install_float(self) -> bool:
         """The venv (preparing the bundled model meanwhile) and the served model's checkpoint (model_source.py: the
         bundled one, or a learner's prepared from their GGUF or downloaded from the hub): what an eager engine needs to
-        answer."""
+        answer; then a learner's int8 check where QUANTIZATION=auto waits for it (check_int8). True if that check ran
+        now."""
         source = checked_source(self.settings)
 
         def prepare() -> bool:
@@ -96,6 +97,15 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
 
         vllm_venv.install(self.settings.torch_index_url, alongside=prepare)  # beside the import check on a bare machine
         prepare()
+        return self.check_int8()
+
+    def check_int8(self) -> bool:
+        """A learner's model under QUANTIZATION=auto, on a CPU where int8 is faster: its int8 checkpoint and the
+        perplexity check QUANTIZATION=auto decides by (serve/config/plan.py), made once per machine before the plan
+        that serves it. True if it did the work now."""
+        if not int8_check_due(self.settings, detect()):
+            return False
+        return checkpoints.prepare_int8(native_model_dir(self.settings))
 
     def install_int8(self, plan: Plan | None = None) -> None:
         """The int8 checkpoint when the plan's QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to
@@ -194,8 +204,8 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         """Start the server and wait for /health; on failure the server is stopped and the log shown. Up's start
         (`serve_early`) may serve an eager engine while it compiles (SERVE_WHILE_COMPILING, engines/hand_over.py)."""
         self.server.ensure_port_free()
-        self.install_float()
-        plan = plan or self.resolve()
+        checked_now = self.install_float()
+        plan = self.resolve() if plan is None or checked_now else plan  # the check decides QUANTIZATION=auto
         release = vllm_venv.installed_vllm_release()
         self.engine_version = f"vllm-cpu {release}"
         argv, env = self.command(plan, release)

@@ -17,6 +17,11 @@ Recipe (RECIPE, recorded in OUT_DIR/kit-quantization.json so that a changed reci
    calibration text; X is divided by it (folded into the RMSNorm before q/k/v and gate/up, and into up_proj's
    rows before down_proj) and W multiplied by it, so the float model computes the same function.
 2. Round-to-nearest int8 weights, symmetric, one scale per output channel.
+
+The check (CHECK_FILE beside the checkpoint): perplexity on the calibration text's first CHECK_TOKENS tokens, of the
+float model and of the int8 model's arithmetic run in float (each projection's weight rounded as written, its input
+rounded per token as vLLM's dynamic kernel does). QUANTIZATION=auto serves a learner's model in int8 only where it
+holds within CHECK_TOLERANCE (serve/config/plan.py); a recipe that does not suit a model's layers shows there.
 """
 
 from __future__ import annotations
@@ -34,14 +39,18 @@ if TYPE_CHECKING:  # the native runtime's venv has torch; the light tools import
 # The recipe's every choice, measured in labs/quantization.md (perplexity on the evaluation text).
 SMOOTHQUANT_ALPHA = 0.5
 CALIBRATION_TOKENS = 4096
+CHECK_TOKENS = 2048
 RECIPE = {
     "method": "smoothquant+rtn",
     "smoothquant_alpha": SMOOTHQUANT_ALPHA,
     "calibration_tokens": CALIBRATION_TOKENS,
     "weights": "int8, symmetric, per output channel",
     "activations": "int8, symmetric, per token, dynamic",
+    "norm_bias": "scaled with the norm's weight",
+    "check": f"perplexity on {CHECK_TOKENS} calibration tokens, float against int8",
 }
 RECIPE_FILE = "kit-quantization.json"
+CHECK_FILE = "kit-perplexity-check.json"
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 INT8_MAX = 127
 CALIBRATION_CHUNK_TOKENS = 1024
@@ -109,11 +118,48 @@ def smooth(model, seen: dict, alpha: float) -> None:
             ):
                 s = scales(prefix + key, [projection.weight for projection in projections])
                 norm.weight.div_(s)
+                if getattr(norm, "bias", None) is not None:  # a LayerNorm's shift scales with its output (StableLM)
+                    norm.bias.div_(s)
                 for projection in projections:
                     projection.weight.mul_(s)
             s = scales(prefix + "mlp.down_proj", [mlp.down_proj.weight])
             mlp.up_proj.weight.div_(s[:, None])  # down_proj's input is act(gate) * up: linear in up's rows
             mlp.down_proj.weight.mul_(s)
+
+
+def perplexity(model, token_ids: list[int]) -> float:
+    """exp(mean negative log-likelihood) of each token given those before it, in windows the model's context holds."""
+    import math
+
+    import torch
+
+    window = min(CALIBRATION_CHUNK_TOKENS, getattr(model.config, "max_position_embeddings", CALIBRATION_CHUNK_TOKENS))
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for start in range(0, len(token_ids), window):
+            chunk = torch.tensor([token_ids[start : start + window]])
+            if chunk.shape[1] < 2:
+                continue
+            loss = model(input_ids=chunk, labels=chunk).loss  # the mean over the chunk's predicted tokens
+            total += float(loss) * (chunk.shape[1] - 1)
+            count += chunk.shape[1] - 1
+    return math.exp(total / count)
+
+
+def run_as_int8(model) -> None:
+    """The int8 checkpoint's arithmetic, in float: every projection's weight rounded to int8 as quantized_state writes
+    it, and its input rounded per token at each call, as vLLM's dynamic per-token kernel does."""
+    import torch
+
+    def rounded(x: torch.Tensor, dim: int) -> torch.Tensor:
+        scale = (x.abs().amax(dim, keepdim=True) / INT8_MAX).clamp(min=TINY / INT8_MAX)
+        return (x / scale).round().clamp(-INT8_MAX, INT8_MAX) * scale
+
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.rsplit(".", 1)[-1] in PROJECTIONS:
+                module.weight.copy_(rounded(module.weight, 1))
+                module.register_forward_pre_hook(lambda module, args: (rounded(args[0], -1), *args[1:]))
 
 
 def quantized_state(model) -> dict:
@@ -145,8 +191,24 @@ def quantize(source: Path, out_dir: Path, calibration: Path) -> None:
     model.eval()
     token_ids = tokenizer(calibration.read_text())["input_ids"][:CALIBRATION_TOKENS]
     print(f"calibrating on {len(token_ids):,} tokens of {calibration.name}", flush=True)
+    float_perplexity = perplexity(model, token_ids[:CHECK_TOKENS])
     smooth(model, input_abs_max(model, token_ids), SMOOTHQUANT_ALPHA)
     state = quantized_state(model)
+    run_as_int8(model)
+    int8_perplexity = perplexity(model, token_ids[:CHECK_TOKENS])
+    change = int8_perplexity / float_perplexity - 1
+    check = {
+        "tokens": len(token_ids[:CHECK_TOKENS]),
+        "text": calibration.name,
+        "float_perplexity": float_perplexity,
+        "int8_perplexity": int8_perplexity,
+        "change": change,
+    }
+    print(
+        f"perplexity on {check['tokens']:,} tokens: {float_perplexity:.3f} in float, {int8_perplexity:.3f} as int8 "
+        f"({change:+.2%})",
+        flush=True,
+    )
     num_int8 = sum(tensor.numel() for tensor in state.values() if tensor.dtype == torch.int8)
     print(
         f"{num_int8 / 1e6:.0f}M parameters in int8, {sum(t.numel() for t in state.values()) / 1e6:.0f}M in all",
@@ -161,6 +223,7 @@ def quantize(source: Path, out_dir: Path, calibration: Path) -> None:
         tokenizer.save_pretrained(folder)
         if (source / "generation_config.json").exists():
             (folder / "generation_config.json").write_bytes((source / "generation_config.json").read_bytes())
+        (folder / CHECK_FILE).write_text(json.dumps(check, indent=2) + "\n")
         (folder / RECIPE_FILE).write_text(json.dumps(recipe_record(source), indent=2) + "\n")
 
     publish(out_dir, write)

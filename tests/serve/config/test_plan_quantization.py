@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from serve.config import preflight
+from serve.config import plan, preflight
 from serve.config.machine import Machine
-from serve.config.model import INT8_DIR, MODEL_DIR, int8_dir
-from serve.config.plan import resolve_quantization
+from serve.config.model import INT8_CHECK_FILE, INT8_DIR, MODEL_DIR, int8_dir
+from serve.config.plan import int8_check_due, resolve_quantization
 from serve.config.settings import Settings
 from serve.config.sizing import load_model_facts, model_facts
 from serve.install.checkpoints import int8_current
-from serve.install.quantize import RECIPE_FILE, recipe_record
+from serve.install.quantize import CHECK_FILE, RECIPE_FILE, recipe_record
 from ui.values import SettingsError
 
 GiB_FREE = 16 << 30
@@ -56,7 +56,11 @@ def test_auto_is_int8_natively_on_avx512_and_the_float_weights_elsewhere(tmp_pat
     assert resolve_quantization(settings(QUANTIZATION="none"), AVX512_BF16) == ("none", "set in QUANTIZATION")
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     own_model = settings(MODEL_PATH=str(tmp_path), MODEL_NAME="me/mine")
-    assert resolve_quantization(own_model, AVX512_BF16)[0] == "none"  # a folder of one's own: float, unless asked
+    assert resolve_quantization(own_model, AVX512_BF16) == (  # a folder of one's own: float until its check ran
+        "none",
+        "auto: the float weights until this model's int8 check has run (its first start runs it)",
+    )
+    assert int8_check_due(own_model, AVX512_BF16) and not int8_check_due(own_model, AVX2)
     assert settings(QUANTIZATION="").quantization == "none"  # an empty value, as older .env files have it
 
 
@@ -158,3 +162,36 @@ def test_the_int8_checkpoint_lives_beside_its_source_and_a_new_recipe_prepares_i
     stale["recipe"] = {**stale["recipe"], "smoothquant_alpha": 0.8}
     (prepared / RECIPE_FILE).write_text(json.dumps(stale))
     assert not int8_current(prepared, source)
+
+
+@pytest.mark.parametrize(
+    ("change", "served"),
+    [(0.0089, "int8"), (-0.004, "int8"), (0.0125, "none")],
+)
+def test_auto_serves_a_learners_model_in_int8_where_its_check_held_within_1_percent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: float, served: str
+) -> None:
+    """The check quantize.py writes beside the int8 checkpoint: perplexity on the kit's calibration text, float against
+    the int8 arithmetic; auto serves int8 within 1%, else the float weights with the numbers."""
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    own_model = settings(MODEL_PATH=str(tmp_path), MODEL_NAME="me/mine")
+    check = {"float_perplexity": 12.0, "int8_perplexity": 12.0 * (1 + change), "change": change}
+    monkeypatch.setattr(plan, "int8_check", lambda settings: check)
+    quantization, why = resolve_quantization(own_model, AVX512_BF16)
+    assert quantization == served, why
+    assert f"{change:+.2%} as int8 (12.000 -> {12.0 * (1 + change):.3f})" in why
+    assert not int8_check_due(own_model, AVX512_BF16)  # checked once per machine
+
+
+def test_auto_keeps_a_model_the_int8_recipe_does_not_know_in_float(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "architectures": ["GPT2LMHeadModel"]}))
+    own_model = settings(MODEL_PATH=str(tmp_path), MODEL_NAME="me/gpt2")
+    assert resolve_quantization(own_model, AVX512_BF16) == (
+        "none",
+        "auto: the float weights; the kit's int8 recipe does not know GPT2LMHeadModel's layers",
+    )
+    assert not int8_check_due(own_model, AVX512_BF16)
+
+
+def test_quantize_writes_its_check_where_the_plan_reads_it() -> None:
+    assert CHECK_FILE == INT8_CHECK_FILE
