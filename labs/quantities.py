@@ -94,7 +94,7 @@ def _relative(path: Path, start: Path) -> str:
     return "/".join([".."] * (len(base) - common) + list(parts[common:]))
 
 
-FIRST = "first-token-xllamacpp-avx512-2026-12-07.json"  # the latest fresh clone, the kit's defaults
+FIRST = "first-token-cpp-wrapper-avx512-2026-12-07.json"  # the latest fresh clone, the kit's defaults
 FIRST_DOWNLOADS = "first-token-tour-serve-early-avx512-2026-12-06.json"  # the last run that summed its download steps
 SERVE_EARLY = "first-token-serve-early-avx512-2026-12-06.json"
 STARTS = "starts-serve-early-avx512-2026-12-06.json"
