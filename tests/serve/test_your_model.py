@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serve.config.model import model_facts_for
+from serve.config.model import int8_dir, model_facts_for, served_weights_dir
 from serve.config.model_source import model_source
 from serve.config.settings import Settings
 from serve.config.sizing import GiB, kv_pool
@@ -58,14 +58,18 @@ def models(server: Server) -> list[dict]:
     return httpx.get(f"{server.api_url}/models", timeout=10).json()["data"]
 
 
-def first_tokens(server: Server, name: str, count: int = 1) -> str:
+def completion(server: Server, name: str, count: int = 1) -> dict:
     answer = httpx.post(
         f"{server.api_url}/completions",
         json={"model": name, "prompt": PROMPT, "max_tokens": count, "temperature": 0},
         timeout=120,
     )
     assert answer.status_code == 200, answer.text
-    return answer.json()["choices"][0]["text"]
+    return answer.json()
+
+
+def first_tokens(server: Server, name: str, count: int = 1) -> str:
+    return completion(server, name, count)["choices"][0]["text"]
 
 
 def check_served_alike(vllm: Server, llamacpp: Server, name: str) -> None:
@@ -74,9 +78,13 @@ def check_served_alike(vllm: Server, llamacpp: Server, name: str) -> None:
     settings = Settings.from_env(vllm.env)
     facts = model_facts_for(settings, "native")
     assert facts is not None
+    record = run_record.read(vllm.port)
+    plan = record.plan if record is not None else None  # what up resolved and started vLLM with
+    assert plan is not None
     vllm_models, llamacpp_models = models(vllm), models(llamacpp)
     assert [model["id"] for model in vllm_models] == [name]
-    assert vllm_models[0]["root"] == str(model_source(settings).folder)  # the source's checkpoint, not SmolLM2's
+    # the source's checkpoint (not SmolLM2's), or its int8 one where QUANTIZATION=auto's check held
+    assert vllm_models[0]["root"] == str(served_weights_dir(settings, plan.quantization))
     assert vllm_models[0]["max_model_len"] == settings.max_model_len
     assert [model["id"] for model in llamacpp_models] == [name]
     meta = llamacpp_models[0]["meta"]
@@ -85,14 +93,12 @@ def check_served_alike(vllm: Server, llamacpp: Server, name: str) -> None:
     assert meta["n_ctx"] == settings.max_model_len  # one slot: a sequence of MAX_MODEL_LEN, as vLLM serves
     served_gguf = httpx.get(f"{llamacpp.base_url}/props", timeout=10).json()["model_path"]
     assert served_gguf == str(model_source(settings).served_gguf)
-    record = run_record.read(vllm.port)
-    plan = record.plan if record is not None else None  # what up resolved and started vLLM with
     log = (LOG_DIR / f"vllm-{vllm.port}.log").read_text(errors="replace")
     report = kv_cache_report(log)
-    assert plan is not None and plan.kv_cache_space_gib is not None and report is not None
+    assert plan.kv_cache_space_gib is not None and report is not None
     assert report.tokens == kv_pool(facts, plan.dtype, plan.kv_cache_space_gib * GiB, plan.kv_block_size).num_tokens
-    for server in (vllm, llamacpp):
-        assert first_tokens(server, name, 4)
+    for server in (vllm, llamacpp):  # a random model's tokens may decode to nothing: counted, not read
+        assert completion(server, name, 4)["usage"]["completion_tokens"] >= 1, server.api_url
 
 
 def stop(vllm: Server) -> None:
@@ -134,6 +140,9 @@ def test_the_pages_ollama_commands_serve_it_on_both_engines_under_its_ollama_nam
             said = run_doc(talk, env, timeout_s=120)
             assert said.returncode == 0 and said.stdout.strip(), said.stdout + said.stderr
         check_served_alike(vllm, llamacpp, "smollm2:135m")
+        plan = run_record.read(vllm_port).plan  # type: ignore[union-attr]
+        assert plan is not None and plan.quantization == "int8", plan  # QUANTIZATION=auto: its check held
+        assert "as int8" in plan.quantization_reason and "within 1%" in plan.quantization_reason
         assert first_tokens(vllm, "smollm2:135m") == first_tokens(llamacpp, "smollm2:135m")
         compared = run_doc(compare, env, timeout_s=600)
     finally:
@@ -152,6 +161,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     prepared = model_source(Settings.from_env({"MODEL_PATH": str(folder)})).served_gguf
     if prepared is not None:
         prepared.unlink(missing_ok=True)
+    shutil.rmtree(int8_dir(folder), ignore_errors=True)  # QUANTIZATION=auto's check made one
 
 
 def test_a_folder_its_gguf_and_the_hub_serve_on_both_engines(tiny: Path, tmp_path: Path) -> None:
@@ -174,7 +184,9 @@ def test_a_folder_its_gguf_and_the_hub_serve_on_both_engines(tiny: Path, tmp_pat
         check_served_alike(vllm, llamacpp, "tiny-stablelm")
     finally:
         stop(vllm)
-        shutil.rmtree(model_source(Settings.from_env({"MODEL_PATH": str(gguf)})).folder, ignore_errors=True)
+        prepared = model_source(Settings.from_env({"MODEL_PATH": str(gguf)})).folder
+        shutil.rmtree(int8_dir(prepared), ignore_errors=True)
+        shutil.rmtree(prepared, ignore_errors=True)
     assert "Preparing tiny-stablelm for vLLM from the GGUF" in vllm.up_output
 
     with hub_standin("learner/tiny-stablelm", tiny) as (url, requests):
@@ -186,5 +198,6 @@ def test_a_folder_its_gguf_and_the_hub_serve_on_both_engines(tiny: Path, tmp_pat
             hub = model_source(Settings.from_env({"MODEL_NAME": "learner/tiny-stablelm"}))
             if hub.served_gguf is not None:
                 hub.served_gguf.unlink(missing_ok=True)
+            shutil.rmtree(int8_dir(hub.folder), ignore_errors=True)
             shutil.rmtree(hub.folder, ignore_errors=True)
     assert any(request.startswith("GET /learner/tiny-stablelm/resolve/") for request in requests)
