@@ -95,6 +95,7 @@ UNLINKED: tuple[Unlinked, ...] = (
     Unlinked(ENV_EXAMPLE, "after weights and ~2 GiB of runtime", SETTING, OVERHEAD),
     Unlinked(ENV_EXAMPLE, "its int8 perplexity holds within 1%", SETTING, INT8_TOLERANCE),
     Unlinked("serve/config/README.md", "its int8 perplexity holds within 1%", SETTING, INT8_TOLERANCE),
+    Unlinked("serve/engines/README.md", "its int8 perplexity holds within 1%", SETTING, INT8_TOLERANCE),
     Unlinked("labs/your-model.md", "Within 1% perplexity your model is served in int8", SETTING, INT8_TOLERANCE),
     Unlinked(ENV_EXAMPLE, "reads 163 MB per decode step instead of 269", ARITHMETIC, WEIGHTS),
     Unlinked(ENV_EXAMPLE, "Restarts back off 2 s, 4 s, 8 s ... (60 s at most)", SETTING, BACK_OFF),
