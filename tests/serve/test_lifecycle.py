@@ -246,7 +246,8 @@ def test_a_local_model_folder_is_served_under_its_model_name(tmp_path: Path) -> 
     folder = tmp_path / "my-model"
     shutil.copytree(MODEL_DIR, folder)
     name = "kit-test/my-model"
-    server = start_server(MODEL_PATH=str(folder), MODEL_NAME=name, ENFORCE_EAGER="true")
+    # the float weights as they are (QUANTIZATION=auto's int8 for a model of one's own: tests/serve/test_your_model.py)
+    server = start_server(MODEL_PATH=str(folder), MODEL_NAME=name, ENFORCE_EAGER="true", QUANTIZATION="none")
     try:
         served = httpx.get(f"{server.api_url}/models", timeout=10).json()["data"]
         answer = httpx.post(

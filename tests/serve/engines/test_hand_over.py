@@ -211,6 +211,9 @@ def test_down_during_the_hand_over_stops_both_engines_and_frees_the_port(vllm_se
     assert process.port_is_free("127.0.0.1", port)
 
 
+LINKED_NAME = "learner/float-model"
+
+
 @pytest.mark.server
 @pytest.mark.slow
 def test_the_eager_engine_serves_the_float_weights_while_the_int8_ones_are_made(tmp_path: Path) -> None:
@@ -227,14 +230,14 @@ def test_the_eager_engine_serves_the_float_weights_while_the_int8_ones_are_made(
         SERVE_WHILE_COMPILING="true",
         QUANTIZATION="int8",
         MODEL_PATH=str(model),
-        MODEL_NAME=MODEL,
+        MODEL_NAME=LINKED_NAME,  # a model folder of one's own is served under a name of its own
         XDG_CACHE_HOME=str(tmp_path / "cache"),
     )
     try:
         up = run_script("up.sh", env, timeout_s=900)
         answer = httpx.post(
             f"http://127.0.0.1:{port}/v1/chat/completions",
-            json={"model": MODEL, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4},
+            json={"model": LINKED_NAME, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4},
             timeout=120,
         )
     finally:
