@@ -62,6 +62,9 @@ def test_ceiling_is_batch_times_bandwidth_over_weight_bytes() -> None:
         ceiling(0, 1, bandwidth, 1.0)
 
 
+ROUNDS = 4  # turns each of the bandwidth test's two copies takes
+
+
 def single_thread_copy_bytes_per_s(buffer_bytes: int, repeats: int) -> float:
     """An independent reference: one plain numpy copy, read + write bytes over the best time."""
     source = np.ones(buffer_bytes // 8)
@@ -78,12 +81,18 @@ def timed_copy(source: np.ndarray, target: np.ndarray) -> float:
 
 
 def test_bandwidth_is_measured_on_this_machine() -> None:
-    """One copying thread measures what one plain numpy copy does in the same minute (best of 5 each, read +
-    write bytes): counting the bytes once (0.5x) or twice over (2x) falls outside. Two threads split the buffer."""
-    measured = measure_bandwidth(threads=1, buffer_bytes=64 << 20, repeats=5)
-    reference = single_thread_copy_bytes_per_s(64 << 20, repeats=5)
-    assert measured.threads == 1 and measured.buffer_bytes == 64 << 20
-    assert 0.65 * reference < measured.copy_bytes_per_s < 1.5 * reference, (measured, reference)
+    """One copying thread measures what one plain numpy copy does (read + write bytes): counting the bytes once
+    (0.5x) or twice over (2x) falls outside. The two take turns, ROUNDS times, and each keeps its best: a CI run
+    that measured one after the other read 0.64x, the session's vLLM compiling beside the first and not the second.
+    Two threads split the buffer."""
+    measured: list[Bandwidth] = []
+    reference: list[float] = []
+    for _ in range(ROUNDS):
+        measured.append(measure_bandwidth(threads=1, buffer_bytes=64 << 20, repeats=3))
+        reference.append(single_thread_copy_bytes_per_s(64 << 20, repeats=3))
+    best, best_reference = max(bandwidth.copy_bytes_per_s for bandwidth in measured), max(reference)
+    assert {(bandwidth.threads, bandwidth.buffer_bytes) for bandwidth in measured} == {(1, 64 << 20)}
+    assert 0.65 * best_reference < best < 1.5 * best_reference, (measured, reference)
     assert measure_bandwidth(threads=2, buffer_bytes=16 << 20, repeats=2).threads == 2
 
 
