@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -11,11 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serve.config.model import MODEL_DIR
 from serve.config.vllm_flags import API_SERVER_MODULE
 from serve.processes import process
 from serve.processes.local_server import RUN_DIR
-from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, run_script, start_server, stop_server
+from tests.conftest import MODEL, ROOT, Server, free_port, kit_env, run_script, start_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 KEY = "lab-kit-test-key"
@@ -239,24 +237,3 @@ def test_a_hub_model_the_hub_does_not_answer_for_is_refused_in_one_line_saying_w
     assert len(errors) == 1 and errors[0].startswith("error: MODEL_NAME=Qwen/Qwen2.5-0.5B-Instruct: the hub at"), errors
     assert "HF_ENDPOINT" in errors[0] and "HF_TOKEN" in errors[0] and "MODEL_PATH" in errors[0]
     assert "Starting vLLM" not in result.stdout
-
-
-def test_a_local_model_folder_is_served_under_its_model_name(tmp_path: Path) -> None:
-    """MODEL_PATH: a model folder of the user's own (here a copy of the prepared SmolLM2), served as MODEL_NAME."""
-    folder = tmp_path / "my-model"
-    shutil.copytree(MODEL_DIR, folder)
-    name = "kit-test/my-model"
-    # the float weights as they are (QUANTIZATION=auto's int8 for a model of one's own: tests/serve/test_your_model.py)
-    server = start_server(MODEL_PATH=str(folder), MODEL_NAME=name, ENFORCE_EAGER="true", QUANTIZATION="none")
-    try:
-        served = httpx.get(f"{server.api_url}/models", timeout=10).json()["data"]
-        answer = httpx.post(
-            f"{server.api_url}/completions",
-            timeout=120,
-            json={"model": name, "prompt": "The capital of France is", "max_tokens": 4},
-        )
-    finally:
-        stop_server(server)
-    assert [model["id"] for model in served] == [name]
-    assert served[0]["root"] == str(folder)  # vLLM loaded this folder, not the bundled one
-    assert answer.status_code == 200 and answer.json()["choices"][0]["text"], answer.text

@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 PROMPT = "The capital of France is"
 PAGE = "labs/your-model.md"
+RENAMED = "kit-test/my-model"  # a MODEL_NAME of the learner's own for a model file of theirs
 
 
 def both_engines(what: str, **env: str) -> tuple[Server, Server]:
@@ -166,8 +167,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_a_folder_its_gguf_and_the_hub_serve_on_both_engines(tiny: Path, tmp_path: Path) -> None:
     """The same tiny model three ways: its folder (llama.cpp gets the GGUF llama.cpp's converter writes), that GGUF
-    as a file (vLLM gets the checkpoint transformers prepares from it), and the hub's copy (downloaded from the
-    stand-in with huggingface_hub)."""
+    as a file under a MODEL_NAME of the learner's own (vLLM gets the checkpoint transformers prepares from it), and
+    the hub's copy (downloaded from the stand-in with huggingface_hub). The folder is served as QUANTIZATION=auto
+    decides; the other two in float, as the int8 check and quantizing would only be the folder's again."""
     vllm, llamacpp = both_engines("folder", MODEL_PATH=str(tiny))
     try:
         check_served_alike(vllm, llamacpp, "tiny-stablelm")
@@ -179,18 +181,20 @@ def test_a_folder_its_gguf_and_the_hub_serve_on_both_engines(tiny: Path, tmp_pat
 
     gguf = tmp_path / "tiny-stablelm.gguf"
     shutil.copyfile(converted, gguf)
-    vllm, llamacpp = both_engines("gguf", MODEL_PATH=str(gguf))
+    # under a MODEL_NAME of the learner's choosing, in float: the folder above was served in int8 where
+    # QUANTIZATION=auto's check held, and the checkpoint prepared from the GGUF is the one vLLM loads
+    vllm, llamacpp = both_engines("gguf", MODEL_PATH=str(gguf), MODEL_NAME=RENAMED, QUANTIZATION="none")
     try:
-        check_served_alike(vllm, llamacpp, "tiny-stablelm")
+        check_served_alike(vllm, llamacpp, RENAMED)  # vLLM's root: the folder prepared from the GGUF, in float
     finally:
         stop(vllm)
         prepared = model_source(Settings.from_env({"MODEL_PATH": str(gguf)})).folder
         shutil.rmtree(int8_dir(prepared), ignore_errors=True)
         shutil.rmtree(prepared, ignore_errors=True)
-    assert "Preparing tiny-stablelm for vLLM from the GGUF" in vllm.up_output
+    assert f"Preparing {RENAMED} for vLLM from the GGUF {gguf}" in vllm.up_output
 
     with hub_standin("learner/tiny-stablelm", tiny) as (url, requests):
-        vllm, llamacpp = both_engines("hub", MODEL_NAME="learner/tiny-stablelm", HF_ENDPOINT=url)
+        vllm, llamacpp = both_engines("hub", MODEL_NAME="learner/tiny-stablelm", HF_ENDPOINT=url, QUANTIZATION="none")
         try:
             check_served_alike(vllm, llamacpp, "learner/tiny-stablelm")
         finally:
