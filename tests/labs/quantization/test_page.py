@@ -19,9 +19,9 @@ from tests.support.docs import doc_commands, retarget, run_doc
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 PAGE = "labs/quantization.md"
 # The page's text is 24 windows of 1,000 tokens, a minute of prefill per engine on one compute core: the test scores
-# the first 8 (the lab's own --windows), a third of the time, with the same verdicts; the pages' figures come from
+# the first 4 (the lab's own --windows), a sixth of the time, with the same verdicts; the pages' figures come from
 # whole runs (labs/measured/quantization-quality-*.json)
-WINDOWS = 8
+WINDOWS = 4
 
 
 def test_the_page_serves_int8_beside_float_and_measures_what_it_costs(tmp_path: Path) -> None:
