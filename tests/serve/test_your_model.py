@@ -188,9 +188,7 @@ def test_a_folder_its_gguf_and_the_hub_serve_on_both_engines(tiny: Path, tmp_pat
         check_served_alike(vllm, llamacpp, RENAMED)  # vLLM's root: the folder prepared from the GGUF, in float
     finally:
         stop(vllm)
-        prepared = model_source(Settings.from_env({"MODEL_PATH": str(gguf)})).folder
-        shutil.rmtree(int8_dir(prepared), ignore_errors=True)
-        shutil.rmtree(prepared, ignore_errors=True)
+        shutil.rmtree(model_source(Settings.from_env({"MODEL_PATH": str(gguf)})).folder, ignore_errors=True)
     assert f"Preparing {RENAMED} for vLLM from the GGUF {gguf}" in vllm.up_output
 
     with hub_standin("learner/tiny-stablelm", tiny) as (url, requests):
@@ -202,6 +200,5 @@ def test_a_folder_its_gguf_and_the_hub_serve_on_both_engines(tiny: Path, tmp_pat
             hub = model_source(Settings.from_env({"MODEL_NAME": "learner/tiny-stablelm"}))
             if hub.served_gguf is not None:
                 hub.served_gguf.unlink(missing_ok=True)
-            shutil.rmtree(int8_dir(hub.folder), ignore_errors=True)
             shutil.rmtree(hub.folder, ignore_errors=True)
     assert any(request.startswith("GET /learner/tiny-stablelm/resolve/") for request in requests)
